@@ -1,0 +1,154 @@
+/* tl_classify.c: TensorLights band classifier (tc cls_bpf, direct-action) on the
+ * egress htb qdisc that hostctl installs (handle 6863:).
+ *
+ * For every egress packet: find the DL job that owns it (by connection 4-tuple,
+ * else by local source port = a served listening port), count it for that job,
+ * and set skb->tc_classid to the job's band class. Packets of no job, and all
+ * packets once the daemon's heartbeat is older than the lease (daemon dead or
+ * stuck: fail open), return TC_ACT_UNSPEC, which sends them to htb's default
+ * class: plain FIFO sharing, nothing prioritised or demoted.
+ *
+ * Maps (all written by the daemon, hostctl/datapath/classifier.py):
+ *   name          type   key                   -> value                  max_entries      reader
+ *   hc_flows      hash   struct hc_flow_key    -> __u32 job slot          MAX_FLOW_ENTRIES this program
+ *   hc_ports      hash   __u32 local port      -> __u32 job slot          MAX_PORT_ENTRIES this program
+ *   hc_job_class  array  __u32 job slot        -> struct hc_job_class     MAX_JOB_SLOTS    this program
+ *   hc_job_stats  array  __u32 job slot        -> struct hc_job_stats     MAX_JOB_SLOTS    daemon (written here)
+ *   hc_ctl        array  __u32 0               -> struct hc_ctl           1                both
+ * A rotation rewrites only hc_job_class entries (one 8-byte value per job, atomic
+ * per entry): no packet is dropped and shaping never stops.
+ *
+ * Compile-time settings (cflags, built by classifier.cflags()): MAX_FLOW_ENTRIES,
+ * MAX_PORT_ENTRIES, MAX_JOB_SLOTS, L2_HLEN (14 on Ethernet/veth, 0 on L3 devices).
+ *
+ * Overhead: two hash lookups and three array lookups per egress packet, plus
+ * four bpf_skb_load_bytes calls; no per-packet allocation.
+ */
+#include <uapi/linux/bpf.h>
+#include <uapi/linux/pkt_cls.h>
+#include <uapi/linux/if_ether.h>
+
+#ifndef MAX_FLOW_ENTRIES
+#define MAX_FLOW_ENTRIES 16384
+#endif
+#ifndef MAX_PORT_ENTRIES
+#define MAX_PORT_ENTRIES 4096
+#endif
+#ifndef MAX_JOB_SLOTS
+#define MAX_JOB_SLOTS 1024
+#endif
+#ifndef L2_HLEN
+#define L2_HLEN 14
+#endif
+
+struct hc_flow_key {
+    __u8 laddr[16];  /* local address; IPv4 as ::ffff:a.b.c.d */
+    __u8 raddr[16];  /* remote address; IPv4 as ::ffff:a.b.c.d */
+    __u16 lport;     /* host byte order */
+    __u16 rport;     /* host byte order */
+    __u32 pad;
+};
+
+struct hc_job_class {
+    __u32 classid;   /* htb classid (major<<16|minor); 0 = default class */
+    __u32 pad;
+};
+
+struct hc_job_stats {
+    __u64 tx_bytes;          /* egress bytes (skb->len, L2 included) */
+    __u64 tx_packets;
+    __u64 last_ns;           /* bpf_ktime_get_ns() of the last packet */
+    __u64 burst_bytes;       /* bytes of the burst in progress */
+    __u64 last_burst_bytes;  /* size of the last completed burst */
+    __u64 bursts;            /* completed bursts (gap > burst_gap_ns ends one) */
+};
+
+struct hc_ctl {
+    __u64 heartbeat_ns;   /* daemon's CLOCK_MONOTONIC at its last heartbeat */
+    __u64 lease_ns;       /* fail open when now - heartbeat_ns > lease_ns; 0 = never */
+    __u64 burst_gap_ns;   /* idle gap that separates two bursts of a job */
+    __u64 failopen_pkts;  /* packets passed unclassified because the lease expired */
+};
+
+BPF_HASH(hc_flows, struct hc_flow_key, __u32, MAX_FLOW_ENTRIES);
+BPF_HASH(hc_ports, __u32, __u32, MAX_PORT_ENTRIES);
+BPF_ARRAY(hc_job_class, struct hc_job_class, MAX_JOB_SLOTS);
+BPF_ARRAY(hc_job_stats, struct hc_job_stats, MAX_JOB_SLOTS);
+BPF_ARRAY(hc_ctl, struct hc_ctl, 1);
+
+int tl_classify(struct __sk_buff *skb)
+{
+    __u32 zero = 0;
+    struct hc_ctl *ctl = hc_ctl.lookup(&zero);
+    if (!ctl)
+        return TC_ACT_UNSPEC;
+    __u64 now = bpf_ktime_get_ns();
+    if (ctl->lease_ns && now - ctl->heartbeat_ns > ctl->lease_ns) {
+        __sync_fetch_and_add(&ctl->failopen_pkts, 1);
+        return TC_ACT_UNSPEC;
+    }
+
+    struct hc_flow_key key = {};
+    __u32 l4;
+    if (skb->protocol == bpf_htons(ETH_P_IP)) {
+        __u8 vihl, proto;
+        __u16 frag;
+        if (bpf_skb_load_bytes(skb, L2_HLEN, &vihl, 1) < 0 ||
+            bpf_skb_load_bytes(skb, L2_HLEN + 9, &proto, 1) < 0 ||
+            bpf_skb_load_bytes(skb, L2_HLEN + 6, &frag, 2) < 0)
+            return TC_ACT_UNSPEC;
+        if (proto != 6 /* TCP */ || (bpf_ntohs(frag) & 0x1fff))
+            return TC_ACT_UNSPEC;
+        key.laddr[10] = 0xff; key.laddr[11] = 0xff;
+        key.raddr[10] = 0xff; key.raddr[11] = 0xff;
+        if (bpf_skb_load_bytes(skb, L2_HLEN + 12, &key.laddr[12], 4) < 0 ||
+            bpf_skb_load_bytes(skb, L2_HLEN + 16, &key.raddr[12], 4) < 0)
+            return TC_ACT_UNSPEC;
+        l4 = L2_HLEN + (vihl & 0x0f) * 4;
+    } else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+        __u8 nexthdr;
+        if (bpf_skb_load_bytes(skb, L2_HLEN + 6, &nexthdr, 1) < 0 || nexthdr != 6)
+            return TC_ACT_UNSPEC;
+        if (bpf_skb_load_bytes(skb, L2_HLEN + 8, key.laddr, 16) < 0 ||
+            bpf_skb_load_bytes(skb, L2_HLEN + 24, key.raddr, 16) < 0)
+            return TC_ACT_UNSPEC;
+        l4 = L2_HLEN + 40;
+    } else {
+        return TC_ACT_UNSPEC;
+    }
+    __u16 ports[2];
+    if (bpf_skb_load_bytes(skb, l4, ports, 4) < 0)
+        return TC_ACT_UNSPEC;
+    key.lport = bpf_ntohs(ports[0]);
+    key.rport = bpf_ntohs(ports[1]);
+
+    __u32 *slotp = hc_flows.lookup(&key);
+    if (!slotp) {
+        __u32 port = key.lport;
+        slotp = hc_ports.lookup(&port);
+        if (!slotp)
+            return TC_ACT_UNSPEC;
+    }
+    __u32 slot = *slotp;
+
+    struct hc_job_stats *st = hc_job_stats.lookup(&slot);
+    if (st) {
+        if (now - st->last_ns > ctl->burst_gap_ns) {
+            if (st->burst_bytes) {
+                st->last_burst_bytes = st->burst_bytes;
+                __sync_fetch_and_add(&st->bursts, 1);
+            }
+            st->burst_bytes = 0;
+        }
+        st->last_ns = now;
+        __sync_fetch_and_add(&st->burst_bytes, skb->len);
+        __sync_fetch_and_add(&st->tx_bytes, skb->len);
+        __sync_fetch_and_add(&st->tx_packets, 1);
+    }
+
+    struct hc_job_class *jc = hc_job_class.lookup(&slot);
+    if (!jc || !jc->classid)
+        return TC_ACT_UNSPEC;
+    skb->tc_classid = jc->classid;
+    return TC_ACT_OK;
+}

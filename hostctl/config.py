@@ -1,0 +1,200 @@
+"""One frozen Config, from a TOML file and/or flags (flags win), validated at load.
+
+Every key is documented in examples/hostctl.toml. Unknown keys are errors, so a
+typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hostctl import consts
+from hostctl.core.bands import MAX_BANDS, POLICIES
+from hostctl.core.types import JobSpec
+from hostctl.core.units import (
+    parse_fraction_or_rate, parse_pids, parse_ports, parse_rate_bps, parse_size_bytes,
+)
+from hostctl.errors import ConfigError
+
+TOP_KEYS = {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
+            "lease", "metrics_port", "ports", "pids", "match", "jobs"}
+JOB_KEYS = {"name", "ports", "pids", "match", "model_size"}
+
+
+@dataclass(frozen=True)
+class Config:
+    policy: str = consts.DEFAULT_POLICY
+    iface: str | None = None  # None: the interface of the default route
+    link_rate_bps: int | None = None  # None: 97% of the NIC speed from sysfs
+    other_rate: str = consts.DEFAULT_OTHER_SHARE  # guaranteed to non-DL traffic: "10%" or a rate
+    bands: int = consts.DEFAULT_BANDS
+    rr_interval_s: float = consts.DEFAULT_RR_INTERVAL_S
+    rescan_s: float = consts.DEFAULT_RESCAN_S
+    lease_s: float = consts.DEFAULT_LEASE_S
+    metrics_port: int | None = None
+    jobs: tuple[JobSpec, ...] = field(default_factory=tuple)
+
+    def other_rate_bps(self, link_rate_bps: int) -> int:
+        frac, rate = parse_fraction_or_rate(self.other_rate, what="other_rate")
+        bps = int(link_rate_bps * frac) if frac is not None else rate
+        assert bps is not None
+        if bps > link_rate_bps // 2:
+            raise ConfigError(f"other_rate {self.other_rate} is more than half the link rate; use at most 50%")
+        return bps
+
+    def validate(self) -> "Config":
+        if self.policy not in POLICIES:
+            raise ConfigError(f"unknown policy {self.policy!r}: choose one of {', '.join(POLICIES)}")
+        if not 1 <= self.bands <= MAX_BANDS:
+            raise ConfigError(f"bands must be within 1..{MAX_BANDS} (htb prio 7 is the default class), got {self.bands}")
+        if not 0.1 <= self.rr_interval_s <= 86400:
+            raise ConfigError(f"rr_interval must be within 0.1..86400 seconds, got {self.rr_interval_s}")
+        if not 0.05 <= self.rescan_s <= 60:
+            raise ConfigError(f"rescan must be within 0.05..60 seconds, got {self.rescan_s}")
+        if not 2 * consts.HEARTBEAT_S <= self.lease_s <= 3600:
+            raise ConfigError(f"lease must be within {2 * consts.HEARTBEAT_S}..3600 seconds, got {self.lease_s}")
+        if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
+            raise ConfigError(f"metrics_port must be within 1..65535, got {self.metrics_port}")
+        if self.iface is not None and not re.fullmatch(r"[^/\s]{1,15}", self.iface):
+            raise ConfigError(f"bad interface name {self.iface!r}")
+        parse_fraction_or_rate(self.other_rate, what="other_rate")
+        if self.policy != "fifo" and not self.jobs:
+            raise ConfigError(
+                f"policy {self.policy} needs DL jobs to control: give --ports, --pids, --match "
+                "or [[jobs]] in --config"
+            )
+        return self
+
+
+def _num(d: dict, key: str, typ: type, where: str) -> Any:
+    v = d[key]
+    if typ is float and isinstance(v, int) and not isinstance(v, bool):
+        v = float(v)
+    if not isinstance(v, typ) or isinstance(v, bool):
+        raise ConfigError(f"{where}: {key} must be a {typ.__name__}, got {v!r}")
+    return v
+
+
+def _ports_value(v: Any, where: str) -> tuple[int, ...]:
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = str(v)
+    if isinstance(v, list):
+        v = ",".join(str(x) for x in v)
+    if not isinstance(v, str):
+        raise ConfigError(f"{where}: ports must be a string like \"9000-9005,9100\" or a list of ports")
+    return parse_ports(v, what=f"{where} ports")
+
+
+def _pids_value(v: Any, where: str) -> tuple[int, ...]:
+    if isinstance(v, list):
+        v = ",".join(str(x) for x in v)
+    return parse_pids(str(v))
+
+
+def _check_regex(rx: str, where: str) -> str:
+    try:
+        re.compile(rx)
+    except re.error as e:
+        raise ConfigError(f"{where}: bad regex {rx!r}: {e}") from None
+    return rx
+
+
+def specs_from_flags(ports: str | None, pids: str | None, match: str | None) -> tuple[JobSpec, ...]:
+    specs = []
+    if ports:
+        specs.append(JobSpec(ports=parse_ports(ports)))
+    if pids:
+        specs.append(JobSpec(pids=parse_pids(pids)))
+    if match:
+        specs.append(JobSpec(match=_check_regex(match, "--match")))
+    return tuple(specs)
+
+
+def load_file(path: str) -> dict[str, Any]:
+    """Parse and check a TOML config; returns Config keyword arguments."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    unknown = set(data) - TOP_KEYS
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; valid keys: {', '.join(sorted(TOP_KEYS))}")
+    kw: dict[str, Any] = {}
+    if "policy" in data:
+        kw["policy"] = str(data["policy"])
+    if "iface" in data:
+        kw["iface"] = str(data["iface"])
+    if "link_rate" in data:
+        kw["link_rate_bps"] = parse_rate_bps(data["link_rate"], what=f"{path}: link_rate")
+    if "other_rate" in data:
+        kw["other_rate"] = str(data["other_rate"])
+    if "bands" in data:
+        kw["bands"] = _num(data, "bands", int, path)
+    if "rr_interval" in data:
+        kw["rr_interval_s"] = _num(data, "rr_interval", float, path)
+    if "rescan" in data:
+        kw["rescan_s"] = _num(data, "rescan", float, path)
+    if "lease" in data:
+        kw["lease_s"] = _num(data, "lease", float, path)
+    if "metrics_port" in data:
+        kw["metrics_port"] = _num(data, "metrics_port", int, path)
+    specs = list(specs_from_flags(
+        ",".join(map(str, data["ports"])) if isinstance(data.get("ports"), list) else
+        (str(data["ports"]) if "ports" in data else None),
+        ",".join(map(str, data["pids"])) if isinstance(data.get("pids"), list) else
+        (str(data["pids"]) if "pids" in data else None),
+        data.get("match"),
+    ))
+    jobs = data.get("jobs", [])
+    if not isinstance(jobs, list):
+        raise ConfigError(f"{path}: jobs must be an array of tables: [[jobs]]")
+    names = set()
+    for i, j in enumerate(jobs):
+        where = f"{path}: jobs[{i}]"
+        if not isinstance(j, dict):
+            raise ConfigError(f"{where} must be a table")
+        unknown = set(j) - JOB_KEYS
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; valid: {', '.join(sorted(JOB_KEYS))}")
+        name = j.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.:@/-]{1,128}", name):
+            raise ConfigError(f"{where}: name is required (letters, digits, _.:@/-)")
+        if name in names:
+            raise ConfigError(f"{where}: duplicate job name {name!r}")
+        names.add(name)
+        sel = [k for k in ("ports", "pids", "match") if k in j]
+        if len(sel) != 1:
+            raise ConfigError(f"{where} ({name}): give exactly one of ports, pids, match")
+        size = parse_size_bytes(j["model_size"], what=f"{where} model_size") if "model_size" in j else None
+        if sel[0] == "ports":
+            specs.append(JobSpec(name=name, ports=_ports_value(j["ports"], where), model_bytes=size))
+        elif sel[0] == "pids":
+            specs.append(JobSpec(name=name, pids=_pids_value(j["pids"], where), model_bytes=size))
+        else:
+            specs.append(JobSpec(name=name, match=_check_regex(str(j["match"]), where), model_bytes=size))
+    kw["jobs"] = tuple(specs)
+    return kw
+
+
+def build_config(file: str | None = None, **flags: Any) -> Config:
+    """Config from an optional file, overridden by the flags that were given (not None)."""
+    kw = load_file(file) if file else {}
+    flag_specs = specs_from_flags(flags.pop("ports", None), flags.pop("pids", None), flags.pop("match", None))
+    if flag_specs:
+        kw["jobs"] = flag_specs + tuple(s for s in kw.get("jobs", ()) if s.name)
+    if flags.get("link_rate") is not None:
+        kw["link_rate_bps"] = parse_rate_bps(flags.pop("link_rate"), what="--link-rate")
+    flags.pop("link_rate", None)
+    names = {"rr_interval": "rr_interval_s", "rescan": "rescan_s", "lease": "lease_s"}
+    for k, v in flags.items():
+        if v is not None:
+            kw[names.get(k, k)] = v
+    return replace(Config(), **kw).validate()

@@ -1,0 +1,32 @@
+"""Names, paths and defaults in one place."""
+
+from __future__ import annotations
+
+import os
+
+RUN_DIR = os.environ.get("HOSTCTL_RUN_DIR", "/run/hostctl")
+CONTROL_SOCKET = "\0hostctl.ctl"  # abstract unix socket: one per network namespace
+BPF_DIR_ENV = "HOSTCTL_BPF_DIR"
+
+DEFAULT_POLICY = "rr"
+DEFAULT_BANDS = 6
+DEFAULT_RR_INTERVAL_S = 20.0
+DEFAULT_RESCAN_S = 1.0
+DEFAULT_LINK_FRACTION = 0.97  # of the NIC speed reported by sysfs (Q-T4)
+DEFAULT_OTHER_SHARE = "10%"  # guaranteed to non-DL traffic
+DEFAULT_LEASE_S = 3.0  # BPF classifier fails open when the daemon's heartbeat is older
+HEARTBEAT_S = 0.5
+BURST_GAP_S = 0.010  # an idle gap longer than this ends a job's burst
+
+
+def netns_id() -> str:
+    """Identity of the caller's network namespace (inode of /proc/self/ns/net)."""
+    try:
+        return f"ns{os.stat('/proc/self/ns/net').st_ino}"
+    except OSError:
+        return "ns0"
+
+
+def state_dir() -> str:
+    """Per-network-namespace state folder: daemons in different namespaces never share it."""
+    return os.path.join(RUN_DIR, netns_id())

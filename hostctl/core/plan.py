@@ -1,0 +1,206 @@
+"""The datapath plan: what hostctl will create in the kernel, as plain data (pure).
+
+``build_tc_plan`` gives the htb tree; ``build_classifier`` gives the entries of
+the BPF classifier maps for a band assignment. ``hostctl start --dry-run`` prints
+both; the Linux datapath executes them; the fake datapath records them.
+
+htb layout (handle major 0x6863, "hc"):
+
+    6863:    root htb qdisc, default class 6863:10
+    6863:1   root class     rate = ceil = link rate
+    6863:10  default class  rate = other_rate, ceil = link, prio 7   (all non-DL traffic)
+    6863:20+b band b class  rate = 100kbit,    ceil = link, prio b   (b = 0..bands-1)
+
+Every band class is guaranteed only a token rate and borrows the rest from the
+root class; htb lends excess to the lowest prio value first, which makes the
+bands strict priority yet work-conserving (spec 1.2). The default class gets a
+guaranteed ``other_rate`` so non-DL traffic (ssh, storage, cross traffic) is
+never starved by DL bursts. Rotation never touches the htb tree: it re-points a
+job's classifier-map entry to another band class (ENVIRONMENT.md: changing the
+prio of a busy class does not flip precedence).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+from hostctl.core.types import FlowKey, Job
+
+QDISC_MAJOR = 0x6863
+QDISC_HANDLE = QDISC_MAJOR << 16
+ROOT_CLASSID = QDISC_HANDLE | 0x1
+DEFAULT_CLASSID = QDISC_HANDLE | 0x10
+BAND_CLASSID_BASE = QDISC_HANDLE | 0x20
+DEFAULT_PRIO = 7
+BAND_MIN_RATE_BPS = 100_000  # 100kbit guaranteed per band (reference code's $MIN)
+QUANTUM_BYTES = 65536  # DRR quantum for classes sharing a prio level (explicit: avoids htb warnings)
+FILTER_PRIO = 1
+MAX_JOB_SLOTS = 1024
+MAX_PORT_ENTRIES = 4096
+MAX_FLOW_ENTRIES = 16384
+
+
+def band_classid(band: int) -> int:
+    return BAND_CLASSID_BASE + band
+
+
+def fmt_handle(h: int) -> str:
+    """0x68630020 -> '6863:20' (tc notation, hex)."""
+    return f"{h >> 16:x}:{h & 0xFFFF:x}"
+
+
+def burst_bytes(rate_bps: int, mtu: int = 1514) -> int:
+    """htb bucket size: at least 1 ms of the rate and one 64 KiB GSO packet.
+
+    pyroute2's default (rate/HZ + mtu with a nanosecond HZ) is about one MTU,
+    which makes htb under-run at Gbit rates with TSO/GSO on veth and NICs.
+    """
+    return max(rate_bps // 8 // 1000, 65536 + mtu)
+
+
+@dataclass(frozen=True)
+class HtbClass:
+    classid: int
+    parent: int
+    rate_bps: int
+    ceil_bps: int
+    prio: int
+    name: str
+    quantum_bytes: int = QUANTUM_BYTES
+
+    @property
+    def burst_bytes(self) -> int:
+        return burst_bytes(self.rate_bps)
+
+    @property
+    def cburst_bytes(self) -> int:
+        return burst_bytes(self.ceil_bps)
+
+
+@dataclass(frozen=True)
+class TcPlan:
+    """The htb tree for one interface, plus whether the BPF classifier is attached."""
+
+    iface: str
+    link_rate_bps: int
+    classes: tuple[HtbClass, ...]
+    classify: bool  # False for fifo: no filter at all
+    bands: int
+    qdisc_handle: int = QDISC_HANDLE
+    default_classid: int = DEFAULT_CLASSID
+    filter_prio: int = FILTER_PRIO
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["qdisc_handle"] = fmt_handle(self.qdisc_handle)
+        d["default_classid"] = fmt_handle(self.default_classid)
+        d["classes"] = [
+            {**asdict(c), "classid": fmt_handle(c.classid), "parent": fmt_handle(c.parent),
+             "burst_bytes": c.burst_bytes, "cburst_bytes": c.cburst_bytes}
+            for c in self.classes
+        ]
+        return d
+
+
+def build_tc_plan(
+    iface: str, link_rate_bps: int, bands: int, other_rate_bps: int, classify: bool
+) -> TcPlan:
+    if other_rate_bps + bands * BAND_MIN_RATE_BPS > link_rate_bps:
+        raise ValueError("guaranteed rates exceed the link rate")
+    classes = [
+        HtbClass(ROOT_CLASSID, QDISC_HANDLE, link_rate_bps, link_rate_bps, 0, "root"),
+        HtbClass(DEFAULT_CLASSID, ROOT_CLASSID, max(other_rate_bps, BAND_MIN_RATE_BPS),
+                 link_rate_bps, DEFAULT_PRIO, "default"),
+    ]
+    if classify:
+        classes += [
+            HtbClass(band_classid(b), ROOT_CLASSID, BAND_MIN_RATE_BPS, link_rate_bps, b, f"band{b}")
+            for b in range(bands)
+        ]
+    return TcPlan(iface, link_rate_bps, tuple(classes), classify, bands)
+
+
+@dataclass(frozen=True)
+class ClassifierTable:
+    """Contents of the BPF classifier maps (bpf/tl_classify.c).
+
+    slots: job id -> job slot (index into the job-class array), stable while the job lives.
+    slot_classid: slot -> htb classid (0: the job's traffic goes to the default class).
+    ports: local TCP port -> slot (egress with that source port: a served listening port).
+    flows: connection -> slot (egress of connections the job opened).
+    """
+
+    slots: Mapping[str, int] = field(default_factory=dict)
+    slot_classid: Mapping[int, int] = field(default_factory=dict)
+    ports: Mapping[int, int] = field(default_factory=dict)
+    flows: Mapping[FlowKey, int] = field(default_factory=dict)
+    dropped_flows: int = 0  # flows beyond MAX_FLOW_ENTRIES (classified as default)
+    dropped_jobs: int = 0  # jobs beyond MAX_JOB_SLOTS
+
+    def to_dict(self) -> dict:
+        return {
+            "slots": dict(self.slots),
+            "slot_classid": {s: fmt_handle(c) if c else "default" for s, c in self.slot_classid.items()},
+            "ports": dict(self.ports),
+            "flows": {str(k): v for k, v in self.flows.items()},
+            "dropped_flows": self.dropped_flows,
+            "dropped_jobs": self.dropped_jobs,
+        }
+
+
+def allocate_slots(job_ids: Sequence[str], previous: Mapping[str, int], capacity: int) -> tuple[dict[str, int], int]:
+    """Keep existing jobs in their slots; give new jobs the lowest free slots.
+
+    Returns (slots, number of jobs that did not fit)."""
+    slots = {j: previous[j] for j in job_ids if j in previous}
+    used = set(slots.values())
+    free = (s for s in range(capacity) if s not in used)
+    dropped = 0
+    for j in sorted(job_ids):
+        if j in slots:
+            continue
+        s = next(free, None)
+        if s is None:
+            dropped += 1
+            continue
+        slots[j] = s
+    return slots, dropped
+
+
+def build_classifier(
+    jobs: Sequence[Job],
+    assignment: Mapping[str, int],
+    previous_slots: Mapping[str, int] | None = None,
+    *,
+    max_slots: int = MAX_JOB_SLOTS,
+    max_ports: int = MAX_PORT_ENTRIES,
+    max_flows: int = MAX_FLOW_ENTRIES,
+) -> ClassifierTable:
+    """Map entries for ``jobs`` under a band ``assignment`` (job id -> band).
+
+    Jobs without a band (fifo, a single job, or not assigned) keep their slot but
+    point at classid 0, so their packets fall to the default class.
+    """
+    slots, dropped_jobs = allocate_slots([j.job_id for j in jobs], previous_slots or {}, max_slots)
+    slot_classid = {
+        s: (band_classid(assignment[j]) if j in assignment else 0) for j, s in slots.items()
+    }
+    ports: dict[int, int] = {}
+    flows: dict[FlowKey, int] = {}
+    dropped_flows = 0
+    for job in sorted(jobs, key=lambda j: j.job_id):
+        slot = slots.get(job.job_id)
+        if slot is None:
+            continue
+        for p in job.listen_ports:
+            if len(ports) < max_ports:
+                ports.setdefault(p, slot)
+        for f in job.client_flows():
+            if f in flows:
+                continue
+            if len(flows) >= max_flows:
+                dropped_flows += 1
+                continue
+            flows[f] = slot
+    return ClassifierTable(slots, slot_classid, ports, flows, dropped_flows, dropped_jobs)

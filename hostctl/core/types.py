@@ -1,0 +1,87 @@
+"""Plain data shared by discovery, policies, the plan builder and the daemon.
+
+Units are in field names: `_bytes`, `_bps` (bits/s), `_Bps` (bytes/s), `_s`.
+No I/O here (hostctl.core is pure; tests/unit/test_core_pure.py checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, order=True)
+class FlowKey:
+    """One TCP connection as seen on this host, oriented egress (local -> remote)."""
+
+    laddr: str
+    lport: int
+    raddr: str
+    rport: int
+
+    def __str__(self) -> str:
+        la = f"[{self.laddr}]" if ":" in self.laddr else self.laddr
+        ra = f"[{self.raddr}]" if ":" in self.raddr else self.raddr
+        return f"{la}:{self.lport}->{ra}:{self.rport}"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """How the operator asked for a job to be found (flag or config [[jobs]] entry).
+
+    Exactly one of the selectors is used per spec: ports, pids or match.
+    """
+
+    name: str | None = None  # config name: becomes the job id when given
+    ports: tuple[int, ...] = ()  # local listening ports of the job (its PS)
+    pids: tuple[int, ...] = ()  # root PIDs; children belong to the job too
+    match: str | None = None  # regex on the process command line
+    model_bytes: int | None = None  # model-update size, if known
+
+
+@dataclass(frozen=True)
+class Job:
+    """A DL job present on this host."""
+
+    job_id: str  # same on every host carrying the job (see discovery.job_id_for)
+    source: str  # how it was found: "port", "pid", "match" or "config"
+    pids: tuple[int, ...] = ()
+    listen_ports: tuple[int, ...] = ()  # egress with sport in here belongs to the job
+    flows: tuple[FlowKey, ...] = ()  # established connections of the job on this host
+    role: str = "server"  # "server" (serves a listening port), "client" (connects out) or "both"
+    model_bytes: int | None = None  # from the config; None when unknown
+
+    def client_flows(self) -> tuple[FlowKey, ...]:
+        """Flows not covered by a listening-port match (need a 4-tuple entry)."""
+        ports = set(self.listen_ports)
+        return tuple(f for f in self.flows if f.lport not in ports)
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """What discovery needs to know about one process (a snapshot, may be stale)."""
+
+    pid: int
+    ppid: int
+    cmdline: str
+    env: dict[str, str] = field(default_factory=dict)  # only the launcher keys (MASTER_ADDR, ...)
+
+
+@dataclass(frozen=True)
+class SockInfo:
+    """One TCP socket of this network namespace."""
+
+    state: str  # "LISTEN" or "ESTABLISHED" (others are ignored)
+    laddr: str
+    lport: int
+    raddr: str = ""
+    rport: int = 0
+    pid: int | None = None  # owning process, when known
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Processes and TCP sockets at one instant; the input of pure job grouping."""
+
+    procs: tuple[ProcInfo, ...]
+    socks: tuple[SockInfo, ...]
+    host_addr: str = ""  # primary address of the egress interface (for wildcard listeners)

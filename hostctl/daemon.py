@@ -1,0 +1,224 @@
+"""The hostctl daemon: discovery -> band assignment -> classifier maps, forever.
+
+Signals only set ``stop`` (an Event); the loop sleeps on monotonic deadlines
+(rescan, heartbeat) and on the wall-clock rotation boundary, whichever is first,
+and never accumulates drift (deadlines advance by their period, not from "now").
+Teardown happens once, in ``run``'s finally block.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hostctl import consts
+from hostctl.config import Config
+from hostctl.core.bands import assign_bands, describe, next_rotation_s, rr_epoch
+from hostctl.core.plan import (
+    DEFAULT_CLASSID, ClassifierTable, TcPlan, band_classid, build_classifier, fmt_handle,
+)
+from hostctl.core.types import Job
+from hostctl.core.units import format_rate
+from hostctl.datapath import Counters, Datapath
+
+log = logging.getLogger("hostctl")
+
+
+@dataclass
+class Stats:
+    rotations: int = 0
+    reassignments: int = 0
+    errors: int = 0
+    scans: int = 0
+    scan_overruns: int = 0
+    last_apply_ms: float = 0.0
+    map_writes: int = 0
+
+
+@dataclass
+class _Rates:
+    t: float = 0.0
+    class_bytes: dict[int, int] = field(default_factory=dict)
+    job_bytes: dict[str, int] = field(default_factory=dict)
+
+
+class Daemon:
+    def __init__(self, config: Config, plan: TcPlan, datapath: Datapath, discovery,
+                 *, wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic):
+        self.config = config
+        self.plan = plan
+        self.datapath = datapath
+        self.discovery = discovery
+        self.wall = wall
+        self.mono = mono
+        self.stop = threading.Event()
+        self.jobs: dict[str, Job] = {}
+        self.assignment: dict[str, int] = {}
+        self.table = ClassifierTable()
+        self.epoch: int | None = None
+        self.stats = Stats()
+        self._rates = _Rates()
+        self._status: dict = {}
+        self._lock = threading.Lock()
+        self.started_wall = wall()
+
+    # -- one step each ---------------------------------------------------------
+    def scan(self) -> bool:
+        """Rediscover jobs; log arrivals/departures. True if the job set or flows changed."""
+        try:
+            found = {j.job_id: j for j in self.discovery.scan()}
+        except Exception as e:  # discovery must never kill the daemon
+            self.stats.errors += 1
+            log.warning("discovery failed: %s", e)
+            return False
+        self.stats.scans += 1
+        for jid in sorted(found.keys() - self.jobs.keys()):
+            j = found[jid]
+            log.info("job arrived: %s (%s, %d flow(s), ports %s)", jid, j.role, len(j.flows),
+                     ",".join(map(str, j.listen_ports)) or "-")
+        for jid in sorted(self.jobs.keys() - found.keys()):
+            log.info("job left: %s", jid)
+        changed = found != self.jobs
+        self.jobs = found
+        return changed
+
+    def current_epoch(self) -> int:
+        return rr_epoch(self.wall(), self.config.rr_interval_s) if self.config.policy == "rr" else 0
+
+    def reassign(self, force: bool = False) -> bool:
+        """Recompute bands (on job change or a new rotation epoch) and push map changes."""
+        epoch = self.current_epoch()
+        sizes = {jid: j.model_bytes for jid, j in self.jobs.items()}
+        assignment = assign_bands(sizes, self.config.policy, self.config.bands, epoch)
+        rotated = self.epoch is not None and epoch != self.epoch and self.config.policy == "rr"
+        self.epoch = epoch
+        table = build_classifier(list(self.jobs.values()), assignment, self.table.slots)
+        if not force and table == self.table:
+            return False
+        t0 = time.perf_counter()
+        try:
+            writes = self.datapath.apply(table)
+        except Exception as e:
+            self.stats.errors += 1
+            log.error("applying the classifier failed: %s", e)
+            return False
+        self.stats.last_apply_ms = (time.perf_counter() - t0) * 1e3
+        self.stats.map_writes += writes
+        if assignment != self.assignment:
+            if rotated:
+                self.stats.rotations += 1
+                log.info("rotation %d: %s", epoch, describe(assignment, list(self.jobs)))
+            else:
+                self.stats.reassignments += 1
+                log.info("assignment: %s", describe(assignment, list(self.jobs)))
+        if table.dropped_flows and table.dropped_flows != self.table.dropped_flows:
+            log.warning("flow table full: %d flow(s) left in the default class", table.dropped_flows)
+        self.assignment = assignment
+        self.table = table
+        return True
+
+    def refresh_status(self) -> None:
+        try:
+            counters = self.datapath.read_counters(set(self.table.slots.values()))
+        except Exception as e:
+            self.stats.errors += 1
+            log.warning("reading counters failed: %s", e)
+            counters = Counters()
+        now = self.mono()
+        dt = now - self._rates.t if self._rates.t else 0.0
+        prev = self._rates
+        class_rows = []
+        names = {c.classid: c for c in self.plan.classes}
+        for cid, c in sorted(counters.classes.items()):
+            rate = (c.bytes - prev.class_bytes.get(cid, c.bytes)) * 8 / dt if dt > 0 else 0.0
+            hc = names.get(cid)
+            class_rows.append({"classid": fmt_handle(cid), "name": hc.name if hc else "?",
+                               "prio": hc.prio if hc else None, "bytes": c.bytes, "packets": c.packets,
+                               "rate_bps": max(rate, 0.0), "drops": c.drops, "backlog_bytes": c.backlog_bytes})
+        job_rows = []
+        job_bytes = {}
+        for jid, job in sorted(self.jobs.items()):
+            slot = self.table.slots.get(jid)
+            jc = counters.jobs.get(slot) if slot is not None else None
+            tx = jc.tx_bytes if jc else 0
+            job_bytes[jid] = tx
+            rate = (tx - prev.job_bytes.get(jid, tx)) * 8 / dt if dt > 0 else 0.0
+            band = self.assignment.get(jid)
+            job_rows.append({
+                "job_id": jid, "band": band,
+                "classid": fmt_handle(band_classid(band) if band is not None else DEFAULT_CLASSID),
+                "role": job.role, "source": job.source, "pids": list(job.pids),
+                "listen_ports": list(job.listen_ports), "flows": [str(f) for f in job.flows],
+                "model_bytes": job.model_bytes, "tx_bytes": tx, "rate_bps": max(rate, 0.0),
+                "last_burst_bytes": jc.last_burst_bytes if jc else 0, "bursts": jc.bursts if jc else 0,
+            })
+        self._rates = _Rates(now, {cid: c.bytes for cid, c in counters.classes.items()}, job_bytes)
+        status = {
+            "pid": os.getpid(), "policy": self.config.policy, "iface": self.plan.iface,
+            "link_rate_bps": self.plan.link_rate_bps, "bands": self.config.bands,
+            "rr_interval_s": self.config.rr_interval_s, "epoch": self.epoch,
+            "next_rotation": next_rotation_s(self.wall(), self.config.rr_interval_s)
+            if self.config.policy == "rr" else None,
+            "uptime_s": self.wall() - self.started_wall,
+            "jobs": job_rows, "classes": class_rows, "failopen_pkts": counters.failopen_pkts,
+            "dropped_flows": self.table.dropped_flows,
+            "stats": dict(self.stats.__dict__),
+        }
+        with self._lock:
+            self._status = status
+
+    def status(self) -> dict:
+        with self._lock:
+            return dict(self._status)
+
+    # -- the loop ------------------------------------------------------------------
+    def run(self) -> None:
+        """Set up, loop until ``stop`` is set, tear down (always, exactly once)."""
+        try:
+            self.datapath.setup(self.plan)
+            log.info("controlling %s: policy %s, link %s, %d bands%s, rescan %gs. Ctrl-C to stop.",
+                     self.plan.iface, self.config.policy, format_rate(self.plan.link_rate_bps),
+                     self.config.bands,
+                     f", rotation every {self.config.rr_interval_s:g}s" if self.config.policy == "rr" else "",
+                     self.config.rescan_s)
+            self.loop()
+        finally:
+            try:
+                self.datapath.teardown()
+                log.info("stopped; %s restored", self.plan.iface)
+            except Exception as e:
+                log.error("teardown failed: %s; run `hostctl clean`", e)
+                raise
+
+    def loop(self) -> None:
+        period = self.config.rescan_s
+        next_scan = self.mono()
+        next_hb = self.mono()
+        while not self.stop.is_set():
+            now = self.mono()
+            scanned = now >= next_scan
+            changed = False
+            if scanned:
+                changed = self.scan()
+                next_scan += period
+                if next_scan <= now:  # fell behind (e.g. suspended): skip, don't burst
+                    self.stats.scan_overruns += 1
+                    next_scan = now + period
+            if changed or self.epoch != self.current_epoch():
+                self.reassign()
+            if now >= next_hb:
+                self.datapath.heartbeat()
+                next_hb += consts.HEARTBEAT_S
+                if next_hb <= now:
+                    next_hb = now + consts.HEARTBEAT_S
+            if scanned:
+                self.refresh_status()
+            wait = min(next_scan, next_hb) - self.mono()
+            if self.config.policy == "rr":
+                wall = self.wall()
+                wait = min(wait, next_rotation_s(wall, self.config.rr_interval_s) - wall + 1e-3)
+            self.stop.wait(max(0.0, wait))

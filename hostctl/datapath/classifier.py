@@ -1,0 +1,162 @@
+"""Loads bpf/tl_classify.c with bcc and keeps its maps equal to a ClassifierTable.
+
+Map layout and semantics are documented at the top of bpf/tl_classify.c.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import os
+import time
+from pathlib import Path
+
+from hostctl import consts
+from hostctl.core.plan import (
+    MAX_FLOW_ENTRIES, MAX_JOB_SLOTS, MAX_PORT_ENTRIES, ClassifierTable,
+)
+from hostctl.core.types import FlowKey
+from hostctl.datapath import JobCounters
+from hostctl.errors import ProbeError
+
+PROG_NAME = "tl_classify"
+
+
+def bpf_dir() -> Path:
+    env = os.environ.get(consts.BPF_DIR_ENV)
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "bpf"
+
+
+def cflags(l2_hlen: int = 14) -> list[str]:
+    """Compile-time settings of the classifier (never edit the C text)."""
+    return [
+        f"-DMAX_FLOW_ENTRIES={MAX_FLOW_ENTRIES}",
+        f"-DMAX_PORT_ENTRIES={MAX_PORT_ENTRIES}",
+        f"-DMAX_JOB_SLOTS={MAX_JOB_SLOTS}",
+        f"-DL2_HLEN={l2_hlen}",
+        "-w",
+    ]
+
+
+def _addr16(addr: str) -> bytes:
+    ip = ipaddress.ip_address(addr)
+    if ip.version == 4:
+        return b"\0" * 10 + b"\xff\xff" + ip.packed
+    return ip.packed
+
+
+def import_bcc():
+    try:
+        import bcc  # Debian python3-bpfcc
+    except ImportError as e:
+        raise ProbeError(
+            "bcc is not importable: install Debian's python3-bpfcc and use a venv made with "
+            "--system-site-packages (run scripts/setup.sh); policy fifo works without it"
+        ) from e
+    return bcc
+
+
+class Classifier:
+    """The loaded program and its maps. ``fd`` / ``name`` go into the tc filter."""
+
+    def __init__(self, l2_hlen: int = 14, lease_s: float = consts.DEFAULT_LEASE_S,
+                 burst_gap_s: float = consts.BURST_GAP_S) -> None:
+        bcc = import_bcc()
+        src = bpf_dir() / "tl_classify.c"
+        if not src.exists():
+            raise ProbeError(f"BPF source {src} is missing; set {consts.BPF_DIR_ENV} to the bpf/ folder")
+        try:
+            self.bpf = bcc.BPF(src_file=str(src).encode(), cflags=cflags(l2_hlen))
+        except Exception as e:  # bcc raises bare Exception on compile failure
+            raise ProbeError(
+                f"cannot compile {src.name} with bcc ({e}); kernel headers must be at "
+                f"/lib/modules/$(uname -r)/build (scripts/setup.sh links them)"
+            ) from e
+        self.fn = self.bpf.load_func(PROG_NAME.encode(), bcc.BPF.SCHED_CLS)
+        self.flows = self.bpf[b"hc_flows"]
+        self.ports = self.bpf[b"hc_ports"]
+        self.job_class = self.bpf[b"hc_job_class"]
+        self.job_stats = self.bpf[b"hc_job_stats"]
+        self.ctl = self.bpf[b"hc_ctl"]
+        self.lease_ns = int(lease_s * 1e9)
+        self.burst_gap_ns = int(burst_gap_s * 1e9)
+        self._current = ClassifierTable()
+        self.heartbeat()
+
+    @property
+    def fd(self) -> int:
+        return self.fn.fd
+
+    @property
+    def name(self) -> str:
+        return self.fn.name.decode() if isinstance(self.fn.name, bytes) else self.fn.name
+
+    def heartbeat(self) -> None:
+        k = self.ctl.Key(0)
+        v = self.ctl[k]
+        v.heartbeat_ns = time.monotonic_ns()  # CLOCK_MONOTONIC == bpf_ktime_get_ns()
+        v.lease_ns = self.lease_ns
+        v.burst_gap_ns = self.burst_gap_ns
+        self.ctl[k] = v
+
+    def failopen_pkts(self) -> int:
+        return int(self.ctl[self.ctl.Key(0)].failopen_pkts)
+
+    def _flow_key(self, f: FlowKey):
+        k = self.flows.Key()
+        ctypes.memmove(k.laddr, _addr16(f.laddr), 16)
+        ctypes.memmove(k.raddr, _addr16(f.raddr), 16)
+        k.lport = f.lport
+        k.rport = f.rport
+        return k
+
+    def apply(self, table: ClassifierTable) -> int:
+        """Diff against what is loaded and write only the changes.
+
+        Order matters for a consistent view: class entries for new slots first,
+        then port/flow entries that point at them; removals go the other way."""
+        cur = self._current
+        writes = 0
+        for slot, classid in table.slot_classid.items():
+            if cur.slot_classid.get(slot) != classid:
+                self.job_class[self.job_class.Key(slot)] = self.job_class.Leaf(classid, 0)
+                writes += 1
+        for port, slot in table.ports.items():
+            if cur.ports.get(port) != slot:
+                self.ports[self.ports.Key(port)] = self.ports.Leaf(slot)
+                writes += 1
+        for flow, slot in table.flows.items():
+            if cur.flows.get(flow) != slot:
+                self.flows[self._flow_key(flow)] = self.flows.Leaf(slot)
+                writes += 1
+        for flow in cur.flows.keys() - table.flows.keys():
+            try:
+                del self.flows[self._flow_key(flow)]
+            except KeyError:
+                pass
+            writes += 1
+        for port in cur.ports.keys() - table.ports.keys():
+            try:
+                del self.ports[self.ports.Key(port)]
+            except KeyError:
+                pass
+            writes += 1
+        for slot in cur.slot_classid.keys() - table.slot_classid.keys():
+            self.job_class[self.job_class.Key(slot)] = self.job_class.Leaf(0, 0)
+            self.job_stats[self.job_stats.Key(slot)] = self.job_stats.Leaf()  # reset for reuse
+            writes += 1
+        self._current = table
+        return writes
+
+    def job_counters(self, slots: set[int]) -> dict[int, JobCounters]:
+        out = {}
+        for s in slots:
+            v = self.job_stats[self.job_stats.Key(s)]
+            out[s] = JobCounters(s, int(v.tx_bytes), int(v.tx_packets), int(v.last_burst_bytes), int(v.bursts))
+        return out
+
+    def close(self) -> None:
+        try:
+            self.bpf.cleanup()
+        except Exception:
+            pass

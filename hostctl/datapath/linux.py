@@ -1,0 +1,282 @@
+"""LinuxDatapath: the TensorLights htb tree (pyroute2 netlink) plus the BPF
+classifier (bcc), with a journal so that stop, crash + ``hostctl clean`` and a
+restart all leave the interface exactly as it was.
+
+Order of effects (each undo is recorded before the change it undoes):
+  1. journal the previous egress tree (byte-exact, rtnl_raw.py) and our PID;
+  2. replace the root qdisc with htb 6863: and create/replace the classes;
+  3. load the classifier and attach it as the only filter of 6863: (direct-action).
+Teardown reverses it: restore the previous tree (which removes ours and with it
+the filter and the program), then drop the journal.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from hostctl import consts
+from hostctl.core.plan import QDISC_HANDLE, ClassifierTable, HtbClass, TcPlan, fmt_handle
+from hostctl.datapath import ClassCounters, Counters
+from hostctl.datapath.journal import Journal, daemon_alive
+from hostctl.datapath.rtnl_raw import TC_H_ROOT, RawRtnl, TcObject, restore
+from hostctl.errors import DatapathError, ProbeError
+
+log = logging.getLogger("hostctl.datapath")
+ETH_P_ALL = 0x0003
+ARPHRD_ETHER = 1
+
+
+def _nl_error(what: str, e: NetlinkError) -> DatapathError:
+    code = e.code if hasattr(e, "code") else 0
+    hint = ""
+    if code in (errno.ENOENT, errno.EOPNOTSUPP):
+        hint = " (is sch_htb / cls_bpf built into this kernel? see docs/operations.md)"
+    return DatapathError(f"{what}: {os.strerror(code) if code else e}{hint}")
+
+
+def link_info(iface: str) -> tuple[int, int]:
+    """(ifindex, ARPHRD type) or a clear error."""
+    with IPRoute() as ipr:
+        idx = ipr.link_lookup(ifname=iface)
+        if not idx:
+            raise DatapathError(
+                f"interface {iface!r} not found in this network namespace; list them with `ip link`"
+            )
+        link = ipr.get_links(idx[0])[0]
+        return idx[0], int(link.get("ifi_type", ARPHRD_ETHER))
+
+
+def default_route_iface() -> str | None:
+    with IPRoute() as ipr:
+        for r in ipr.get_default_routes(family=socket.AF_INET):
+            oif = r.get("RTA_OIF") or r.get_attr("RTA_OIF")
+            if oif:
+                links = ipr.get_links(oif)
+                if links:
+                    return links[0].get_attr("IFLA_IFNAME")
+    return None
+
+
+def nic_speed_bps(iface: str) -> int | None:
+    """Line rate from sysfs (Mbit/s there), None where the driver reports none (veth)."""
+    try:
+        with open(f"/sys/class/net/{iface}/speed") as f:
+            mbit = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return mbit * 1_000_000 if mbit > 0 else None
+
+
+class LinuxDatapath:
+    def __init__(self, iface: str, *, policy: str = "", lease_s: float = consts.DEFAULT_LEASE_S,
+                 state_dir: str | None = None) -> None:
+        self.iface = iface
+        self.policy = policy
+        self.lease_s = lease_s
+        self.state_dir = state_dir or consts.state_dir()
+        self.ifindex, self.link_type = link_info(iface)
+        self.ipr = IPRoute()
+        self.classifier = None
+        self.plan: TcPlan | None = None
+        self.journal: Journal | None = None
+
+    # -- setup ---------------------------------------------------------------
+    def setup(self, plan: TcPlan) -> None:
+        if self.plan is None:
+            self._take_over()
+        self._ensure_qdisc(plan)
+        for cls in plan.classes:
+            self._ensure_class(cls)
+        if self.plan is not None and self.plan.classify and not plan.classify:
+            self._detach_classifier()
+        if plan.classify and self.classifier is None:
+            self._attach_classifier(plan)
+        # classes of an older plan that the new one no longer has (fewer bands)
+        if self.plan is not None:
+            keep = {c.classid for c in plan.classes}
+            for cls in reversed(self.plan.classes):
+                if cls.classid not in keep:
+                    self._delete_class(cls.classid)
+        self.plan = plan
+
+    def _take_over(self) -> None:
+        """Record the interface's current egress tree before touching it."""
+        old = Journal.load(self.iface, self.state_dir)
+        if old is not None:
+            if old.pid != os.getpid() and daemon_alive(old.pid):
+                raise DatapathError(
+                    f"hostctl (pid {old.pid}) already controls {self.iface} in this network "
+                    f"namespace; stop it first with `hostctl stop`"
+                )
+            log.warning("found the journal of a hostctl that died (pid %d); restoring %s first",
+                        old.pid, self.iface)
+            clean_interface(self.iface, self.state_dir)
+        with RawRtnl() as rt:
+            previous = rt.dump(self.ifindex)
+            if previous and previous[0].handle == QDISC_HANDLE and previous[0].kind == "htb":
+                log.warning("%s has a hostctl qdisc but no journal; the kernel default will "
+                            "be restored on stop", self.iface)
+                previous = []
+            elif previous and previous[0].handle != 0:
+                nfilt = sum(rt.filter_count(self.ifindex, o.handle) for o in previous)
+                if nfilt:
+                    log.warning("%s: the current root qdisc %s has %d filter(s); they are not "
+                                "restored on stop (qdiscs and classes are)", self.iface,
+                                previous[0].kind, nfilt)
+        self.journal = Journal(self.iface, self.ifindex, os.getpid(), QDISC_HANDLE, previous, self.policy)
+        self.journal.save(self.state_dir)
+        if previous and previous[0].handle != 0:
+            log.info("%s: saved previous root qdisc %s %s (%d objects)", self.iface,
+                     previous[0].kind, fmt_handle(previous[0].handle), len(previous))
+
+    def _root(self) -> TcObject | None:
+        with RawRtnl() as rt:
+            tree = rt.dump(self.ifindex)
+        return tree[0] if tree else None
+
+    def _ensure_qdisc(self, plan: TcPlan) -> None:
+        root = self._root()
+        if root is not None and root.kind == "htb" and root.handle == plan.qdisc_handle:
+            return
+        try:
+            self.ipr.tc("replace", "htb", index=self.ifindex, handle=plan.qdisc_handle,
+                        parent=TC_H_ROOT, default=plan.default_classid & 0xFFFF, r2q=10)
+        except NetlinkError as e:
+            raise _nl_error(f"cannot install the htb root qdisc on {self.iface}", e) from e
+
+    def _ensure_class(self, c: HtbClass) -> None:
+        try:
+            self.ipr.tc("replace-class", "htb", index=self.ifindex, handle=c.classid, parent=c.parent,
+                        rate=f"{c.rate_bps}bit", ceil=f"{c.ceil_bps}bit", prio=c.prio,
+                        quantum=c.quantum_bytes, burst=c.burst_bytes, cburst=c.cburst_bytes)
+        except NetlinkError as e:
+            raise _nl_error(f"cannot set htb class {fmt_handle(c.classid)} on {self.iface}", e) from e
+
+    def _delete_class(self, classid: int) -> None:
+        try:
+            self.ipr.tc("del-class", "htb", index=self.ifindex, handle=classid)
+        except NetlinkError as e:
+            if e.code not in (errno.ENOENT, errno.EINVAL):
+                raise _nl_error(f"cannot delete class {fmt_handle(classid)}", e) from e
+
+    def _attach_classifier(self, plan: TcPlan) -> None:
+        from hostctl.datapath.classifier import Classifier
+
+        l2 = 14 if self.link_type == ARPHRD_ETHER else 0
+        self.classifier = Classifier(l2_hlen=l2, lease_s=self.lease_s)
+        try:
+            self.ipr.tc("replace-filter", "bpf", index=self.ifindex, handle=1, parent=plan.qdisc_handle,
+                        prio=plan.filter_prio, protocol=ETH_P_ALL, fd=self.classifier.fd,
+                        name=self.classifier.name, direct_action=True)
+        except NetlinkError as e:
+            self.classifier.close()
+            self.classifier = None
+            raise _nl_error(f"cannot attach the BPF classifier to {self.iface}", e) from e
+
+    def _detach_classifier(self) -> None:
+        if self.plan is None or self.classifier is None:
+            return
+        try:
+            self.ipr.tc("del-filter", "bpf", index=self.ifindex, handle=1, parent=self.plan.qdisc_handle,
+                        prio=self.plan.filter_prio, protocol=ETH_P_ALL)
+        except NetlinkError as e:
+            if e.code not in (errno.ENOENT, errno.EINVAL):
+                raise _nl_error("cannot detach the BPF classifier", e) from e
+        self.classifier.close()
+        self.classifier = None
+
+    # -- per tick --------------------------------------------------------------
+    def apply(self, table: ClassifierTable) -> int:
+        if self.classifier is None:
+            return 0
+        return self.classifier.apply(table)
+
+    def heartbeat(self) -> None:
+        if self.classifier is not None:
+            self.classifier.heartbeat()
+
+    def read_counters(self, slots: set[int] | None = None) -> Counters:
+        classes: dict[int, ClassCounters] = {}
+        try:
+            for msg in self.ipr.get_classes(index=self.ifindex):
+                if msg["handle"] >> 16 != QDISC_HANDLE >> 16:
+                    continue
+                st = msg.get_attr("TCA_STATS2")
+                basic = st.get_attr("TCA_STATS_BASIC") if st else None
+                queue = st.get_attr("TCA_STATS_QUEUE") if st else None
+                classes[msg["handle"]] = ClassCounters(
+                    msg["handle"],
+                    int(basic["bytes"]) if basic else 0, int(basic["packets"]) if basic else 0,
+                    int(queue["drops"]) if queue else 0, int(queue["overlimits"]) if queue else 0,
+                    int(queue["backlog"]) if queue else 0,
+                )
+        except NetlinkError as e:
+            raise _nl_error(f"cannot read class counters of {self.iface}", e) from e
+        jobs = {}
+        failopen = 0
+        if self.classifier is not None:
+            jobs = self.classifier.job_counters(slots or set())
+            failopen = self.classifier.failopen_pkts()
+        return Counters(classes, jobs, failopen)
+
+    # -- teardown ----------------------------------------------------------------
+    def teardown(self) -> None:
+        if self.plan is not None or self.journal is not None:
+            clean_interface(self.iface, self.state_dir)
+        if self.classifier is not None:
+            self.classifier.close()
+            self.classifier = None
+        self.plan = None
+        self.journal = None
+
+    def close(self) -> None:
+        self.ipr.close()
+
+
+def clean_interface(iface: str, state_dir: str | None = None) -> str:
+    """Undo hostctl on one interface (journal first, else by our qdisc handle).
+
+    Idempotent; returns a one-line description of what was done."""
+    journal = Journal.load(iface, state_dir)
+    try:
+        ifindex, _ = link_info(iface)
+    except DatapathError:
+        if journal is not None:
+            journal.remove(state_dir)
+            return f"{iface}: gone; dropped its journal"
+        return f"{iface}: not found"
+    with RawRtnl() as rt:
+        tree = rt.dump(ifindex)
+        ours = bool(tree) and tree[0].kind == "htb" and tree[0].handle == QDISC_HANDLE
+        if journal is not None:
+            if ours or not tree or tree[0].handle == 0:
+                restore(rt, ifindex, journal.previous)
+                what = (f"restored {journal.previous[0].kind} {fmt_handle(journal.previous[0].handle)}"
+                        if journal.previous and journal.previous[0].handle else "restored the kernel default qdisc")
+            else:
+                what = f"left the root qdisc {tree[0].kind} alone (not hostctl's)"
+            journal.remove(state_dir)
+            return f"{iface}: {what}"
+        if ours:
+            rt.delete_root(ifindex)
+            return f"{iface}: removed hostctl's qdisc (no journal: kernel default restored)"
+    return f"{iface}: nothing of hostctl's"
+
+
+def clean_all(state_dir: str | None = None, iface: str | None = None) -> list[str]:
+    """``hostctl clean``: every journalled interface of this netns (or one)."""
+    if iface:
+        return [clean_interface(iface, state_dir)]
+    done = [clean_interface(j.iface, state_dir) for j in Journal.all(state_dir)]
+    return done or ["nothing journalled in this network namespace"]
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise ProbeError("hostctl changes the kernel's traffic control: run it as root")

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs everything hostctl needs on a Debian 12 host, as root. Idempotent:
+# the second run only checks and returns in about a second.
+#   - Debian packages: iproute2, python3-bpfcc (bcc), bpftool, iperf3, kernel headers, python3-venv
+#   - the kernel-headers link bcc looks for (/lib/modules/$(uname -r)/{build,source})
+#   - a venv at .venv (with system site-packages, so Debian's bcc imports) with hostctl installed
+set -euo pipefail
+cd "$(dirname "$(readlink -f "$0")")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup.sh: run as root (it installs Debian packages and links kernel headers)" >&2
+  exit 1
+fi
+
+pkgs=(iproute2 python3-bpfcc bpftool iperf3 python3-venv linux-headers-amd64)
+command -v systemd-analyze >/dev/null 2>&1 || pkgs+=(systemd)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup.sh: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# bcc compiles BPF C at run time against the kernel headers under /lib/modules/$(uname -r).
+# When the running kernel has no headers package (a custom kernel), link Debian's generic ones.
+kdir=/lib/modules/$(uname -r)
+if [ ! -e "$kdir/build/include/linux/kconfig.h" ] && [ ! -e "$kdir/source/include/linux/kconfig.h" ]; then
+  hdr=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -n 1)
+  if [ -z "$hdr" ]; then
+    echo "setup.sh: no kernel headers found under /usr/src; install linux-headers-\$(uname -r)" >&2
+    exit 1
+  fi
+  mkdir -p "$kdir"
+  ln -sfn "$hdr" "$kdir/build"
+  ln -sfn "${hdr%-amd64}-common" "$kdir/source"
+  echo "setup.sh: linked $hdr as the headers of $(uname -r)"
+fi
+
+# The venv: Debian's python (bcc's python package lives in its dist-packages).
+if [ ! -x .venv/bin/python ]; then
+  /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+stamp=.venv/.hostctl-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  .venv/bin/pip install -q --disable-pip-version-check -e ".[dev]"
+  echo "$want" > "$stamp"
+fi

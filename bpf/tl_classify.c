@@ -1,12 +1,17 @@
-/* tl_classify.c: TensorLights band classifier (tc cls_bpf, direct-action) on the
+/* tl_classify.c: TensorLights band classifier (tc cls_bpf, classic mode) on the
  * egress htb qdisc that hostctl installs (handle 6863:).
  *
  * For every egress packet: find the DL job that owns it (by connection 4-tuple,
  * else by local source port = a served listening port), count it for that job,
- * and set skb->tc_classid to the job's band class. Packets of no job, and all
- * packets once the daemon's heartbeat is older than the lease (daemon dead or
- * stuck: fail open), return TC_ACT_UNSPEC, which sends them to htb's default
- * class: plain FIFO sharing, nothing prioritised or demoted.
+ * and return the job's band classid (classic cls_bpf: the return value is the
+ * classid). Packets of no job, and all packets once the daemon's heartbeat is
+ * older than the lease (daemon dead or stuck: fail open), return 0 (no match),
+ * which sends them to htb's default class: plain FIFO sharing, nothing
+ * prioritised or demoted.
+ *
+ * Why not direct-action + skb->tc_classid: on this kernel (6.18) htb ignored the
+ * classid written that way (all packets landed in the default class, measured
+ * with iperf3); the classic return value works (docs/operations.md).
  *
  * Maps (all written by the daemon, hostctl/datapath/classifier.py):
  *   name          type   key                   -> value                  max_entries      reader
@@ -27,6 +32,9 @@
 #include <uapi/linux/bpf.h>
 #include <uapi/linux/pkt_cls.h>
 #include <uapi/linux/if_ether.h>
+
+/* Classic (not direct-action) mode: 0 = no match, the packet goes to htb's default class. */
+#define NO_MATCH 0
 
 #ifndef MAX_FLOW_ENTRIES
 #define MAX_FLOW_ENTRIES 16384
@@ -81,11 +89,11 @@ int tl_classify(struct __sk_buff *skb)
     __u32 zero = 0;
     struct hc_ctl *ctl = hc_ctl.lookup(&zero);
     if (!ctl)
-        return TC_ACT_UNSPEC;
+        return NO_MATCH;
     __u64 now = bpf_ktime_get_ns();
     if (ctl->lease_ns && now - ctl->heartbeat_ns > ctl->lease_ns) {
         __sync_fetch_and_add(&ctl->failopen_pkts, 1);
-        return TC_ACT_UNSPEC;
+        return NO_MATCH;
     }
 
     struct hc_flow_key key = {};
@@ -96,29 +104,29 @@ int tl_classify(struct __sk_buff *skb)
         if (bpf_skb_load_bytes(skb, L2_HLEN, &vihl, 1) < 0 ||
             bpf_skb_load_bytes(skb, L2_HLEN + 9, &proto, 1) < 0 ||
             bpf_skb_load_bytes(skb, L2_HLEN + 6, &frag, 2) < 0)
-            return TC_ACT_UNSPEC;
+            return NO_MATCH;
         if (proto != 6 /* TCP */ || (bpf_ntohs(frag) & 0x1fff))
-            return TC_ACT_UNSPEC;
+            return NO_MATCH;
         key.laddr[10] = 0xff; key.laddr[11] = 0xff;
         key.raddr[10] = 0xff; key.raddr[11] = 0xff;
         if (bpf_skb_load_bytes(skb, L2_HLEN + 12, &key.laddr[12], 4) < 0 ||
             bpf_skb_load_bytes(skb, L2_HLEN + 16, &key.raddr[12], 4) < 0)
-            return TC_ACT_UNSPEC;
+            return NO_MATCH;
         l4 = L2_HLEN + (vihl & 0x0f) * 4;
     } else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
         __u8 nexthdr;
         if (bpf_skb_load_bytes(skb, L2_HLEN + 6, &nexthdr, 1) < 0 || nexthdr != 6)
-            return TC_ACT_UNSPEC;
+            return NO_MATCH;
         if (bpf_skb_load_bytes(skb, L2_HLEN + 8, key.laddr, 16) < 0 ||
             bpf_skb_load_bytes(skb, L2_HLEN + 24, key.raddr, 16) < 0)
-            return TC_ACT_UNSPEC;
+            return NO_MATCH;
         l4 = L2_HLEN + 40;
     } else {
-        return TC_ACT_UNSPEC;
+        return NO_MATCH;
     }
     __u16 ports[2];
     if (bpf_skb_load_bytes(skb, l4, ports, 4) < 0)
-        return TC_ACT_UNSPEC;
+        return NO_MATCH;
     key.lport = bpf_ntohs(ports[0]);
     key.rport = bpf_ntohs(ports[1]);
 
@@ -127,7 +135,7 @@ int tl_classify(struct __sk_buff *skb)
         __u32 port = key.lport;
         slotp = hc_ports.lookup(&port);
         if (!slotp)
-            return TC_ACT_UNSPEC;
+            return NO_MATCH;
     }
     __u32 slot = *slotp;
 
@@ -148,7 +156,6 @@ int tl_classify(struct __sk_buff *skb)
 
     struct hc_job_class *jc = hc_job_class.lookup(&slot);
     if (!jc || !jc->classid)
-        return TC_ACT_UNSPEC;
-    skb->tc_classid = jc->classid;
-    return TC_ACT_OK;
+        return NO_MATCH;
+    return jc->classid;  /* classic cls_bpf mode: the return value is the classid */
 }

@@ -42,7 +42,7 @@ class JobSpec:
 class Job:
     """A DL job present on this host."""
 
-    job_id: str  # same on every host carrying the job (see discovery.job_id_for)
+    job_id: str  # same on every host carrying the job (see core/grouping.py)
     source: str  # how it was found: "port", "pid", "match" or "config"
     pids: tuple[int, ...] = ()
     listen_ports: tuple[int, ...] = ()  # egress with sport in here belongs to the job

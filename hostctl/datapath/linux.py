@@ -173,7 +173,7 @@ class LinuxDatapath:
         try:
             self.ipr.tc("replace-filter", "bpf", index=self.ifindex, handle=1, parent=plan.qdisc_handle,
                         prio=plan.filter_prio, protocol=ETH_P_ALL, fd=self.classifier.fd,
-                        name=self.classifier.name, direct_action=True)
+                        name=self.classifier.name)
         except NetlinkError as e:
             self.classifier.close()
             self.classifier = None

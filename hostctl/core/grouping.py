@@ -1,0 +1,381 @@
+"""Job grouping: turn operator job specs plus a Snapshot into Jobs (pure).
+
+No I/O, no clocks, no system libraries: the input is a `Snapshot` taken by
+`hostctl.discovery`, the output depends only on it, and it is deterministic
+(jobs sorted by job_id, every tuple sorted).
+
+Selectors (one per `JobSpec`):
+
+* ``ports``: each listed port with a LISTEN socket is one job (a parameter
+  server). Its flows are the ESTABLISHED sockets whose local port is that port.
+* ``pids``: each listed pid (present in the snapshot) plus all its descendants
+  is one job. A listed pid that descends from another listed pid of the same
+  spec is part of that ancestor's job.
+* ``match``: a regex searched (`re.search`) in each command line. The topmost
+  matching process of each process tree plus all its descendants forms a tree;
+  trees with the same launcher identity (TORCHELASTIC_RUN_ID, else
+  MASTER_ADDR + MASTER_PORT) form one job, other trees are one job each.
+
+Job ids (the same on every host carrying the job, whenever the inputs allow it):
+
+* port jobs: the spec name (``name:port`` if the spec lists several ports),
+  else ``ps:<addr>:<port>``;
+* pid/match jobs: the spec name (``name:<n>``, n = 0, 1, ... in order of the
+  unnamed ids when one named spec yields several jobs), else
+  ``torchelastic:<run id>``, ``master:<addr>:<port>``, ``ps:<addr>:<port>`` of
+  the lowest listening port, else ``pid:<root pid>``.
+
+``<addr>`` is the listening address, or ``Snapshot.host_addr`` for a wildcard
+listener, or the local address of one of the port's established flows when
+host_addr is empty, else ``0.0.0.0``. IPv6 addresses are bracketed
+(``ps:[fd00::1]:9000``).
+
+Jobs that end up with the same id (e.g. a ``--ports`` spec and a ``--match``
+spec that find the same PS) are merged. Then a listening port or a flow claimed
+by several jobs stays with the first job in job_id order only; a flow whose
+local port is a listening port of an earlier job is claimed by that job too
+(egress with that source port is classified to it). A job left with neither
+listening ports nor flows by this de-duplication is dropped, because it was
+fully covered by an earlier job; a pid/match job that had no sockets to begin
+with is kept.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from hostctl.core.types import FlowKey, Job, JobSpec, ProcInfo, Snapshot, SockInfo
+from hostctl.errors import ConfigError
+
+# Environment keys discovery has to read (and only these).
+ENV_RUN_ID = "TORCHELASTIC_RUN_ID"
+ENV_MASTER_ADDR = "MASTER_ADDR"
+ENV_MASTER_PORT = "MASTER_PORT"
+LAUNCHER_ENV_KEYS: tuple[str, ...] = (ENV_RUN_ID, ENV_MASTER_ADDR, ENV_MASTER_PORT)
+
+LISTEN = "LISTEN"
+ESTABLISHED = "ESTABLISHED"
+_WILDCARDS = frozenset({"", "0.0.0.0", "::", "::0", "0:0:0:0:0:0:0:0"})
+_V4_MAPPED_PREFIX = "::ffff:"
+
+
+# --------------------------------------------------------------------------
+# Small helpers (public ones are used by hostctl.discovery too)
+
+
+def compile_match(pattern: str) -> re.Pattern[str]:
+    """Compile a ``match`` selector; a bad regex is a ConfigError naming it."""
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise ConfigError(
+            f"bad match regex {pattern!r}: {e}; write a Python regular expression, "
+            "e.g. 'train\\.py' (escape special characters such as ( [ . + *)"
+        ) from None
+
+
+def normalize_addr(addr: str) -> str:
+    """'::ffff:10.0.0.1' -> '10.0.0.1' (IPv4 traffic of a dual-stack socket); others as is."""
+    if addr.lower().startswith(_V4_MAPPED_PREFIX) and "." in addr:
+        return addr[len(_V4_MAPPED_PREFIX):]
+    return addr
+
+
+def is_wildcard(addr: str) -> bool:
+    """True for an unspecified listening address (0.0.0.0, ::)."""
+    return addr in _WILDCARDS
+
+
+def id_addr(addr: str) -> str:
+    """Address as written inside a job id: IPv6 in brackets."""
+    return f"[{addr}]" if ":" in addr else addr
+
+
+def ps_job_id(addr: str, port: int) -> str:
+    """Id of an unnamed parameter-server job: 'ps:10.0.0.1:9000', 'ps:[fd00::1]:9000'."""
+    return f"ps:{id_addr(addr)}:{port}"
+
+
+def _selector_kind(spec: JobSpec) -> str:
+    kinds = [k for k, used in (("port", bool(spec.ports)), ("pid", bool(spec.pids)),
+                               ("match", spec.match is not None)) if used]
+    label = f"job {spec.name!r}" if spec.name else "job spec"
+    if len(kinds) != 1:
+        got = ", ".join(kinds) if kinds else "none"
+        raise ConfigError(
+            f"{label} must use exactly one of ports, pids or match (got: {got}); split it into several jobs"
+        )
+    return kinds[0]
+
+
+def _flow(s: SockInfo) -> FlowKey:
+    """Egress-oriented key of an established socket (local side first)."""
+    return FlowKey(normalize_addr(s.laddr), s.lport, normalize_addr(s.raddr), s.rport)
+
+
+# --------------------------------------------------------------------------
+# Indexes over a snapshot
+
+
+class _Index:
+    """Lookup tables over one Snapshot (built once per group_jobs call)."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.host_addr = snap.host_addr
+        self.procs: dict[int, ProcInfo] = {p.pid: p for p in snap.procs}
+        self.children: dict[int, list[int]] = {}
+        for p in snap.procs:
+            if p.ppid != p.pid:
+                self.children.setdefault(p.ppid, []).append(p.pid)
+        for kids in self.children.values():
+            kids.sort()
+        self.listeners: dict[int, list[SockInfo]] = {}  # port -> LISTEN sockets
+        self.est_by_lport: dict[int, list[SockInfo]] = {}
+        self.listen_by_pid: dict[int, list[SockInfo]] = {}
+        self.est_by_pid: dict[int, list[SockInfo]] = {}
+        for s in snap.socks:
+            if s.state == LISTEN:
+                self.listeners.setdefault(s.lport, []).append(s)
+                if s.pid is not None:
+                    self.listen_by_pid.setdefault(s.pid, []).append(s)
+            elif s.state == ESTABLISHED:
+                self.est_by_lport.setdefault(s.lport, []).append(s)
+                if s.pid is not None:
+                    self.est_by_pid.setdefault(s.pid, []).append(s)
+
+    def tree(self, root: int) -> set[int]:
+        """`root` and all its descendants (by ppid) present in the snapshot."""
+        out = {root}
+        todo = [root]
+        while todo:
+            for kid in self.children.get(todo.pop(), ()):
+                if kid not in out:
+                    out.add(kid)
+                    todo.append(kid)
+        return out
+
+    def ancestors(self, pid: int) -> list[int]:
+        """Parents of `pid`, nearest first (stops at unknown pids and on cycles)."""
+        out: list[int] = []
+        seen = {pid}
+        proc = self.procs.get(pid)
+        while proc is not None and proc.ppid not in seen and proc.ppid in self.procs:
+            out.append(proc.ppid)
+            seen.add(proc.ppid)
+            proc = self.procs.get(proc.ppid)
+        return out
+
+    def tops(self, selected: set[int]) -> list[int]:
+        """Members of `selected` none of whose ancestors is in `selected` (sorted).
+        A ppid cycle (possible with pid reuse during a non-atomic scan) has no
+        such member: its lowest pid becomes a top, so nothing selected is lost."""
+        tops = [p for p in selected if not any(a in selected for a in self.ancestors(p))]
+        covered: set[int] = set().union(*(self.tree(t) for t in tops))
+        for p in sorted(selected):
+            if p not in covered:
+                tops.append(p)
+                covered |= self.tree(p)
+        return sorted(tops)
+
+    def listen_addr(self, port: int, listeners: Iterable[SockInfo], flows: Iterable[FlowKey]) -> str:
+        """Address naming a listening port in a job id (see module doc)."""
+        specific = sorted({normalize_addr(s.laddr) for s in listeners if not is_wildcard(s.laddr)},
+                          key=lambda a: (":" in a, a))
+        if specific:
+            return specific[0]
+        if self.host_addr:
+            return self.host_addr
+        local = sorted({f.laddr for f in flows if f.lport == port}, key=lambda a: (":" in a, a))
+        return local[0] if local else "0.0.0.0"
+
+    def launcher_id(self, root: int, members: set[int]) -> str | None:
+        """'torchelastic:<id>' or 'master:<addr>:<port>' from the env of the root,
+        else of the lowest-pid member that has it; None when no launcher env is seen."""
+        order = [root] + sorted(members - {root})
+        envs: list[Mapping[str, str]] = [self.procs[p].env for p in order if p in self.procs]
+        for env in envs:
+            if env.get(ENV_RUN_ID):
+                return f"torchelastic:{env[ENV_RUN_ID]}"
+        for env in envs:
+            if env.get(ENV_MASTER_ADDR) and env.get(ENV_MASTER_PORT):
+                return f"master:{id_addr(env[ENV_MASTER_ADDR])}:{env[ENV_MASTER_PORT]}"
+        return None
+
+
+# --------------------------------------------------------------------------
+# Draft jobs (mutable while grouping)
+
+
+@dataclass
+class _Draft:
+    job_id: str
+    source: str
+    root: int = 0  # root pid (pid/match jobs), for ordering only
+    pids: set[int] = field(default_factory=set)
+    listen_ports: set[int] = field(default_factory=set)
+    flows: set[FlowKey] = field(default_factory=set)
+    model_bytes: int | None = None
+
+    def absorb(self, other: _Draft) -> None:
+        self.pids |= other.pids
+        self.listen_ports |= other.listen_ports
+        self.flows |= other.flows
+        if self.model_bytes is None:
+            self.model_bytes = other.model_bytes
+
+
+def _port_drafts(spec: JobSpec, idx: _Index, source: str) -> list[_Draft]:
+    ports = sorted(set(spec.ports))
+    out: list[_Draft] = []
+    for port in ports:
+        listeners = idx.listeners.get(port)
+        if not listeners:
+            continue  # listed but not listening (yet): simply absent
+        established = idx.est_by_lport.get(port, [])
+        flows = {_flow(s) for s in established}
+        pids = {s.pid for s in [*listeners, *established] if s.pid is not None}
+        if spec.name:
+            job_id = spec.name if len(ports) == 1 else f"{spec.name}:{port}"
+        else:
+            job_id = ps_job_id(idx.listen_addr(port, listeners, flows), port)
+        out.append(_Draft(job_id, source, pids=pids, listen_ports={port}, flows=flows,
+                          model_bytes=spec.model_bytes))
+    return out
+
+
+def _tree_draft(idx: _Index, root: int, members: set[int], source: str, model_bytes: int | None) -> _Draft:
+    """A pid/match job over process set `members`; its id is the unnamed id."""
+    listeners = [s for p in members for s in idx.listen_by_pid.get(p, ())]
+    established = [s for p in members for s in idx.est_by_pid.get(p, ())]
+    flows = {_flow(s) for s in established}
+    ports = {s.lport for s in listeners}
+    job_id = idx.launcher_id(root, members)
+    if job_id is None and ports:
+        low = min(ports)
+        job_id = ps_job_id(idx.listen_addr(low, [s for s in listeners if s.lport == low], flows), low)
+    if job_id is None:
+        job_id = f"pid:{root}"
+    return _Draft(job_id, source, root=root, pids=set(members), listen_ports=ports, flows=flows,
+                  model_bytes=model_bytes)
+
+
+def _pid_drafts(spec: JobSpec, idx: _Index, source: str) -> list[_Draft]:
+    listed = {p for p in spec.pids if p in idx.procs}
+    return [_tree_draft(idx, top, idx.tree(top), source, spec.model_bytes) for top in idx.tops(listed)]
+
+
+def _match_drafts(spec: JobSpec, idx: _Index, source: str) -> list[_Draft]:
+    assert spec.match is not None
+    rx = compile_match(spec.match)
+    matched = {p.pid for p in idx.procs.values() if rx.search(p.cmdline)}
+    groups: dict[str, list[int]] = {}  # launcher identity -> tops of its trees
+    trees: dict[int, set[int]] = {}
+    for top in idx.tops(matched):
+        trees[top] = idx.tree(top)
+        key = idx.launcher_id(top, trees[top]) or f"tree:{top}"
+        groups.setdefault(key, []).append(top)
+    out = []
+    for tops in groups.values():
+        members = set().union(*(trees[t] for t in tops))
+        out.append(_tree_draft(idx, min(tops), members, source, spec.model_bytes))
+    return out
+
+
+def _name_drafts(name: str, drafts: list[_Draft]) -> None:
+    """Give a named pid/match spec's jobs their config name (name:<n> when several)."""
+    if len(drafts) == 1:
+        drafts[0].job_id = name
+        return
+    drafts.sort(key=lambda d: (d.job_id, d.root))
+    for n, d in enumerate(drafts):
+        d.job_id = f"{name}:{n}"
+
+
+def _merge_same_id(drafts: Iterable[_Draft]) -> dict[str, _Draft]:
+    """Same id -> same job; the first draft keeps its source and root."""
+    by_id: dict[str, _Draft] = {}
+    for d in drafts:
+        if d.job_id in by_id:
+            by_id[d.job_id].absorb(d)
+        else:
+            by_id[d.job_id] = d
+    return by_id
+
+
+def _role(listen_ports: set[int], flows: set[FlowKey]) -> str:
+    if not listen_ports:
+        return "client"
+    return "server" if all(f.lport in listen_ports for f in flows) else "both"
+
+
+# --------------------------------------------------------------------------
+# Entry point
+
+
+def pids_needing_env(specs: Sequence[JobSpec], procs: Iterable[ProcInfo]) -> set[int]:
+    """Pids whose launcher env (LAUNCHER_ENV_KEYS) group_jobs may look at:
+    the trees of listed pids and of matching processes. Lets discovery read
+    /proc/<pid>/environ only where needed. Raises ConfigError for a bad regex."""
+    idx = _Index(Snapshot(procs=tuple(procs), socks=()))
+    out: set[int] = set()
+    for spec in specs:
+        kind = _selector_kind(spec)
+        if kind == "pid":
+            selected = {p for p in spec.pids if p in idx.procs}
+        elif kind == "match":
+            assert spec.match is not None
+            rx = compile_match(spec.match)
+            selected = {p.pid for p in idx.procs.values() if rx.search(p.cmdline)}
+        else:
+            continue
+        for top in idx.tops(selected):
+            out |= idx.tree(top)
+    return out
+
+
+def group_jobs(specs: Sequence[JobSpec], snap: Snapshot) -> list[Job]:
+    """Jobs present in `snap` according to `specs`, sorted by job_id.
+
+    Raises ConfigError for a bad regex or a spec without exactly one selector.
+    """
+    idx = _Index(snap)
+    drafts: list[_Draft] = []
+    for spec in specs:
+        kind = _selector_kind(spec)
+        source = "config" if spec.name else kind
+        if kind == "port":
+            drafts += _port_drafts(spec, idx, source)
+            continue
+        found = _pid_drafts(spec, idx, source) if kind == "pid" else _match_drafts(spec, idx, source)
+        found = list(_merge_same_id(found).values())
+        if spec.name and found:
+            _name_drafts(spec.name, found)
+        drafts += found
+
+    by_id = _merge_same_id(drafts)
+
+    # Each listening port and flow goes to the first job in job_id order.
+    claimed_ports: set[int] = set()
+    claimed_flows: set[FlowKey] = set()
+    jobs: list[Job] = []
+    for job_id in sorted(by_id):
+        d = by_id[job_id]
+        had_sockets = bool(d.listen_ports or d.flows)
+        ports = d.listen_ports - claimed_ports
+        flows = {f for f in d.flows if f not in claimed_flows and f.lport not in claimed_ports}
+        if had_sockets and not (ports or flows):
+            continue  # fully covered by an earlier job
+        claimed_ports |= ports
+        claimed_flows |= flows
+        jobs.append(Job(
+            job_id=job_id,
+            source=d.source,
+            pids=tuple(sorted(d.pids)),
+            listen_ports=tuple(sorted(ports)),
+            flows=tuple(sorted(flows)),
+            role=_role(ports, flows),
+            model_bytes=d.model_bytes,
+        ))
+    return jobs

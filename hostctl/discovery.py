@@ -1,0 +1,248 @@
+"""Flow discovery, the I/O side: snapshot processes and TCP sockets of this
+network namespace, then group them into jobs with hostctl.core.grouping.
+
+Two ways to take a snapshot:
+
+* `take_socket_snapshot()` parses /proc/net/tcp and /proc/net/tcp6 only: no
+  processes, no socket owners. Cheap (about a millisecond per few hundred
+  sockets), enough when every job spec selects by listening port.
+* `take_snapshot()` lists processes (pid, ppid, command line) and sockets with
+  their owners via psutil. `psutil.net_connections()` walks every /proc/<pid>/fd,
+  so its cost grows with the number of open files on the host. As root every
+  owner is visible; otherwise only the caller's own processes are.
+
+Processes and sockets that vanish mid-scan are normal and skipped silently.
+IPv4-mapped IPv6 addresses (::ffff:a.b.c.d, IPv4 traffic on a dual-stack socket)
+are reported as plain IPv4 addresses in both paths.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import sys
+from collections.abc import Iterable, Sequence
+
+import psutil
+
+from hostctl.core.grouping import (
+    ESTABLISHED,
+    LAUNCHER_ENV_KEYS,
+    LISTEN,
+    group_jobs,
+    normalize_addr,
+    pids_needing_env,
+)
+from hostctl.core.types import Job, JobSpec, ProcInfo, Snapshot, SockInfo
+
+# What a process or socket that disappears between two reads can raise.
+_VANISHED: tuple[type[BaseException], ...] = (
+    psutil.NoSuchProcess,
+    psutil.AccessDenied,
+    psutil.ZombieProcess,
+    FileNotFoundError,
+    ProcessLookupError,
+    PermissionError,
+)
+
+PROC_NET_TCP = ("/proc/net/tcp", "/proc/net/tcp6")
+# /proc/net/tcp "st" column (include/net/tcp_states.h); other states are ignored.
+_PROC_STATES = {"01": ESTABLISHED, "0A": LISTEN}
+_PSUTIL_STATES = {psutil.CONN_ESTABLISHED: ESTABLISHED, psutil.CONN_LISTEN: LISTEN}
+
+
+# --------------------------------------------------------------------------
+# Interface address
+
+
+def host_addr_of(iface: str | None) -> str:
+    """First IPv4 address of `iface`, or "" when iface is None, absent or has none."""
+    if not iface:
+        return ""
+    try:
+        addrs = psutil.net_if_addrs().get(iface, [])
+    except OSError:
+        return ""
+    for a in addrs:
+        if a.family == socket.AF_INET and a.address:
+            return str(a.address)
+    return ""
+
+
+# --------------------------------------------------------------------------
+# /proc/net/tcp{,6} (fast path, no owners)
+
+
+def _hex_addr(text: str) -> str:
+    """Kernel hex address -> text. The kernel prints each 32-bit word of the
+    network-order address as a native integer (little-endian on x86/arm64):
+    IPv4 is one word ('0100007F' = 127.0.0.1), IPv6 four words."""
+    raw = b"".join(int(text[i:i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(text), 8))
+    if len(raw) == 4:
+        return str(ipaddress.IPv4Address(raw))
+    v6 = ipaddress.IPv6Address(raw)
+    return str(v6.ipv4_mapped) if v6.ipv4_mapped is not None else str(v6)
+
+
+def _hex_endpoint(text: str) -> tuple[str, int]:
+    addr, _, port = text.partition(":")
+    return _hex_addr(addr), int(port, 16)
+
+
+def parse_proc_net_tcp(text: str) -> list[SockInfo]:
+    """Parse the content of /proc/net/tcp or /proc/net/tcp6 (header line first).
+    Keeps LISTEN (0A) and ESTABLISHED (01) sockets; `pid` is always None."""
+    out: list[SockInfo] = []
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        state = _PROC_STATES.get(parts[3].upper())
+        if state is None:
+            continue
+        try:
+            laddr, lport = _hex_endpoint(parts[1])
+            raddr, rport = _hex_endpoint(parts[2])
+        except ValueError:
+            continue  # malformed line: skip rather than fail a scan
+        if state == LISTEN:
+            raddr, rport = "", 0
+        out.append(SockInfo(state=state, laddr=laddr, lport=lport, raddr=raddr, rport=rport))
+    return out
+
+
+def read_proc_sockets(paths: Iterable[str] = PROC_NET_TCP) -> list[SockInfo]:
+    """LISTEN/ESTABLISHED TCP sockets of this network namespace, without owners.
+    A missing file (IPv6 disabled) is skipped."""
+    out: list[SockInfo] = []
+    for path in paths:
+        try:
+            with open(path, encoding="ascii", errors="replace") as f:
+                text = f.read()
+        except (FileNotFoundError, PermissionError):
+            continue
+        out += parse_proc_net_tcp(text)
+    return out
+
+
+def take_socket_snapshot(iface: str | None = None) -> Snapshot:
+    """Fast snapshot for port-only specs: sockets from /proc/net/tcp{,6}, no
+    processes, no socket owners. host_addr from `iface` as in take_snapshot."""
+    return Snapshot(procs=(), socks=tuple(read_proc_sockets()), host_addr=host_addr_of(iface))
+
+
+# --------------------------------------------------------------------------
+# psutil (full path)
+
+
+def _list_procs() -> tuple[list[ProcInfo], dict[int, psutil.Process]]:
+    """All processes (pid, ppid, command line; env empty) and their psutil handles."""
+    procs: list[ProcInfo] = []
+    handles: dict[int, psutil.Process] = {}
+    try:
+        it = psutil.process_iter(["pid", "ppid", "cmdline"])
+        for p in it:
+            info = p.info
+            pid, ppid = info.get("pid"), info.get("ppid")
+            if pid is None:
+                continue
+            cmdline = info.get("cmdline") or []
+            procs.append(ProcInfo(pid=int(pid), ppid=int(ppid or 0), cmdline=" ".join(cmdline)))
+            handles[int(pid)] = p
+    except _VANISHED:  # process_iter skips vanished processes itself; belt and braces
+        pass
+    return procs, handles
+
+
+def _launcher_env(proc: psutil.Process) -> dict[str, str]:
+    """The LAUNCHER_ENV_KEYS present in the environment of `proc` ({} if unreadable)."""
+    try:
+        env = proc.environ()
+    except (*_VANISHED, OSError):
+        return {}
+    return {k: env[k] for k in LAUNCHER_ENV_KEYS if k in env}
+
+
+def _with_env(procs: list[ProcInfo], handles: dict[int, psutil.Process], pids: set[int] | None) -> list[ProcInfo]:
+    """Fill ProcInfo.env for `pids` (None: every process)."""
+    out = []
+    for p in procs:
+        if (pids is None or p.pid in pids) and p.pid in handles:
+            env = _launcher_env(handles[p.pid])
+            if env:
+                p = ProcInfo(pid=p.pid, ppid=p.ppid, cmdline=p.cmdline, env=env)
+        out.append(p)
+    return out
+
+
+def _psutil_sockets() -> list[SockInfo]:
+    """LISTEN/ESTABLISHED TCP sockets with owners (when visible). Retries a
+    scan disturbed by vanishing processes; falls back to /proc without owners."""
+    for _attempt in range(3):
+        try:
+            conns = psutil.net_connections(kind="tcp")
+        except (*_VANISHED, OSError):
+            continue  # a process or fd vanished under psutil: scan again
+        break
+    else:
+        return read_proc_sockets()
+    out: list[SockInfo] = []
+    for c in conns:
+        state = _PSUTIL_STATES.get(c.status)
+        if state is None or not c.laddr:
+            continue
+        laddr, lport = c.laddr
+        raddr, rport = c.raddr if (c.raddr and state == ESTABLISHED) else ("", 0)
+        out.append(SockInfo(state=state, laddr=normalize_addr(laddr), lport=int(lport),
+                            raddr=normalize_addr(raddr), rport=int(rport), pid=c.pid))
+    return out
+
+
+def take_snapshot(pids_of_interest: set[int] | None = None, want_env: bool = True,
+                  iface: str | None = None) -> Snapshot:
+    """Processes and TCP sockets (with owners) of this network namespace.
+
+    Launcher env (TORCHELASTIC_RUN_ID, MASTER_ADDR, MASTER_PORT only) is read
+    when `want_env`, for `pids_of_interest` only when given, else for every
+    process (slower: one /proc/<pid>/environ read per process).
+    host_addr is the first IPv4 address of `iface` ("" without iface).
+    """
+    procs, handles = _list_procs()
+    if want_env:
+        procs = _with_env(procs, handles, pids_of_interest)
+    return Snapshot(procs=tuple(procs), socks=tuple(_psutil_sockets()), host_addr=host_addr_of(iface))
+
+
+# --------------------------------------------------------------------------
+# Discovery
+
+
+class Discovery:
+    """Finds the jobs of `specs` on this host; call scan() periodically.
+
+    Specs are validated at construction (ConfigError for a bad regex or a spec
+    without exactly one selector). scan() never raises for processes that
+    vanish while it runs.
+    """
+
+    def __init__(self, specs: Sequence[JobSpec], iface: str | None = None) -> None:
+        self.specs: tuple[JobSpec, ...] = tuple(specs)
+        self.iface = iface
+        group_jobs(self.specs, Snapshot(procs=(), socks=()))  # validate now, not at the first scan
+        self.port_only = all(spec.ports for spec in self.specs)
+
+    def snapshot(self) -> Snapshot:
+        """The snapshot scan() groups: /proc sockets only when every spec is
+        port-only, else processes + owned sockets + launcher env where needed."""
+        if self.port_only:
+            return take_socket_snapshot(self.iface)
+        procs, handles = _list_procs()
+        procs = _with_env(procs, handles, pids_needing_env(self.specs, procs))
+        return Snapshot(procs=tuple(procs), socks=tuple(_psutil_sockets()),
+                        host_addr=host_addr_of(self.iface))
+
+    def scan(self) -> list[Job]:
+        """Jobs present now, sorted by job_id."""
+        if not self.specs:
+            return []
+        return group_jobs(self.specs, self.snapshot())

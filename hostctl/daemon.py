@@ -62,9 +62,9 @@ class Daemon:
         self.epoch: int | None = None
         self.stats = Stats()
         self._rates = _Rates()
-        self._status: dict = {}
         self._lock = threading.Lock()
         self.started_wall = wall()
+        self._status: dict = {**self._base_status(), "state": "starting"}
 
     # -- one step each ---------------------------------------------------------
     def scan(self) -> bool:
@@ -158,18 +158,25 @@ class Daemon:
             })
         self._rates = _Rates(now, {cid: c.bytes for cid, c in counters.classes.items()}, job_bytes)
         status = {
-            "pid": os.getpid(), "policy": self.config.policy, "iface": self.plan.iface,
-            "link_rate_bps": self.plan.link_rate_bps, "bands": self.config.bands,
-            "rr_interval_s": self.config.rr_interval_s, "epoch": self.epoch,
-            "next_rotation": next_rotation_s(self.wall(), self.config.rr_interval_s)
-            if self.config.policy == "rr" else None,
-            "uptime_s": self.wall() - self.started_wall,
+            **self._base_status(), "state": "running",
             "jobs": job_rows, "classes": class_rows, "failopen_pkts": counters.failopen_pkts,
             "dropped_flows": self.table.dropped_flows,
             "stats": dict(self.stats.__dict__),
         }
         with self._lock:
             self._status = status
+
+    def _base_status(self) -> dict:
+        return {
+            "pid": os.getpid(), "policy": self.config.policy, "iface": self.plan.iface,
+            "link_rate_bps": self.plan.link_rate_bps, "bands": self.config.bands,
+            "rr_interval_s": self.config.rr_interval_s, "epoch": self.epoch,
+            "next_rotation": next_rotation_s(self.wall(), self.config.rr_interval_s)
+            if self.config.policy == "rr" else None,
+            "uptime_s": self.wall() - self.started_wall,
+            "jobs": [], "classes": [], "failopen_pkts": 0, "dropped_flows": 0,
+            "stats": dict(self.stats.__dict__),
+        }
 
     def status(self) -> dict:
         with self._lock:

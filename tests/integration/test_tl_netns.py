@@ -1,0 +1,208 @@
+"""TensorLights on real veths in namespaces: kernel state, precedence measured with
+real TCP traffic, rotation, stop / kill -9 + clean restoring the interface."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests import oracle
+from tests.conftest import PY, wait_for
+
+pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf]
+
+LINK = "200mbit"
+LINK_BPS = 200_000_000
+PORTS = (5201, 5202)
+
+
+def start_daemon(pair, policy, *extra):
+    from tests.conftest import HOSTCTL
+
+    d = pair.start(pair.ps, HOSTCTL, "start", "--policy", policy, "--iface", pair.ps.dev, "--link-rate", LINK,
+                   "--ports", ",".join(map(str, PORTS)), "--rescan", "0.5", *extra)
+
+    def ready():
+        if d.poll() is not None:
+            raise AssertionError(f"daemon exited: {d.stderr.read()}")
+        r = pair.ps.hostctl("status", "--json")
+        if r.returncode != 0:
+            return None
+        st = json.loads(r.stdout)
+        want_bands = policy != "fifo"
+        if len(st["jobs"]) == len(PORTS) and all((j["band"] is not None) == want_bands for j in st["jobs"]):
+            return st
+        return None
+
+    return d, wait_for(ready, 30, 0.2, "daemon ready with both jobs")
+
+
+def start_servers(pair):
+    for port in PORTS:
+        pair.start(pair.ps, PY, "-m", "hostctl.tools.bulk", "serve", "--bind", pair.ps.addr, "--port", str(port))
+    for port in PORTS:
+        wait_for(lambda: pair.wk.run("bash", "-c", f"echo > /dev/tcp/{pair.ps.addr}/{port}", check=False).returncode == 0,
+                 10, 0.1, f"server on {port}")
+
+
+def recv(pair, port, seconds):
+    return pair.start(pair.wk, PY, "-m", "hostctl.tools.bulk", "recv", "--connect", f"{pair.ps.addr}:{port}",
+                      "--seconds", str(seconds), "--bucket", "0.1")
+
+
+def result(p):
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    return json.loads(out)
+
+
+def window_bytes(res, t0, t1):
+    """Bytes received in the wall-clock window [t0, t1) (whole 100 ms buckets)."""
+    return sum(b for i, b in enumerate(res["bytes"])
+               if t0 <= res["start"] + i * res["bucket_s"] and res["start"] + (i + 1) * res["bucket_s"] <= t1)
+
+
+def test_plan_matches_kernel_and_stop_restores_tbf(pair):
+    ns, dev = pair.ps.ns, pair.ps.dev
+    pair.ps.run("tc", "qdisc", "add", "dev", dev, "root", "handle", "5:", "tbf", "rate", "300mbit",
+                "burst", "64kb", "latency", "50ms")
+    before = oracle.qdiscs(ns, dev)
+    start_servers(pair)
+    plan = json.loads(pair.ps.hostctl("start", "--dry-run", "--policy", "one", "--iface", dev, "--link-rate", LINK,
+                                      "--ports", "5201,5202", check=True).stdout)["plan"]
+    assert oracle.qdiscs(ns, dev) == before  # dry run touched nothing
+    d, _ = start_daemon(pair, "one")
+    root = oracle.root_qdisc(ns, dev)
+    assert root["kind"] == "htb" and root["handle"] == "6863:" and root["options"]["default"] == "0x10"
+    kernel = oracle.htb_classes(ns, dev)
+    assert set(kernel) == {c["classid"] for c in plan["classes"]}
+    for c in plan["classes"]:
+        k = kernel[c["classid"]]
+        assert k["prio"] == c["prio"] or c["name"] == "root"
+        assert abs(k["rate_bps"] - c["rate_bps"]) <= c["rate_bps"] * 0.01
+        assert abs(k["ceil_bps"] - c["ceil_bps"]) <= c["ceil_bps"] * 0.01
+        if c["name"] != "root":
+            assert k["parent"] == "6863:1" and k["quantum"] == c["quantum_bytes"]
+    f = oracle.filters(ns, dev, "6863:")
+    assert len(f) == 1 and f[0]["kind"] == "bpf" and f[0]["options"]["bpf_name"] == "tl_classify"
+    r = pair.ps.hostctl("stop")
+    assert r.returncode == 0, r.stderr
+    d.wait(10)
+    assert d.returncode == 0, d.stderr.read()
+    assert oracle.qdiscs(ns, dev) == before  # the tbf is back with the same parameters
+    assert "stopped" in r.stdout
+
+
+def test_one_strict_priority_and_work_conservation(pair):
+    start_servers(pair)
+    _, st = start_daemon(pair, "one")
+    leader_port = min(PORTS)  # equal (unknown) sizes: order by job id, ps:10.77.0.1:5201 first
+    assert {j["job_id"]: j["band"] for j in st["jobs"]} == {f"ps:10.77.0.1:{p}": i for i, p in enumerate(PORTS)}
+    low = recv(pair, PORTS[1], 9)
+    time.sleep(0.5)
+    high = recv(pair, leader_port, 4)
+    hi, lo = result(high), result(low)
+    t_both0, t_both1 = hi["start"] + 1.0, hi["start"] + 4.0
+    h, l = window_bytes(hi, t_both0, t_both1), window_bytes(lo, t_both0, t_both1)
+    assert h / (h + l) >= 0.90, f"leader share {h / (h + l):.2f}"
+    t_alone0, t_alone1 = hi["start"] + 5.0, lo["start"] + 9.0
+    alone_bps = window_bytes(lo, t_alone0, t_alone1) * 8 / (t_alone1 - t_alone0)
+    assert alone_bps >= 0.90 * LINK_BPS, f"alone: {alone_bps / 1e6:.0f} Mbit/s"
+
+
+def test_rr_leader_changes_every_interval(pair):
+    from hostctl.core.bands import priority_order
+
+    start_servers(pair)
+    start_daemon(pair, "rr", "--rr-interval", "2")
+    ids = {p: f"ps:10.77.0.1:{p}" for p in PORTS}
+    procs = {p: recv(pair, p, 11) for p in PORTS}
+    res = {p: result(q) for p, q in procs.items()}
+    start = max(r["start"] for r in res.values())
+    first_epoch = int(start // 2) + 1
+    leaders = []
+    for e in range(first_epoch, first_epoch + 4):
+        t0, t1 = e * 2 + 0.3, e * 2 + 2.0  # skip the first 300 ms after the switch
+        b = {p: window_bytes(res[p], t0, t1) for p in PORTS}
+        lead = max(b, key=b.get)
+        share = b[lead] / sum(b.values())
+        expected = priority_order({ids[p]: None for p in PORTS}, "rr", e)[0]
+        assert ids[lead] == expected, f"epoch {e}: leader {ids[lead]}, expected {expected}, bytes {b}"
+        assert share >= 0.85, f"epoch {e}: leader share {share:.2f}"
+        leaders.append(lead)
+    assert all(a != b for a, b in zip(leaders, leaders[1:]))
+
+
+def test_kill9_fails_open_and_clean_restores(pair):
+    ns, dev = pair.ps.ns, pair.ps.dev
+    pair.ps.run("tc", "qdisc", "add", "dev", dev, "root", "handle", "7:", "tbf", "rate", "250mbit",
+                "burst", "32kb", "latency", "40ms")
+    before = oracle.qdiscs(ns, dev)
+    start_servers(pair)
+    d, _ = start_daemon(pair, "one", "--lease", "1")
+    d.send_signal(signal.SIGKILL)
+    d.wait(5)
+    assert oracle.root_qdisc(ns, dev)["handle"] == "6863:"  # left behind by the crash
+    time.sleep(1.5)  # lease expired: the classifier must no longer prioritise anyone
+    procs = {p: recv(pair, p, 4) for p in PORTS}
+    res = {p: result(q) for p, q in procs.items()}
+    t0 = max(r["start"] for r in res.values()) + 1.0
+    b = {p: window_bytes(res[p], t0, t0 + 2.5) for p in PORTS}
+    shares = [v / sum(b.values()) for v in b.values()]
+    assert min(shares) >= 0.25, f"after kill -9 one job is still starved: {b}"
+    r = pair.ps.hostctl("clean")
+    assert r.returncode == 0, r.stderr
+    assert "restored tbf 7:0" in r.stdout
+    assert oracle.qdiscs(ns, dev) == before
+    r2 = pair.ps.hostctl("clean")
+    assert r2.returncode == 0 and oracle.qdiscs(ns, dev) == before  # idempotent
+
+
+def test_restart_after_crash_recovers_journal(pair):
+    """A new daemon after kill -9 restores the pre-crash qdisc on its own stop."""
+    ns, dev = pair.ps.ns, pair.ps.dev
+    before = oracle.qdiscs(ns, dev)  # kernel default (noqueue)
+    start_servers(pair)
+    d, _ = start_daemon(pair, "one")
+    d.kill()
+    d.wait(5)
+    d2, _ = start_daemon(pair, "rr")
+    assert pair.ps.hostctl("stop").returncode == 0
+    d2.wait(10)
+    assert oracle.qdiscs(ns, dev) == before
+
+
+def test_two_daemons_in_two_namespaces_do_not_interfere(pair):
+    from tests.conftest import HOSTCTL
+
+    start_servers(pair)
+    # a daemon on each side of the veth, each in its own namespace
+    d1, _ = start_daemon(pair, "one")
+    d2 = pair.start(pair.wk, HOSTCTL, "start", "--policy", "rr", "--iface", pair.wk.dev, "--link-rate", LINK,
+                    "--ports", "6000")
+    wait_for(lambda: pair.wk.hostctl("status", "--json").returncode == 0, 30, 0.2, "second daemon")
+    s1 = json.loads(pair.ps.hostctl("status", "--json").stdout)
+    s2 = json.loads(pair.wk.hostctl("status", "--json").stdout)
+    assert s1["pid"] != s2["pid"] and s1["iface"] == pair.ps.dev and s2["iface"] == pair.wk.dev
+    assert pair.wk.hostctl("stop").returncode == 0
+    d2.wait(10)
+    assert pair.ps.hostctl("status", "--json").returncode == 0  # the first one is untouched
+    assert oracle.root_qdisc(pair.ps.ns, pair.ps.dev)["handle"] == "6863:"
+    assert oracle.root_qdisc(pair.wk.ns, pair.wk.dev)["kind"] == "noqueue"
+    assert pair.ps.hostctl("stop").returncode == 0
+    d1.wait(10)
+
+
+def test_second_daemon_in_same_namespace_is_refused(pair):
+    from tests.conftest import HOSTCTL
+
+    start_servers(pair)
+    start_daemon(pair, "one")
+    r = pair.ps.run(HOSTCTL, "start", "--policy", "one", "--iface", pair.ps.dev, "--link-rate", LINK,
+                    "--ports", "7000", check=False, timeout=30)
+    assert r.returncode != 0 and "already runs" in r.stderr and "Traceback" not in r.stderr
+    assert oracle.root_qdisc(pair.ps.ns, pair.ps.dev)["handle"] == "6863:"

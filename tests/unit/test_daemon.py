@@ -1,0 +1,115 @@
+"""The daemon loop with the fake datapath, a scripted discovery and fake clocks."""
+
+import threading
+
+from hostctl.config import Config
+from hostctl.core.plan import band_classid, build_tc_plan
+from hostctl.core.types import JobSpec, Job
+from hostctl.daemon import Daemon
+from hostctl.datapath.fake import FakeDatapath
+
+
+class ScriptedDiscovery:
+    def __init__(self, *rounds):
+        self.rounds = list(rounds)
+        self.calls = 0
+
+    def scan(self):
+        self.calls += 1
+        if len(self.rounds) > 1:
+            return self.rounds.pop(0)
+        return self.rounds[0]
+
+
+class Clock:
+    def __init__(self, t=1000.0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+def make(policy="rr", rounds=None, interval=20.0):
+    cfg = Config(policy=policy, rr_interval_s=interval, jobs=(JobSpec(ports=(1,)),))
+    plan = build_tc_plan("eth0", 10**9, 6, 10**8, policy != "fifo")
+    dp = FakeDatapath()
+    wall = Clock(1000.0)
+    d = Daemon(cfg, plan, dp, ScriptedDiscovery(*(rounds or [[]])), wall=wall, mono=Clock(5.0))
+    dp.setup(plan)
+    return d, dp, wall
+
+
+J = [Job("a", "port", listen_ports=(9000,)), Job("b", "port", listen_ports=(9001,))]
+
+
+def test_rotation_changes_only_classids_at_epoch_boundaries():
+    d, dp, wall = make("rr", [J])
+    d.scan()
+    d.reassign()
+    first = dict(dp.table.slot_classid)
+    wall.t = 1019.9  # same epoch (1000 // 20 = 50)
+    assert not d.reassign()
+    wall.t = 1020.0  # next epoch: the two jobs swap
+    assert d.reassign()
+    assert dp.table.ports == dp.applies[0].ports  # port entries untouched
+    assert dp.table.slot_classid == {s: first[1 - s] for s in first}
+    assert d.stats.rotations == 1
+
+
+def test_one_reassigns_only_on_arrival_and_departure():
+    more = J + [Job("0c", "port", listen_ports=(9002,))]
+    d, dp, wall = make("one", [J, J, more, J])
+    for step in range(4):
+        d.scan()
+        wall.t += 25
+        d.reassign()
+    assert [len(t.slots) for t in dp.applies] == [2, 3, 2]  # no apply when nothing changed
+    assert d.stats.rotations == 0 and d.stats.reassignments == 3
+
+
+def test_fifo_points_every_job_at_default():
+    d, dp, _ = make("fifo", [J])
+    d.scan()
+    d.reassign(force=True)
+    assert set(dp.table.slot_classid.values()) == {0}
+
+
+def test_status_reports_bands_and_rates():
+    d, dp, _ = make("one", [J])
+    d.scan()
+    d.reassign()
+    d.refresh_status()
+    dp.send("a", 1_000_000)
+    d.mono.t += 1.0
+    d.refresh_status()
+    st = d.status()
+    a = next(j for j in st["jobs"] if j["job_id"] == "a")
+    assert a["band"] == 0 and a["classid"] == "6863:20" and abs(a["rate_bps"] - 8e6) < 1
+    assert any(c["classid"] == "6863:20" and c["bytes"] == 1_000_000 for c in st["classes"])
+
+
+def test_discovery_error_is_counted_not_fatal():
+    class Broken:
+        def scan(self):
+            raise OSError("boom")
+
+    d, dp, _ = make("one")
+    d.discovery = Broken()
+    assert d.scan() is False and d.stats.errors == 1
+
+
+def test_run_tears_down_once_when_stopped():
+    d, dp, _ = make("rr", [J])
+    import time as _t
+    d.wall = _t.time
+    d.mono = _t.monotonic
+    d.config = Config(policy="rr", rr_interval_s=0.2, rescan_s=0.05, jobs=d.config.jobs)
+    th = threading.Thread(target=d.run)
+    th.start()
+    _t.sleep(0.7)
+    d.stop.set()
+    th.join(5)
+    assert not th.is_alive()
+    assert dp.torn_down == 1 and dp.root == "noqueue" and dp.heartbeats >= 1
+    assert d.stats.rotations >= 1
+    assert band_classid(0) in {c for t in dp.applies for c in t.slot_classid.values()}

@@ -1,0 +1,59 @@
+import pytest
+
+from hostctl.core.plan import (
+    BAND_MIN_RATE_BPS, DEFAULT_CLASSID, DEFAULT_PRIO, ROOT_CLASSID, allocate_slots, band_classid,
+    build_classifier, build_tc_plan, burst_bytes, fmt_handle,
+)
+from hostctl.core.types import FlowKey, Job
+
+
+def test_tc_plan_layout():
+    p = build_tc_plan("eth0", 10**9, 6, 10**8, True)
+    by = {c.classid: c for c in p.classes}
+    assert by[ROOT_CLASSID].rate_bps == by[ROOT_CLASSID].ceil_bps == 10**9
+    assert by[DEFAULT_CLASSID].prio == DEFAULT_PRIO and by[DEFAULT_CLASSID].rate_bps == 10**8
+    for b in range(6):
+        c = by[band_classid(b)]
+        assert (c.prio, c.rate_bps, c.ceil_bps, c.parent) == (b, BAND_MIN_RATE_BPS, 10**9, ROOT_CLASSID)
+    assert all(c.prio < DEFAULT_PRIO for c in p.classes if c.name.startswith("band"))
+    assert fmt_handle(band_classid(0)) == "6863:20"
+    d = p.to_dict()
+    assert d["qdisc_handle"] == "6863:0" and len(d["classes"]) == 8
+
+
+def test_fifo_plan_has_no_bands_and_guarantees_fit():
+    p = build_tc_plan("eth0", 10**8, 6, 10**7, False)
+    assert [c.name for c in p.classes] == ["root", "default"] and not p.classify
+    with pytest.raises(ValueError):
+        build_tc_plan("eth0", 10**6, 6, 10**6, True)
+
+
+def test_burst_covers_gso_and_one_ms():
+    assert burst_bytes(100_000) >= 65536
+    assert burst_bytes(10**10) == 10**10 // 8 // 1000
+
+
+def _job(jid, port=None, flows=()):
+    return Job(jid, "port", listen_ports=(port,) if port else (), flows=tuple(flows))
+
+
+def test_classifier_entries_and_stable_slots():
+    f = FlowKey("10.0.0.1", 40000, "10.0.0.2", 9000)
+    jobs = [_job("a", 9000), _job("b", flows=[f])]
+    t1 = build_classifier(jobs, {"a": 1, "b": 0})
+    assert t1.ports == {9000: t1.slots["a"]} and t1.flows == {f: t1.slots["b"]}
+    assert t1.slot_classid[t1.slots["a"]] == band_classid(1)
+    # a new job does not move existing slots; a rotation only changes classids
+    t2 = build_classifier(jobs + [_job("0first", 9100)], {"a": 0, "b": 1, "0first": 2}, t1.slots)
+    assert t2.slots["a"] == t1.slots["a"] and t2.slots["b"] == t1.slots["b"]
+    assert t2.ports[9000] == t1.ports[9000]
+
+
+def test_unassigned_jobs_point_to_default_and_limits():
+    t = build_classifier([_job("a", 9000)], {})
+    assert t.slot_classid == {0: 0}
+    flows = [FlowKey("10.0.0.1", 40000 + i, "10.0.0.2", 1) for i in range(5)]
+    t = build_classifier([_job("a", flows=flows)], {"a": 0}, max_flows=3)
+    assert len(t.flows) == 3 and t.dropped_flows == 2
+    slots, dropped = allocate_slots(["a", "b", "c"], {}, 2)
+    assert len(slots) == 2 and dropped == 1

@@ -238,6 +238,31 @@ def flows(
     Console().print(t)
 
 
+@app.command()
+def demo(
+    jobs: int = typer.Option(3, min=2, max=20, help="Colocated PS jobs."),
+    workers: int = typer.Option(2, min=1, max=16, help="Workers per job."),
+    iterations: int = typer.Option(8, min=1, max=1000),
+    model_mib: float = typer.Option(4.0, min=0.01, max=1024, help="Model update size, MiB."),
+    compute: float = typer.Option(0.2, min=0.0, max=60, help="Compute time per iteration, s."),
+    link: str = typer.Option("200mbit", help="PS host egress rate."),
+    policies: str = typer.Option("fifo,one,rr", help="Comma list of policies to compare."),
+    out: str = typer.Option("results/demo.json", help="JSON results file."),
+) -> None:
+    """Run colocated PS jobs on an emulated two-host cluster under each policy; print JCTs."""
+    from hostctl.core.bands import POLICIES
+    from hostctl.core.units import parse_rate_bps
+    from hostctl.demo import run_demo
+    from hostctl.errors import ConfigError
+
+    pols = tuple(p.strip() for p in policies.split(",") if p.strip())
+    bad = [p for p in pols if p not in POLICIES]
+    if bad or not pols:
+        raise ConfigError(f"unknown policy {', '.join(bad) or '(none)'}: choose from {', '.join(POLICIES)}")
+    parse_rate_bps(link, what="--link")
+    run_demo(jobs, workers, iterations, model_mib, compute, link, pols, out=out, echo=typer.echo)
+
+
 def main() -> None:
     from hostctl.errors import HostctlError
 

@@ -28,6 +28,7 @@ def qdiscs(ns: str, dev: str) -> list[dict]:
     out = json.loads(_tc(ns, "-j", "qdisc", "show", "dev", dev) or "[]")
     for q in out:  # counters and refcounts are not configuration
         q.pop("refcnt", None)
+        q.get("options", {}).pop("direct_packets_stat", None)
     return out
 
 

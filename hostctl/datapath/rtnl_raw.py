@@ -72,6 +72,29 @@ def _rta(typ: int, payload: bytes) -> bytes:
     return struct.pack("=HH", ln, typ) + payload + b"\0" * (((ln + 3) & ~3) - ln)
 
 
+TCA_HTB_INIT = 2
+
+
+def replayable_options(obj: TcObject) -> bytes:
+    """Options as the kernel accepts them back. Dumps are symmetric with creation
+    except for one known case: htb's qdisc dump reports tc_htb_glob.version as
+    HTB_VER (0x30011) while htb_init() requires HTB_VER >> 16 (3)."""
+    if obj.what != "qdisc" or obj.kind != "htb":
+        return obj.options
+    out = bytearray(obj.options)
+    off = 0
+    while off + 4 <= len(out):
+        ln, typ = struct.unpack_from("=HH", out, off)
+        if ln < 4:
+            break
+        if typ & 0x3FFF == TCA_HTB_INIT and ln >= 8:
+            version = struct.unpack_from("=I", out, off + 4)[0]
+            if version > 0xFFFF:
+                struct.pack_into("=I", out, off + 4, version >> 16)
+        off += (ln + 3) & ~3
+    return bytes(out)
+
+
 class RawRtnl:
     def __init__(self) -> None:
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
@@ -138,7 +161,7 @@ class RawRtnl:
         body = _TCMSG.pack(socket.AF_UNSPEC, ifindex, obj.handle, obj.parent, 0)
         body += _rta(TCA_KIND, obj.kind.encode() + b"\0")
         if obj.options:
-            body += _rta(TCA_OPTIONS, obj.options)
+            body += _rta(TCA_OPTIONS, replayable_options(obj))
         flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE
         if obj.what == "qdisc":
             flags |= NLM_F_REPLACE  # swap the root or a class's default child qdisc

@@ -6,6 +6,7 @@ for user mistakes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import signal
@@ -96,6 +97,7 @@ def start(
 
     link_info(the_iface)  # clear error if the interface does not exist
     rate = _resolve_link_rate(cfg, the_iface)
+    dataclasses.replace(cfg, link_rate_bps=rate).validate()  # guaranteed rates must fit in a sysfs rate too
     plan = build_tc_plan(the_iface, rate, cfg.bands, cfg.other_rate_bps(rate), classify=cfg.policy != "fifo")
     discovery = Discovery(list(cfg.jobs), the_iface)
 

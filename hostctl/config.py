@@ -13,6 +13,7 @@ from typing import Any
 
 from hostctl import consts
 from hostctl.core.bands import MAX_BANDS, POLICIES
+from hostctl.core.plan import BAND_MIN_RATE_BPS
 from hostctl.core.types import JobSpec
 from hostctl.core.units import (
     parse_fraction_or_rate, parse_pids, parse_ports, parse_rate_bps, parse_size_bytes,
@@ -60,7 +61,18 @@ class Config:
             raise ConfigError(f"metrics_port must be within 1..65535, got {self.metrics_port}")
         if self.iface is not None and not re.fullmatch(r"[^/\s]{1,15}", self.iface):
             raise ConfigError(f"bad interface name {self.iface!r}")
-        parse_fraction_or_rate(self.other_rate, what="other_rate")
+        frac, rate = parse_fraction_or_rate(self.other_rate, what="other_rate")
+        if frac is not None and frac > 0.5:
+            raise ConfigError(f"other_rate {self.other_rate} is more than half the link rate; use at most 50%")
+        if self.link_rate_bps is not None:
+            if rate is not None and rate > self.link_rate_bps // 2:
+                raise ConfigError(f"other_rate {self.other_rate} is more than half the link rate; use at most 50%")
+            need = BAND_MIN_RATE_BPS * (self.bands + 1) + (rate or int(self.link_rate_bps * (frac or 0)))
+            if self.link_rate_bps < need:
+                raise ConfigError(
+                    f"link rate {self.link_rate_bps}bit/s is below what {self.bands} bands and other_rate "
+                    f"{self.other_rate} guarantee ({need}bit/s): raise --link-rate or lower --bands/--other-rate"
+                )
         if self.policy != "fifo" and not self.jobs:
             raise ConfigError(
                 f"policy {self.policy} needs DL jobs to control: give --ports, --pids, --match "
@@ -74,7 +86,8 @@ def _num(d: dict, key: str, typ: type, where: str) -> Any:
     if typ is float and isinstance(v, int) and not isinstance(v, bool):
         v = float(v)
     if not isinstance(v, typ) or isinstance(v, bool):
-        raise ConfigError(f"{where}: {key} must be a {typ.__name__}, got {v!r}")
+        kind = {"int": "an integer", "float": "a number"}.get(typ.__name__, typ.__name__)
+        raise ConfigError(f"{where}: {key} must be {kind}, got {v!r}")
     return v
 
 
@@ -91,10 +104,19 @@ def _ports_value(v: Any, where: str) -> tuple[int, ...]:
 def _pids_value(v: Any, where: str) -> tuple[int, ...]:
     if isinstance(v, list):
         v = ",".join(str(x) for x in v)
-    return parse_pids(str(v))
+    return parse_pids(str(v), what=f"{where} pids")
 
 
-def _check_regex(rx: str, where: str) -> str:
+def _str(d: dict, key: str, where: str) -> str:
+    v = d[key]
+    if not isinstance(v, str):
+        raise ConfigError(f"{where}: {key} must be a string, got {v!r}")
+    return v
+
+
+def _check_regex(rx: object, where: str) -> str:
+    if not isinstance(rx, str):
+        raise ConfigError(f"{where}: match must be a string (a regular expression), got {rx!r}")
     try:
         re.compile(rx)
     except re.error as e:
@@ -129,13 +151,13 @@ def load_file(path: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; valid keys: {', '.join(sorted(TOP_KEYS))}")
     kw: dict[str, Any] = {}
     if "policy" in data:
-        kw["policy"] = str(data["policy"])
+        kw["policy"] = _str(data, "policy", path)
     if "iface" in data:
-        kw["iface"] = str(data["iface"])
+        kw["iface"] = _str(data, "iface", path)
     if "link_rate" in data:
         kw["link_rate_bps"] = parse_rate_bps(data["link_rate"], what=f"{path}: link_rate")
     if "other_rate" in data:
-        kw["other_rate"] = str(data["other_rate"])
+        kw["other_rate"] = _str(data, "other_rate", path)
     if "bands" in data:
         kw["bands"] = _num(data, "bands", int, path)
     if "rr_interval" in data:
@@ -146,13 +168,13 @@ def load_file(path: str) -> dict[str, Any]:
         kw["lease_s"] = _num(data, "lease", float, path)
     if "metrics_port" in data:
         kw["metrics_port"] = _num(data, "metrics_port", int, path)
-    specs = list(specs_from_flags(
-        ",".join(map(str, data["ports"])) if isinstance(data.get("ports"), list) else
-        (str(data["ports"]) if "ports" in data else None),
-        ",".join(map(str, data["pids"])) if isinstance(data.get("pids"), list) else
-        (str(data["pids"]) if "pids" in data else None),
-        data.get("match"),
-    ))
+    specs: list[JobSpec] = []
+    if "ports" in data:
+        specs.append(JobSpec(ports=_ports_value(data["ports"], path)))
+    if "pids" in data:
+        specs.append(JobSpec(pids=_pids_value(data["pids"], path)))
+    if "match" in data:
+        specs.append(JobSpec(match=_check_regex(data["match"], f"{path}: match")))
     jobs = data.get("jobs", [])
     if not isinstance(jobs, list):
         raise ConfigError(f"{path}: jobs must be an array of tables: [[jobs]]")

@@ -51,3 +51,19 @@ def htb_classes(ns: str, dev: str) -> dict[str, dict]:
 def filters(ns: str, dev: str, parent: str) -> list[dict]:
     return [f for f in json.loads(_tc(ns, "-j", "filter", "show", "dev", dev, "parent", parent) or "[]")
             if "options" in f]
+
+
+def class_bytes(ns: str, dev: str) -> dict[str, int]:
+    """classid -> bytes sent, from `tc -s class show`."""
+    out: dict[str, int] = {}
+    cur = None
+    for line in _tc(ns, "-s", "class", "show", "dev", dev).splitlines():
+        m = re.match(r"class \S+ (\S+)", line)
+        if m:
+            cur = m.group(1)
+            continue
+        m = re.match(r"\s*Sent (\d+) bytes", line)
+        if m and cur:
+            out[cur] = int(m.group(1))
+            cur = None
+    return out

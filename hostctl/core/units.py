@@ -6,14 +6,15 @@ is explicit at the call sites that need it (htb takes bytes/s: `bps // 8`).
 
 from __future__ import annotations
 
+import math
 import re
 
 from hostctl.errors import ConfigError
 
 _RATE_UNITS = {
-    "bit": 1, "bps": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12,
+    "": 1, "bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12,
     "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
-    "kbps": 8 * 10**3, "mbps": 8 * 10**6, "gbps": 8 * 10**9,  # tc convention: Xbps = bytes/s
+    "bps": 8, "kbps": 8 * 10**3, "mbps": 8 * 10**6, "gbps": 8 * 10**9,  # tc convention: Xbps = bytes/s
 }
 _SIZE_UNITS = {
     "": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024**2, "mb": 10**6, "mib": 1024**2,
@@ -34,6 +35,8 @@ def parse_rate_bps(text: str | int | float, *, what: str = "rate") -> int:
                 f"bad {what} {text!r}: write a number with a tc unit, e.g. 200mbit, 10gbit, 500kbit"
             )
         value = float(m.group(1)) * _RATE_UNITS[unit]
+    if not math.isfinite(value) or value > 10**15:
+        raise ConfigError(f"bad {what} {text!r}: must be a finite rate below 1000tbit")
     if value < 8_000:
         raise ConfigError(f"bad {what} {text!r}: must be at least 8kbit")
     return int(value)
@@ -62,7 +65,10 @@ def parse_size_bytes(text: str | int, *, what: str = "size") -> int:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
     if not m or m.group(2).lower() not in _SIZE_UNITS:
         raise ConfigError(f"bad {what} {text!r}: write bytes with a unit, e.g. 98MB, 4MiB, 1.2GB")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    value = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+    if not math.isfinite(value) or value > 2**62:
+        raise ConfigError(f"bad {what} {text!r}: too large")
+    return int(value)
 
 
 def parse_ports(text: str, *, what: str = "--ports") -> tuple[int, ...]:
@@ -87,29 +93,32 @@ def parse_ports(text: str, *, what: str = "--ports") -> tuple[int, ...]:
     return tuple(sorted(ports))
 
 
-def parse_pids(text: str) -> tuple[int, ...]:
+def parse_pids(text: str, *, what: str = "--pids") -> tuple[int, ...]:
     out = []
     for part in str(text).split(","):
         part = part.strip()
         if not part:
             continue
-        if not part.isdigit() or int(part) <= 0:
-            raise ConfigError(f"bad --pids entry {part!r}: give process ids like 1234,5678")
+        if not re.fullmatch(r"[0-9]{1,9}", part) or int(part) <= 0:
+            raise ConfigError(f"bad {what} entry {part!r}: give process ids like 1234,5678")
         out.append(int(part))
     if not out:
-        raise ConfigError("--pids is empty: give process ids like 1234,5678")
+        raise ConfigError(f"{what} is empty: give process ids like 1234,5678")
     return tuple(sorted(set(out)))
 
 
+def _human(value: float, units: tuple[tuple[str, float], ...], base: str) -> str:
+    """Three significant digits, stepping up a unit before rounding would print 1000."""
+    for unit, div in units:
+        if value >= div * 0.9995:
+            v = value / div
+            return f"{v:.0f}{unit}" if v >= 999.5 else f"{v:.3g}{unit}"
+    return f"{value:.0f}{base}"
+
+
 def format_rate(bps: float) -> str:
-    for unit, div in (("Gbit", 1e9), ("Mbit", 1e6), ("kbit", 1e3)):
-        if bps >= div:
-            return f"{bps / div:.3g}{unit}"
-    return f"{bps:.0f}bit"
+    return _human(bps, (("Tbit", 1e12), ("Gbit", 1e9), ("Mbit", 1e6), ("kbit", 1e3)), "bit")
 
 
 def format_bytes(n: float) -> str:
-    for unit, div in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= div:
-            return f"{n / div:.3g}{unit}"
-    return f"{n:.0f}B"
+    return _human(n, (("TiB", 1024.0**4), ("GiB", 1024.0**3), ("MiB", 1024.0**2), ("KiB", 1024.0)), "B")

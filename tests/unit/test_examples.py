@@ -1,0 +1,250 @@
+"""The shipped examples stay valid: examples/hostctl.toml loads and documents every
+key; examples/hostctl.service passes `systemd-analyze verify` and keeps the
+settings hostctl depends on."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hostctl import consts
+from hostctl.config import JOB_KEYS, TOP_KEYS, Config, build_config
+from hostctl.core.types import JobSpec
+from hostctl.errors import ConfigError, ProbeError
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_TOML = ROOT / "examples" / "hostctl.toml"
+EXAMPLE_UNIT = ROOT / "examples" / "hostctl.service"
+INSTALLED_BIN = "/usr/local/bin/hostctl"
+VENV_BIN = Path(sys.prefix) / "bin" / "hostctl"
+
+# "# key = value" lines: settings a user can uncomment.
+COMMENTED_SETTING = re.compile(r"^# (?P<key>[a-z_]+) = (?P<value>.*?)(?P<fail>\s+\(would fail: .*\))?$")
+
+
+# ==========================================================================
+# examples/hostctl.toml
+
+
+def test_example_config_loads_with_the_expected_policy_and_jobs():
+    cfg = build_config(str(EXAMPLE_TOML))
+    assert cfg == Config(
+        policy="rr",
+        iface=None,
+        link_rate_bps=None,
+        other_rate="10%",
+        bands=6,
+        rr_interval_s=20.0,
+        rescan_s=1.0,
+        lease_s=3.0,
+        metrics_port=None,
+        jobs=(
+            JobSpec(name="resnet50", ports=(9000,), model_bytes=98 * 2**20),
+            JobSpec(name="vgg16", ports=(9100, 9101), model_bytes=528 * 2**20),
+            JobSpec(name="bert-large", match=r"torchrun|torch\.distributed\.(run|launch)", model_bytes=1_300_000_000),
+        ),
+    )
+
+
+def test_example_config_active_values_are_the_documented_defaults():
+    """The example claims "Default: ..." for the values it sets; keep that true."""
+    cfg = build_config(str(EXAMPLE_TOML))
+    assert cfg.policy == consts.DEFAULT_POLICY
+    assert cfg.other_rate == consts.DEFAULT_OTHER_SHARE
+    assert cfg.bands == consts.DEFAULT_BANDS
+    assert cfg.rr_interval_s == consts.DEFAULT_RR_INTERVAL_S
+    assert cfg.rescan_s == consts.DEFAULT_RESCAN_S
+    assert cfg.lease_s == consts.DEFAULT_LEASE_S
+    text = EXAMPLE_TOML.read_text()
+    assert f'Default: "{consts.DEFAULT_POLICY}"' in text
+    assert f'Default: "{consts.DEFAULT_OTHER_SHARE}"' in text
+    assert f"Default: {consts.DEFAULT_BANDS}." in text
+    assert f"Default: {consts.DEFAULT_RR_INTERVAL_S}." in text
+    assert f"Default: {consts.DEFAULT_RESCAN_S}." in text
+    assert f"Default: {consts.DEFAULT_LEASE_S}." in text
+    assert f"{consts.DEFAULT_LINK_FRACTION:.0%} of the NIC speed" in text
+
+
+@pytest.mark.parametrize("key", sorted(TOP_KEYS | JOB_KEYS))
+def test_example_config_documents_every_key(key):
+    text = EXAMPLE_TOML.read_text()
+    if key == "jobs":
+        assert re.search(r"^\[\[jobs\]\]$", text, re.M)
+        return
+    # set (or shown commented out) at least once, with a comment block mentioning it
+    assert re.search(rf"^(# )?{key} = ", text, re.M), f"{key} is neither set nor shown in {EXAMPLE_TOML}"
+
+
+@pytest.mark.parametrize("flag", ["--policy", "--iface", "--link-rate", "--other-rate", "--bands", "--rr-interval",
+                                  "--rescan", "--lease", "--metrics-port", "--ports", "--pids", "--match"])
+def test_example_config_names_the_equivalent_flag(flag):
+    assert flag in EXAMPLE_TOML.read_text()
+
+
+def _commented_settings() -> list[tuple[int, str, str, bool]]:
+    out = []
+    for i, line in enumerate(EXAMPLE_TOML.read_text().splitlines()):
+        m = COMMENTED_SETTING.match(line)
+        if m and m["key"] in TOP_KEYS | JOB_KEYS:
+            out.append((i, m["key"], m["value"], bool(m["fail"])))
+    return out
+
+
+def test_example_config_has_commented_settings():
+    keys = {k for _, k, _, _ in _commented_settings()}
+    assert {"iface", "link_rate", "metrics_port", "ports", "pids", "match"} <= keys
+
+
+@pytest.mark.parametrize("lineno, key, value, would_fail", _commented_settings(),
+                         ids=[f"line{i + 1}-{k}" for i, k, _, _ in _commented_settings()])
+def test_example_config_commented_settings_are_valid(tmp_path, lineno, key, value, would_fail):
+    """Uncommenting any one "# key = value" line gives a loadable config, except the
+    lines marked "(would fail: ...)", which must fail the way they say."""
+    lines = EXAMPLE_TOML.read_text().splitlines()
+    lines[lineno] = f"{key} = {value}"
+    p = tmp_path / "hostctl.toml"
+    p.write_text("\n".join(lines) + "\n")
+    if would_fail:
+        with pytest.raises(ConfigError, match="give exactly one of ports, pids, match"):
+            build_config(str(p))
+    else:
+        cfg = build_config(str(p))
+        if key == "link_rate":
+            assert cfg.link_rate_bps == 9_700_000_000
+        elif key == "metrics_port":
+            assert cfg.metrics_port == 9464
+        elif key == "iface":
+            assert cfg.iface == "eth0"
+        elif key in ("ports", "pids", "match"):
+            unnamed = [s for s in cfg.jobs if s.name is None]
+            assert len(unnamed) == 1 and getattr(unnamed[0], key)
+
+
+def test_example_config_dry_run(tmp_path):
+    """The CLI accepts the example as is (interface and rate given, since the
+    test host's default route and NIC speed are unknown)."""
+    r = subprocess.run([str(VENV_BIN), "start", "--config", str(EXAMPLE_TOML), "--dry-run", "--iface", "lo",
+                        "--link-rate", "1gbit"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert '"6863:25"' in r.stdout  # 6 bands: 6863:20..25
+
+
+# ==========================================================================
+# examples/hostctl.service
+
+
+def _unit_settings(text: str) -> dict[tuple[str, str], list[str]]:
+    """(section, key) -> values, in order (systemd allows repeated keys)."""
+    out: dict[tuple[str, str], list[str]] = {}
+    section = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            section = line.strip("[]")
+            continue
+        key, _, value = line.partition("=")
+        out.setdefault((section, key.strip()), []).append(value.strip())
+    return out
+
+
+@pytest.fixture(scope="module")
+def unit() -> dict[tuple[str, str], list[str]]:
+    return _unit_settings(EXAMPLE_UNIT.read_text())
+
+
+def test_unit_runs_hostctl_start_with_the_config(unit):
+    assert unit[("Service", "Type")] == ["simple"]
+    assert unit[("Service", "ExecStart")] == [f"{INSTALLED_BIN} start --config /etc/hostctl/hostctl.toml"]
+    assert unit[("Service", "ExecStopPost")] == [f"{INSTALLED_BIN} clean"]
+
+
+def test_unit_restart_and_stop_settings(unit):
+    assert unit[("Service", "Restart")] == ["on-failure"]
+    assert ("Service", "RestartSec") in unit
+    assert unit[("Service", "KillSignal")] == ["SIGTERM"]
+    assert ("Service", "TimeoutStopSec") in unit
+    # config errors and missing kernel features are not fixed by restarting
+    prevent = unit[("Service", "RestartPreventExitStatus")][0].split()
+    assert str(ConfigError.exit_code) in prevent and str(ProbeError.exit_code) in prevent
+
+
+def test_unit_ordering(unit):
+    assert "network-online.target" in unit[("Unit", "After")][0].split()
+    assert "network-online.target" in unit[("Unit", "Wants")][0].split()
+    assert unit[("Install", "WantedBy")] == ["multi-user.target"]
+
+
+def test_unit_keeps_what_hostctl_needs(unit):
+    caps = set(unit[("Service", "CapabilityBoundingSet")][0].split())
+    assert {"CAP_NET_ADMIN", "CAP_SYS_ADMIN", "CAP_BPF", "CAP_PERFMON"} <= caps
+    # /run/hostctl holds the journal `hostctl clean` restores from: keep it across stops
+    assert unit[("Service", "RuntimeDirectory")] == ["hostctl"]
+    assert unit[("Service", "RuntimeDirectoryPreserve")] == ["yes"]
+    assert unit.get(("Service", "User"), ["root"]) == ["root"]
+
+
+@pytest.mark.parametrize("option", [
+    "PrivateNetwork", "ProtectKernelModules", "ProtectKernelTunables", "MemoryDenyWriteExecute", "DynamicUser",
+    "PrivateUsers", "InaccessiblePaths", "NetworkNamespacePath", "IPAddressDeny", "SystemCallFilter",
+])
+def test_unit_has_no_option_that_breaks_hostctl(unit, option):
+    assert ("Service", option) not in unit
+
+
+def _with_venv_bin(text: str) -> str:
+    """The unit with its Exec*= lines pointing at this venv's hostctl."""
+    lines = text.splitlines()
+    exec_lines = [i for i, ln in enumerate(lines) if ln.startswith("Exec")]
+    assert [lines[i].split("=", 1)[0] for i in exec_lines] == ["ExecStart", "ExecStopPost"]
+    for i in exec_lines:
+        assert f"={INSTALLED_BIN} " in lines[i]
+        lines[i] = lines[i].replace(f"={INSTALLED_BIN} ", f"={VENV_BIN} ")
+    return "\n".join(lines) + "\n"
+
+
+def _verify(unit_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit_path)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def _mentions(r: subprocess.CompletedProcess, unit_path: Path) -> list[str]:
+    """Output lines about our unit (verify also reports unrelated units of the host)."""
+    return [ln for ln in (r.stdout + r.stderr).splitlines() if unit_path.name in ln or str(unit_path) in ln]
+
+
+needs_systemd_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None,
+                                           reason="systemd-analyze is not installed")
+
+
+@needs_systemd_analyze
+def test_unit_passes_systemd_analyze_verify(tmp_path):
+    """verify checks that Exec binaries exist, so verify a copy that points at this
+    venv's hostctl. It works without systemd as PID 1."""
+    assert VENV_BIN.exists(), f"{VENV_BIN} missing: install hostctl into the venv"
+    copy = tmp_path / "hostctl.service"
+    copy.write_text(_with_venv_bin(EXAMPLE_UNIT.read_text()))
+    r = _verify(copy)
+    print(f"systemd-analyze verify exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
+    assert r.returncode == 0, r.stderr
+    # verify exits 0 on unknown keys and bad values; it only warns, naming the unit
+    assert _mentions(r, copy) == [], r.stderr
+
+
+@needs_systemd_analyze
+def test_systemd_analyze_verify_detects_mistakes(tmp_path):
+    """The check above is meaningful here: verify reports a typo'd key and a missing
+    binary for our unit."""
+    text = _with_venv_bin(EXAMPLE_UNIT.read_text())
+    copy = tmp_path / "hostctl.service"
+    copy.write_text(text.replace("Restart=on-failure", "Restart=on-failure\nRestrat=always"))
+    assert any("Restrat" in ln for ln in _mentions(_verify(copy), copy))
+    copy.write_text(text.replace(str(VENV_BIN), str(tmp_path / "no-such-hostctl")))
+    r = _verify(copy)
+    assert r.returncode != 0 and any("no-such-hostctl" in ln for ln in _mentions(r, copy))

@@ -30,6 +30,8 @@ from hostctl.errors import DatapathError, ProbeError
 log = logging.getLogger("hostctl.datapath")
 ETH_P_ALL = 0x0003
 ARPHRD_ETHER = 1
+# Devices whose packets start at the IP header at tc egress (tun, wireguard, ip tunnels, raw IP).
+L3_DEVICE_TYPES = {65534, 768, 769, 776, 778, 823, 519}
 
 
 def _nl_error(what: str, e: NetlinkError) -> DatapathError:
@@ -168,7 +170,7 @@ class LinuxDatapath:
     def _attach_classifier(self, plan: TcPlan) -> None:
         from hostctl.datapath.classifier import Classifier
 
-        l2 = 14 if self.link_type == ARPHRD_ETHER else 0
+        l2 = 0 if self.link_type in L3_DEVICE_TYPES else 14
         self.classifier = Classifier(l2_hlen=l2, lease_s=self.lease_s)
         try:
             self.ipr.tc("replace-filter", "bpf", index=self.ifindex, handle=1, parent=plan.qdisc_handle,

@@ -125,13 +125,13 @@ def start(
         daemon = Daemon(cfg, plan, datapath, discovery)
 
         def _stop(_req: dict) -> dict:
-            daemon.stop.set()
+            daemon.request_stop()
             return {}
 
         server.handlers.update({"status": lambda _r: {"status": daemon.status()}, "stop": _stop})
         server.start()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, lambda *_: daemon.stop.set())
+            signal.signal(sig, lambda *_: daemon.request_stop())
         if cfg.metrics_port:
             from hostctl.metrics import serve
 

@@ -16,6 +16,7 @@ DEFAULT_LINK_FRACTION = 0.97  # of the NIC speed reported by sysfs (Q-T4)
 DEFAULT_OTHER_SHARE = "10%"  # guaranteed to non-DL traffic
 DEFAULT_LEASE_S = 3.0  # BPF classifier fails open when the daemon's heartbeat is older
 HEARTBEAT_S = 0.5
+STATUS_REFRESH_S = 5.0  # counters for status/metrics rates, when nobody asks sooner
 BURST_GAP_S = 0.010  # an idle gap longer than this ends a job's burst
 
 

@@ -71,6 +71,8 @@ class ControlServer:
             if not chunk:
                 break
             data += chunk
+        if not data:
+            return  # a liveness probe (is_running) connects and closes: nothing to answer
         try:
             req = json.loads(data)
             handler = self.handlers[req["cmd"]]

@@ -56,6 +56,10 @@ class Daemon:
         self.wall = wall
         self.mono = mono
         self.stop = threading.Event()
+        self._wake = threading.Event()  # set by request_stop() and by status requests
+        self._status_wanted = threading.Event()
+        self._status_ready = threading.Event()
+        self._last_refresh = -1e9
         self.jobs: dict[str, Job] = {}
         self.assignment: dict[str, int] = {}
         self.table = ClassifierTable()
@@ -178,9 +182,21 @@ class Daemon:
             "stats": dict(self.stats.__dict__),
         }
 
-    def status(self) -> dict:
+    def status(self, max_age_s: float = 1.0, timeout_s: float = 2.0) -> dict:
+        """The latest status; asks the loop for a fresh one when it is older than
+        ``max_age_s`` (counters are read only in the loop's thread)."""
+        if self.mono() - self._last_refresh > max_age_s and not self.stop.is_set():
+            self._status_ready.clear()
+            self._status_wanted.set()
+            self._wake.set()
+            self._status_ready.wait(timeout_s)
         with self._lock:
             return dict(self._status)
+
+    def request_stop(self) -> None:
+        """Signal-safe: only sets events; the loop ends and run() tears down."""
+        self.stop.set()
+        self._wake.set()
 
     # -- the loop ------------------------------------------------------------------
     def run(self) -> None:
@@ -222,10 +238,17 @@ class Daemon:
                 next_hb += consts.HEARTBEAT_S
                 if next_hb <= now:
                     next_hb = now + consts.HEARTBEAT_S
-            if scanned:
+            # Counters are read for `status`/metrics when asked, and every STATUS_REFRESH_S
+            # so that rates stay meaningful; not on every scan (idle CPU).
+            if self._status_wanted.is_set() or now - self._last_refresh >= consts.STATUS_REFRESH_S:
+                self._status_wanted.clear()
                 self.refresh_status()
-            wait = min(next_scan, next_hb) - self.mono()
+                self._last_refresh = now
+                self._status_ready.set()
+            wait = min(next_scan, next_hb, self._last_refresh + consts.STATUS_REFRESH_S) - self.mono()
             if self.config.policy == "rr":
                 wall = self.wall()
                 wait = min(wait, next_rotation_s(wall, self.config.rr_interval_s) - wall + 1e-3)
-            self.stop.wait(max(0.0, wait))
+            self._wake.wait(max(0.0, wait))
+            self._wake.clear()
+        self._status_ready.set()  # release a status request that raced with stop

@@ -82,7 +82,7 @@ def test_status_reports_bands_and_rates():
     dp.send("a", 1_000_000)
     d.mono.t += 1.0
     d.refresh_status()
-    st = d.status()
+    st = d.status(max_age_s=float("inf"))  # no loop thread here: read what refresh_status made
     a = next(j for j in st["jobs"] if j["job_id"] == "a")
     assert a["band"] == 0 and a["classid"] == "6863:20" and abs(a["rate_bps"] - 8e6) < 1
     assert any(c["classid"] == "6863:20" and c["bytes"] == 1_000_000 for c in st["classes"])
@@ -107,7 +107,9 @@ def test_run_tears_down_once_when_stopped():
     th = threading.Thread(target=d.run)
     th.start()
     _t.sleep(0.7)
-    d.stop.set()
+    st = d.status()  # answered by the loop's thread
+    assert st["state"] == "running" and len(st["jobs"]) == 2
+    d.request_stop()
     th.join(5)
     assert not th.is_alive()
     assert dp.torn_down == 1 and dp.root == "noqueue" and dp.heartbeats >= 1

@@ -61,13 +61,11 @@ class Config:
             raise ConfigError(f"metrics_port must be within 1..65535, got {self.metrics_port}")
         if self.iface is not None and not re.fullmatch(r"[^/\s]{1,15}", self.iface):
             raise ConfigError(f"bad interface name {self.iface!r}")
-        frac, rate = parse_fraction_or_rate(self.other_rate, what="other_rate")
-        if frac is not None and frac > 0.5:
+        frac, _rate = parse_fraction_or_rate(self.other_rate, what="other_rate")
+        if frac is not None and frac > 0.5:  # a share is checkable before the link rate is known
             raise ConfigError(f"other_rate {self.other_rate} is more than half the link rate; use at most 50%")
         if self.link_rate_bps is not None:
-            if rate is not None and rate > self.link_rate_bps // 2:
-                raise ConfigError(f"other_rate {self.other_rate} is more than half the link rate; use at most 50%")
-            need = BAND_MIN_RATE_BPS * (self.bands + 1) + (rate or int(self.link_rate_bps * (frac or 0)))
+            need = BAND_MIN_RATE_BPS * (self.bands + 1) + self.other_rate_bps(self.link_rate_bps)
             if self.link_rate_bps < need:
                 raise ConfigError(
                     f"link rate {self.link_rate_bps}bit/s is below what {self.bands} bands and other_rate "

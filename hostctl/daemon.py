@@ -165,7 +165,6 @@ class Daemon:
             **self._base_status(), "state": "running",
             "jobs": job_rows, "classes": class_rows, "failopen_pkts": counters.failopen_pkts,
             "dropped_flows": self.table.dropped_flows,
-            "stats": dict(self.stats.__dict__),
         }
         with self._lock:
             self._status = status

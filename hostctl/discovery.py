@@ -35,6 +35,7 @@ from hostctl.core.grouping import (
     pids_needing_env,
 )
 from hostctl.core.types import Job, JobSpec, ProcInfo, Snapshot, SockInfo
+from hostctl.datapath.rtnl_raw import RawNetlink
 
 # What a process or socket that disappears between two reads can raise.
 _VANISHED: tuple[type[BaseException], ...] = (
@@ -127,6 +128,7 @@ def read_proc_sockets(paths: Iterable[str] = PROC_NET_TCP) -> list[SockInfo]:
 
 
 SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST, _NLM_F_DUMP = 0x1, 0x300
 _NETLINK_SOCK_DIAG = 4
 _TCP_LISTEN_STATE = 10
 _DIAG_REQ = struct.Struct("=BBBBI48s")  # inet_diag_req_v2: family, protocol, ext, pad, states, sockid
@@ -140,32 +142,22 @@ def read_diag_listeners() -> list[SockInfo] | None:
     connections) dominates reading /proc/net/tcp. None where sock_diag is missing."""
     out: list[SockInfo] = []
     try:
-        sk = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG)
+        nl = RawNetlink(_NETLINK_SOCK_DIAG)
     except OSError:
         return None
-    with sk:
-        for seq, family in enumerate((socket.AF_INET, socket.AF_INET6), start=1):
+    with nl:
+        for family in (socket.AF_INET, socket.AF_INET6):
             req = _DIAG_REQ.pack(family, socket.IPPROTO_TCP, 0, 0, 1 << _TCP_LISTEN_STATE, b"\0" * 48)
-            sk.send(struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, 0x1 | 0x300, seq, 0) + req)
-            done = False
-            while not done:
-                data = sk.recv(1 << 16)
-                off = 0
-                while off + 16 <= len(data):
-                    ln, typ, _flags, mseq, _ = struct.unpack_from("=IHHII", data, off)
-                    if ln < 16:
-                        return None
-                    if typ == 3 or typ == 2:  # NLMSG_DONE / NLMSG_ERROR
-                        done = True
-                        if typ == 2 and struct.unpack_from("=i", data, off + 16)[0] < 0:
-                            return None if family == socket.AF_INET else out
-                        break
-                    fam, state, _t, _r, sport, _dport, src, _dst = _DIAG_MSG.unpack_from(data, off + 16)
-                    if state == _TCP_LISTEN_STATE:
-                        raw = src[:4] if fam == socket.AF_INET else src
-                        addr = normalize_addr(str(ipaddress.ip_address(raw)))
-                        out.append(SockInfo(state=LISTEN, laddr=addr, lport=int.from_bytes(sport, "big")))
-                    off += (ln + 3) & ~3
+            try:
+                replies = nl.request(SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST | _NLM_F_DUMP, req)
+            except OSError:  # no sock_diag at all (None), or no IPv6 (keep the IPv4 listeners)
+                return None if family == socket.AF_INET else out
+            for _typ, msg in replies:
+                fam, state, _t, _r, sport, _dport, src, _dst = _DIAG_MSG.unpack_from(msg, 16)
+                if state == _TCP_LISTEN_STATE:
+                    raw = src[:4] if fam == socket.AF_INET else src
+                    addr = normalize_addr(str(ipaddress.ip_address(raw)))
+                    out.append(SockInfo(state=LISTEN, laddr=addr, lport=int.from_bytes(sport, "big")))
     return out
 
 

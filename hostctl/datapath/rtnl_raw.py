@@ -56,15 +56,18 @@ class TcObject:
         return cls(d["what"], d["kind"], int(d["handle"]), int(d["parent"]), bytes.fromhex(d["options"]))
 
 
-def _attrs(buf: bytes, off: int) -> dict[int, bytes]:
-    out: dict[int, bytes] = {}
+def _iter_attrs(buf: bytes | bytearray, off: int = 0):
+    """(offset, length, type) of each netlink attribute from ``off`` on."""
     while off + 4 <= len(buf):
         ln, typ = struct.unpack_from("=HH", buf, off)
         if ln < 4:
-            break
-        out[typ & 0x3FFF] = buf[off + 4: off + ln]
+            return
+        yield off, ln, typ & 0x3FFF
         off += (ln + 3) & ~3
-    return out
+
+
+def _attrs(buf: bytes, off: int) -> dict[int, bytes]:
+    return {typ: buf[o + 4: o + ln] for o, ln, typ in _iter_attrs(buf, off)}
 
 
 def _rta(typ: int, payload: bytes) -> bytes:
@@ -82,35 +85,35 @@ def replayable_options(obj: TcObject) -> bytes:
     if obj.what != "qdisc" or obj.kind != "htb":
         return obj.options
     out = bytearray(obj.options)
-    off = 0
-    while off + 4 <= len(out):
-        ln, typ = struct.unpack_from("=HH", out, off)
-        if ln < 4:
-            break
-        if typ & 0x3FFF == TCA_HTB_INIT and ln >= 8:
+    for off, ln, typ in _iter_attrs(out):
+        if typ == TCA_HTB_INIT and ln >= 8:
             version = struct.unpack_from("=I", out, off + 4)[0]
             if version > 0xFFFF:
                 struct.pack_into("=I", out, off + 4, version >> 16)
-        off += (ln + 3) & ~3
     return bytes(out)
 
 
-class RawRtnl:
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
+class RawNetlink:
+    """A netlink socket of any protocol, opened in the caller's network namespace,
+    with one request/reply loop (also used for sock_diag by hostctl.discovery)."""
+
+    def __init__(self, protocol: int = NETLINK_ROUTE) -> None:
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, protocol)
         self.sock.bind((0, 0))
         self.seq = 1
 
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> "RawRtnl":
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _request(self, msg_type: int, flags: int, body: bytes) -> list[tuple[int, bytes]]:
+    def request(self, msg_type: int, flags: int, body: bytes) -> list[tuple[int, bytes]]:
+        """Send one message; return the (type, whole message) replies.
+        An NLMSG_ERROR with a non-zero code raises OSError."""
         self.seq += 1
         seq = self.seq
         self.sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(body), msg_type, flags, seq, 0) + body)
@@ -135,12 +138,19 @@ class RawRtnl:
                 if not (mflags & NLM_F_MULTI) and not (flags & NLM_F_ACK):
                     return replies
 
+
+class RawRtnl(RawNetlink):
+    """rtnetlink: dump and replay qdiscs and classes."""
+
+    def __init__(self) -> None:
+        super().__init__(NETLINK_ROUTE)
+
     def dump(self, ifindex: int) -> list[TcObject]:
         """All qdiscs and classes of the interface's egress tree."""
         objs: list[TcObject] = []
         for what, mtype in (("qdisc", RTM_GETQDISC), ("class", RTM_GETTCLASS)):
             body = _TCMSG.pack(socket.AF_UNSPEC, ifindex, 0, 0, 0)
-            for _typ, msg in self._request(mtype, NLM_F_REQUEST | NLM_F_DUMP, body):
+            for _typ, msg in self.request(mtype, NLM_F_REQUEST | NLM_F_DUMP, body):
                 _fam, idx, handle, parent, _info = _TCMSG.unpack_from(msg, _NLMSGHDR.size)
                 if idx != ifindex:
                     continue
@@ -152,7 +162,7 @@ class RawRtnl:
     def filter_count(self, ifindex: int, parent: int) -> int:
         body = _TCMSG.pack(socket.AF_UNSPEC, ifindex, 0, parent, 0)
         try:
-            return len(self._request(RTM_GETTFILTER, NLM_F_REQUEST | NLM_F_DUMP, body))
+            return len(self.request(RTM_GETTFILTER, NLM_F_REQUEST | NLM_F_DUMP, body))
         except OSError:
             return 0
 
@@ -168,7 +178,7 @@ class RawRtnl:
         else:
             flags |= NLM_F_EXCL
         try:
-            self._request(mtype, flags, body)
+            self.request(mtype, flags, body)
         except FileExistsError:
             # Classes a qdisc makes by itself (tbf's 5:1, mq's queues) exist as soon
             # as their qdisc does; nothing to restore for them.
@@ -183,7 +193,7 @@ class RawRtnl:
         """Delete the root qdisc (the kernel puts its default back). False if none was there."""
         body = _TCMSG.pack(socket.AF_UNSPEC, ifindex, 0, TC_H_ROOT, 0)
         try:
-            self._request(RTM_DELQDISC, NLM_F_REQUEST | NLM_F_ACK, body)
+            self.request(RTM_DELQDISC, NLM_F_REQUEST | NLM_F_ACK, body)
             return True
         except OSError as e:
             if e.errno in (errno.ENOENT, errno.EINVAL, errno.ENODEV):

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests import oracle
-from tests.conftest import PY, wait_for
+from tests.conftest import HOSTCTL, PY, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf]
 
@@ -21,8 +21,6 @@ PORTS = (5201, 5202)
 
 
 def start_daemon(pair, policy, *extra):
-    from tests.conftest import HOSTCTL
-
     d = pair.start(pair.ps, HOSTCTL, "start", "--policy", policy, "--iface", pair.ps.dev, "--link-rate", LINK,
                    "--ports", ",".join(map(str, PORTS)), "--rescan", "0.5", *extra)
 
@@ -180,8 +178,6 @@ def test_restart_after_crash_recovers_journal(pair):
 
 
 def test_two_daemons_in_two_namespaces_do_not_interfere(pair):
-    from tests.conftest import HOSTCTL
-
     start_servers(pair)
     # a daemon on each side of the veth, each in its own namespace
     d1, _ = start_daemon(pair, "one")
@@ -201,8 +197,6 @@ def test_two_daemons_in_two_namespaces_do_not_interfere(pair):
 
 
 def test_second_daemon_in_same_namespace_is_refused(pair):
-    from tests.conftest import HOSTCTL
-
     start_servers(pair)
     start_daemon(pair, "one")
     r = pair.ps.run(HOSTCTL, "start", "--policy", "one", "--iface", pair.ps.dev, "--link-rate", LINK,

@@ -19,6 +19,7 @@ are reported as plain IPv4 addresses in both paths.
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 import struct
 import sys
@@ -171,16 +172,26 @@ def take_socket_snapshot(iface: str | None = None) -> Snapshot:
 # psutil (full path)
 
 
+def _netns_inode(pid: int | str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
 def _list_procs() -> tuple[list[ProcInfo], dict[int, psutil.Process]]:
-    """All processes (pid, ppid, command line; env empty) and their psutil handles."""
+    """The processes of this network namespace (pid, ppid, command line; env empty) and
+    their psutil handles. Processes of other namespaces (containers, emulated hosts)
+    can't send on this namespace's interfaces, so they are no jobs here."""
     procs: list[ProcInfo] = []
     handles: dict[int, psutil.Process] = {}
+    own = _netns_inode("self")
     try:
         it = psutil.process_iter(["pid", "ppid", "cmdline"])
         for p in it:
             info = p.info
             pid, ppid = info.get("pid"), info.get("ppid")
-            if pid is None:
+            if pid is None or (own is not None and _netns_inode(pid) != own):
                 continue
             cmdline = info.get("cmdline") or []
             procs.append(ProcInfo(pid=int(pid), ppid=int(ppid or 0), cmdline=" ".join(cmdline)))

@@ -3,7 +3,8 @@
 # the second run only checks and returns in about a second.
 #   - Debian packages: iproute2, python3-bpfcc (bcc), bpftool, iperf3, kernel headers, python3-venv
 #   - the kernel-headers link bcc looks for (/lib/modules/$(uname -r)/{build,source})
-#   - a venv at .venv (with system site-packages, so Debian's bcc imports) with hostctl installed
+#   - a venv at .venv (with system site-packages, so Debian's bcc imports) with hostctl installed,
+#     plus the torch extra when the CPU wheel of torch 2.13.0 is on local disk
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")/.."
 
@@ -43,9 +44,18 @@ fi
 if [ ! -x .venv/bin/python ]; then
   /usr/bin/python3 -m venv --system-site-packages .venv
 fi
+# The torch extra (a real PyTorch workload for the testbed) only where pip finds the
+# CPU build of torch 2.13.0 on local disk: elsewhere PyPI's torch is a CUDA build of
+# several GB. HOSTCTL_TORCH=0 skips it, HOSTCTL_TORCH=1 insists. Without it, the
+# PyTorch tests are skipped with a reason.
+extras=dev
+torch_wheel=$(ls ${PIP_FIND_LINKS:-/opt/wheels}/torch-2.13.0+cpu-*.whl 2>/dev/null | head -n 1 || true)
+if [ "${HOSTCTL_TORCH:-auto}" = 1 ] || { [ "${HOSTCTL_TORCH:-auto}" = auto ] && [ -n "$torch_wheel" ]; }; then
+  extras=dev,torch
+fi
 stamp=.venv/.hostctl-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) $extras"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  .venv/bin/pip install -q --disable-pip-version-check -e ".[dev]"
+  .venv/bin/pip install -q --disable-pip-version-check -e ".[$extras]"
   echo "$want" > "$stamp"
 fi

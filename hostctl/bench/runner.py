@@ -1,0 +1,413 @@
+"""`hostctl bench`: run a scenario's jobs on a fresh emulated testbed once per
+policy and repeat, interleaved, and collect JCTs, barrier waits, cross traffic,
+link counters and CPU use.
+
+One run = build the testbed; start one hostctl daemon per host (the policy
+under test on the scenario's policy hosts that carry jobs, ``fifo`` elsewhere,
+so every host NIC is the same htb shaper in every run); start the parameter
+servers and wait until the daemons see them; start workers and cross traffic
+at their arrival times; wait; stop the daemons (checking that the NIC's tbf came
+back); tear the testbed down. Raw per-worker records and daemon logs stay in
+``<out>/raw/<run>/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from hostctl.bench.scenario import JobDef, Scenario
+from hostctl.errors import HostctlError
+from hostctl.testbed.net import Testbed
+
+PY = sys.executable
+HOSTCTL = os.path.join(sys.prefix, "bin", "hostctl")
+READY_TIMEOUT_S = 60.0
+OBSERVE_EVERY_S = 1.0  # policy daemons' status (jobs, bands, flows) is sampled this often during a run
+
+
+class RunError(HostctlError):
+    pass
+
+
+def policy_order(policies: tuple[str, ...], repeat: int) -> list[str]:
+    """Repeat r runs the policies rotated by r, so drift of the machine hits each policy in each position."""
+    k = repeat % len(policies)
+    return list(policies[k:] + policies[:k])
+
+
+def shard_bytes(model_bytes: int, servers: int) -> list[int]:
+    base = model_bytes // servers
+    return [base] * (servers - 1) + [model_bytes - base * (servers - 1)]
+
+
+def host_jobs(sc: Scenario, host: str) -> list[dict]:
+    """hostctl [[jobs]] entries for the DL traffic *sent* by `host` (its listening ports or torch ranks)."""
+    out = []
+    for j in sc.jobs:
+        if j.kind == "ps":
+            ports = [p for h, p in zip(j.ps_hosts, j.ports) if h == host]
+        elif j.kind == "allreduce":
+            ports = [p for h, p in zip(j.worker_hosts, j.ports) if h == host]
+        else:
+            if host in j.worker_hosts:
+                out.append({"name": j.name, "match": rf"hostctl\.workloads\.torchjob .*--job {re.escape(j.name)}( |$)",
+                            "model_size": j.model_bytes})
+            continue
+        if ports:
+            out.append({"name": j.name, "ports": ports, "model_size": j.model_bytes})
+    return out
+
+
+def _toml(jobs: list[dict]) -> str:
+    lines = []
+    for j in jobs:
+        lines.append("[[jobs]]")
+        lines.append(f"name = {json.dumps(j['name'])}")
+        if "ports" in j:
+            lines.append(f"ports = {json.dumps(j['ports'])}")
+        else:
+            lines.append(f"match = {json.dumps(j['match'])}")
+        lines.append(f"model_size = {j['model_size']}")
+    return "\n".join(lines) + "\n"
+
+
+class CpuSampler(threading.Thread):
+    """Busy share of all CPUs (0..100 %) from /proc/stat every `period_s`."""
+
+    def __init__(self, period_s: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.period_s = period_s
+        self.samples: list[float] = []
+        self._halt = threading.Event()
+
+    @staticmethod
+    def _read() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        idle = v[3] + (v[4] if len(v) > 4 else 0)
+        return sum(v), idle
+
+    def run(self) -> None:
+        t, i = self._read()
+        while not self._halt.wait(self.period_s):
+            t2, i2 = self._read()
+            if t2 > t:
+                self.samples.append(100.0 * (1 - (i2 - i) / (t2 - t)))
+            t, i = t2, i2
+
+    def stop(self) -> dict:
+        self._halt.set()
+        self.join(2)
+        s = self.samples or [0.0]
+        return {"mean_pct": sum(s) / len(s), "max_pct": max(s), "samples": len(self.samples)}
+
+
+@dataclass
+class Run:
+    sc: Scenario
+    policy: str
+    repeat: int
+    raw_dir: str
+    tb: Testbed | None = None
+    daemons: dict[str, subprocess.Popen] = field(default_factory=dict)
+    daemon_policy: dict[str, str] = field(default_factory=dict)
+    workers: dict[str, list[subprocess.Popen]] = field(default_factory=dict)
+    servers: list[subprocess.Popen] = field(default_factory=list)
+    cross: dict[str, list[subprocess.Popen]] = field(default_factory=dict)
+    log: list[str] = field(default_factory=list)
+
+    # --- processes ------------------------------------------------------------
+    def _start(self, host: str, argv: list[str], tag: str) -> subprocess.Popen:
+        assert self.tb is not None
+        err = open(os.path.join(self.raw_dir, f"{tag}.err"), "w")
+        try:
+            return self.tb.popen(host, argv, stdout=subprocess.PIPE, stderr=err, text=True)
+        finally:
+            err.close()
+
+    def _addr(self, host: str) -> str:
+        assert self.tb is not None
+        return self.tb.host(host).addr
+
+    def start_daemons(self) -> None:
+        sc, tb = self.sc, self.tb
+        assert tb is not None
+        hs = sc.hostctl
+        for h in sc.topology.hosts:
+            jobs = host_jobs(sc, h)
+            pol = self.policy if (h in sc.policy_hosts() and jobs) else "fifo"
+            cfg = os.path.join(self.raw_dir, f"hostctl-{h}.toml")
+            with open(cfg, "w") as f:
+                f.write(_toml(jobs) if pol != "fifo" else "")
+            argv = [HOSTCTL, "start", "--policy", pol, "--iface", "eth0", "--link-rate",
+                    f"{sc.topology.link_bps}bit", "--other-rate", hs.other_rate, "--bands", str(hs.bands),
+                    "--rr-interval", str(hs.rr_interval_s), "--rescan", str(hs.rescan_s), "--log-level", "WARNING"]
+            if pol != "fifo":
+                argv += ["--config", cfg]
+            self.daemons[h] = self._start(h, argv, f"hostctl-{h}")
+            self.daemon_policy[h] = pol
+
+    def daemon_status(self, host: str) -> dict | None:
+        """The daemon's status over its control socket (in-process: no CLI spawn), None if it doesn't answer."""
+        from hostctl import control
+        from hostctl.testbed.net import call_in_netns
+
+        assert self.tb is not None
+        try:
+            return call_in_netns(self.tb.host(host).ns, lambda: control.request("status", timeout_s=3)["status"])
+        except (HostctlError, OSError):
+            return None
+
+    def observe(self, res: dict) -> None:
+        """Merge what each policy daemon sees now into res["daemons"]: per job its bands, the
+        most flows and bytes seen. Sampled about once a second while jobs run."""
+        for h in self.sc.topology.hosts:
+            if self.daemon_policy.get(h) == "fifo":
+                continue
+            st = self.daemon_status(h)
+            d = res["daemons"].setdefault(h, {"policy": self.daemon_policy[h], "samples": 0, "jobs": {}})
+            if not st:
+                continue
+            d["samples"] += 1
+            d["stats"] = st.get("stats")
+            for j in st.get("jobs", []):
+                e = d["jobs"].setdefault(j["job_id"], {"bands": [], "flows": 0, "tx_bytes": 0})
+                if j["band"] is not None and j["band"] not in e["bands"]:
+                    e["bands"].append(j["band"])
+                e["flows"] = max(e["flows"], len(j["flows"]))
+                e["tx_bytes"] = max(e["tx_bytes"], j["tx_bytes"])
+
+    def wait_daemons(self, expect_jobs: bool) -> None:
+        """Every daemon answers status; with expect_jobs, policy daemons list all their jobs."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        pending = set(self.daemons)
+        while pending:
+            for h in sorted(pending):
+                d = self.daemons[h]
+                if d.poll() is not None:
+                    err = open(os.path.join(self.raw_dir, f"hostctl-{h}.err")).read().strip()
+                    raise RunError(f"hostctl daemon on {h} exited ({d.returncode}): {err[-400:]}")
+                st = self.daemon_status(h)
+                if st is None:
+                    continue
+                if expect_jobs and self.daemon_policy[h] != "fifo":
+                    # the parameter servers are up by now; all-reduce and torch ranks start with their job
+                    want = {j.name for j in self.sc.jobs if j.kind == "ps" and h in j.ps_hosts}
+                    have = {j["job_id"].split(":")[0] for j in st.get("jobs", [])}
+                    if not want <= have:
+                        continue
+                pending.discard(h)
+            if pending and time.monotonic() > deadline:
+                raise RunError(f"hostctl daemons on {', '.join(sorted(pending))} not ready within "
+                               f"{READY_TIMEOUT_S:.0f} s")
+            if pending:
+                time.sleep(0.1)
+
+    def start_servers(self) -> None:
+        for j in self.sc.jobs:
+            if j.kind != "ps":
+                continue
+            for s, (h, port, nbytes) in enumerate(zip(j.ps_hosts, j.ports, shard_bytes(j.model_bytes,
+                                                                                      len(j.ps_hosts)))):
+                self.servers.append(self._start(h, [
+                    PY, "-m", "hostctl.workloads.ps", "server", "--bind", self._addr(h), "--port", str(port),
+                    "--workers", str(j.workers), "--iterations", str(j.iterations), "--shard-bytes", str(nbytes),
+                    "--job", j.name], f"{j.name}.ps{s}"))
+
+    def worker_argv(self, j: JobDef, k: int) -> list[str]:
+        out = os.path.join(self.raw_dir, f"{j.name}.w{k}.json")
+        common = ["--job", j.name, "--rank", str(k), "--iterations", str(j.iterations), "--compute",
+                  str(j.compute_s), "--model-bytes", str(j.model_bytes), "--out", out]
+        if j.kind == "ps":
+            ps = ",".join(f"{self._addr(h)}:{p}" for h, p in zip(j.ps_hosts, j.ports))
+            return [PY, "-m", "hostctl.workloads.ps", "worker", "--ps", ps, *common]
+        if j.kind == "allreduce":
+            prev = (k - 1) % j.workers
+            return [PY, "-m", "hostctl.workloads.allreduce", "worker", "--world", str(j.workers), "--bind",
+                    self._addr(j.worker_hosts[k]), "--port", str(j.ports[k]), "--prev",
+                    f"{self._addr(j.worker_hosts[prev])}:{j.ports[prev]}", *common]
+        return [PY, "-m", "hostctl.workloads.torchjob", "--world", str(j.workers), "--master",
+                f"{self._addr(j.worker_hosts[0])}:{j.ports[0]}", "--iface", "eth0", *common]
+
+    def start_job(self, j: JobDef) -> None:
+        self.workers[j.name] = [self._start(h, self.worker_argv(j, k), f"{j.name}.w{k}")
+                                for k, h in enumerate(j.worker_hosts)]
+
+    def start_cross(self, c) -> None:
+        src, dst = c.src, c.dst
+        srv = self._start(src, [PY, "-m", "hostctl.tools.bulk", "serve", "--bind", self._addr(src), "--port",
+                                str(c.port)], f"cross-{c.name}.srv")
+        self.servers.append(srv)
+        time.sleep(0.2)  # the listener is up before the receivers connect
+        self.cross[c.name] = [self._start(dst, [PY, "-m", "hostctl.tools.bulk", "recv", "--connect",
+                                                f"{self._addr(src)}:{c.port}", "--seconds", str(c.duration_s),
+                                                "--bucket", "0.5"], f"cross-{c.name}.r{i}")
+                              for i in range(c.flows)]
+
+    # --- the run ----------------------------------------------------------------
+    def execute(self, tb_name: str, progress=None) -> dict:
+        from hostctl.workloads.summary import load_records, summarize
+
+        sc = self.sc
+        res: dict = {"repeat": self.repeat, "policy": self.policy, "ok": False, "error": None, "jobs": {},
+                     "cross": {}, "links": {}, "cpu": {}, "daemons": {}}
+        os.makedirs(self.raw_dir, exist_ok=True)
+        cpu = CpuSampler()
+        self.tb = Testbed(tb_name, sc.topology)
+        try:
+            self.tb.up()
+            self.start_daemons()
+            self.wait_daemons(expect_jobs=False)
+            self.start_servers()
+            self.wait_daemons(expect_jobs=True)
+            c0 = self.tb.counters()
+            cpu.start()
+            t0 = time.monotonic()
+            events = sorted([(j.arrival_s, 0, j) for j in sc.jobs] + [(c.start_s, 1, c) for c in sc.cross],
+                            key=lambda e: (e[0], e[1]))
+            deadline = t0 + sc.timeout_s
+            ends: dict[str, float] = {}
+            next_observe = t0 + 0.5
+            while True:
+                now = time.monotonic()
+                while events and t0 + events[0][0] <= now:
+                    _, kind, obj = events.pop(0)
+                    (self.start_job if kind == 0 else self.start_cross)(obj)
+                for name, ps in self.workers.items():
+                    if name not in ends and all(p.poll() is not None for p in ps):
+                        ends[name] = time.monotonic()
+                        if progress:
+                            progress(len(ends))
+                if now >= next_observe:
+                    next_observe = now + OBSERVE_EVERY_S
+                    self.observe(res)
+                if not events and len(ends) == len(sc.jobs):
+                    break
+                if now > deadline:
+                    raise RunError(f"jobs {', '.join(j.name for j in sc.jobs if j.name not in ends)} did not "
+                                   f"finish within {sc.timeout_s:.0f} s (bench.timeout)")
+                time.sleep(0.05)
+            t_end = max(ends.values())
+            c1 = self.tb.counters()
+            res["cpu"] = cpu.stop()
+            res["duration_s"] = t_end - t0
+            for c in sc.cross:
+                res["cross"][c.name] = self._collect_cross(c.name, deadline)
+            for j in sc.jobs:
+                files = [os.path.join(self.raw_dir, f"{j.name}.w{k}.json") for k in range(j.workers)]
+                bad = [p.returncode for p in self.workers[j.name] if p.returncode != 0]
+                summ = summarize(load_records(files))
+                summ["arrival_s"] = j.arrival_s
+                if bad:
+                    summ.setdefault("errors", []).append(f"{len(bad)} worker(s) exited with {bad[0]}")
+                res["jobs"][j.name] = summ
+            rates = {ln.name: ln.rate_bps for ln in self.tb.links()}
+            for name, rate in rates.items():
+                b = c1.get(name, 0) - c0.get(name, 0)
+                res["links"][name] = {"bytes": b, "rate_bps": rate, "seconds": t_end - t0,
+                                      "utilisation": b * 8 / (rate * (t_end - t0)) if t_end > t0 else 0.0}
+            self.observe(res)
+            self.stop_daemons()
+            errors = [f"{n}: {e}" for n, s in res["jobs"].items() for e in s.get("errors", [])]
+            res["ok"] = not errors
+            res["error"] = "; ".join(errors[:3]) or None
+        except HostctlError as e:
+            res["error"] = str(e)
+        finally:
+            if cpu.is_alive():
+                cpu.stop()
+            self.tb.down()
+        return res
+
+    def _collect_cross(self, name: str, deadline: float) -> dict:
+        total, secs = 0, 0.0
+        for p in self.cross.get(name, []):
+            try:
+                out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+                d = json.loads(out)
+                total += d["total_bytes"]
+                secs = max(secs, d["seconds"])
+            except (subprocess.TimeoutExpired, ValueError, KeyError):
+                pass
+        return {"bytes": total, "seconds": secs, "throughput_bps": total * 8 / secs if secs else 0.0}
+
+    def stop_daemons(self) -> None:
+        """Stop every daemon and check that the host NIC's tbf came back (hostctl restores what it replaced)."""
+        from hostctl import control
+        from hostctl.testbed.net import call_in_netns
+
+        assert self.tb is not None
+        for h, d in self.daemons.items():
+            try:
+                call_in_netns(self.tb.host(h).ns, lambda: control.request("stop", timeout_s=10))
+            except (HostctlError, OSError) as e:
+                raise RunError(f"hostctl stop on {h} failed: {e}") from None
+        for h, d in self.daemons.items():
+            try:
+                d.wait(15)
+            except subprocess.TimeoutExpired:
+                raise RunError(f"hostctl daemon on {h} did not exit within 15 s of stop") from None
+            q = subprocess.run(["tc", "-n", self.tb.host(h).ns, "qdisc", "show", "dev", "eth0", "root"],
+                               capture_output=True, text=True).stdout
+            if "tbf" not in q:
+                raise RunError(f"after hostctl stop, {h}'s eth0 root qdisc is not the tbf it replaced: {q.strip()}")
+
+
+def run_bench(sc: Scenario, out_dir: str, *, on_run_start=None, on_job_done=None, on_run_end=None) -> dict:
+    """All repeats x policies, interleaved. Returns the results dict (see report.py for its schema)."""
+    from hostctl.bench import bound
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    raw_root = os.path.join(out_dir, "raw", f"{sc.name}-{stamp}")
+    results: dict = {"scenario": scenario_json(sc), "policies": list(sc.policies), "repeat": sc.repeat,
+                     "lower_bound": bound.for_scenario(sc), "runs": [], "raw_dir": raw_root,
+                     "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info()}
+    for r in range(sc.repeat):
+        for pol in policy_order(sc.policies, r):
+            if on_run_start:
+                on_run_start(r, pol)
+            run = Run(sc, pol, r, os.path.join(raw_root, f"r{r}-{pol}"))
+            res = run.execute(f"b{uuid.uuid4().hex[:6]}", progress=on_job_done)
+            results["runs"].append(res)
+            if on_run_end:
+                on_run_end(res)
+    results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    return results
+
+
+def scenario_json(sc: Scenario) -> dict:
+    t = sc.topology
+    return {"name": sc.name, "description": sc.description, "path": sc.path,
+            "topology": {"hosts": len(t.hosts), "racks": t.racks, "link_bps": t.link_bps,
+                         "uplink_bps": t.uplink_bps, "queue_bytes": t.queue_bytes},
+            "hostctl": {"rr_interval_s": sc.hostctl.rr_interval_s, "bands": sc.hostctl.bands,
+                        "other_rate": sc.hostctl.other_rate, "rescan_s": sc.hostctl.rescan_s,
+                        "hosts": list(sc.policy_hosts())},
+            "jobs": [{"name": j.name, "kind": j.kind, "ps": list(j.ps_hosts), "workers": list(j.worker_hosts),
+                      "model_bytes": j.model_bytes, "compute_s": j.compute_s, "iterations": j.iterations,
+                      "arrival_s": j.arrival_s} for j in sc.jobs],
+            "cross": [{"name": c.name, "src": c.src, "dst": c.dst, "start_s": c.start_s,
+                       "duration_s": c.duration_s, "flows": c.flows} for c in sc.cross]}
+
+
+def machine_info() -> dict:
+    info = {"cpus": os.cpu_count(), "kernel": os.uname().release, "python": sys.version.split()[0]}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu_model"] = line.split(":", 1)[1].strip()
+                    break
+        with open("/proc/meminfo") as f:
+            info["mem_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return info

@@ -1,0 +1,352 @@
+"""Benchmark scenarios: a TOML file describing a testbed, jobs, cross traffic
+and hostctl settings, parsed into frozen dataclasses (no I/O but reading the file).
+
+    name = "placement1"
+    [testbed]
+    hosts = 6                      # one switch: h0..h5
+    # racks = 2                    # or racks of hosts under top-of-rack bridges
+    # hosts_per_rack = 3           #   joined through an aggregation bridge
+    # uplink = "200mbit"           #   each rack's uplink, each direction
+    link = "200mbit"               # every host NIC, each direction
+    queue = "256KiB"               # switch port buffer (tbf limit)
+
+    [hostctl]                      # settings of the daemon under test
+    rr_interval = 2.0
+    hosts = "all"                  # hosts that run the policy; others run fifo
+
+    [bench]
+    policies = ["fifo", "one", "rr"]
+    repeat = 3
+
+    [[jobs]]
+    name = "resnet"                # count > 1: resnet-01, resnet-02, ...
+    count = 12
+    kind = "ps"                    # ps | allreduce | torch
+    ps = ["h0"]                    # PS hosts, used round-robin by the replicas
+    servers = 1                    # PS shards per job
+    workers = "others"             # or a list of hosts, one worker each
+    model = "1MiB"
+    compute = 0.1                  # seconds per iteration
+    iterations = 10
+    arrival = 0.0                  # seconds after the start
+    arrival_step = 0.0             # added per replica
+
+    [[cross]]                      # non-DL bulk TCP
+    name = "backup"
+    src = "h1"
+    dst = "h0"
+    start = 1.0
+    duration = 10.0
+    flows = 1
+
+Every mistake is a ConfigError naming the key and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hostctl.core.bands import POLICIES
+from hostctl.core.units import parse_rate_bps, parse_size_bytes
+from hostctl.errors import ConfigError
+
+KINDS = ("ps", "allreduce", "torch")
+PORT_BASE = 7100  # first port handed to a job's servers / ranks
+MAX_HOSTS = 64
+MAX_PROCESSES = 400
+
+TOP_KEYS = {"name", "description", "testbed", "hostctl", "bench", "jobs", "cross"}
+TESTBED_KEYS = {"hosts", "racks", "hosts_per_rack", "link", "uplink", "queue"}
+HOSTCTL_KEYS = {"rr_interval", "bands", "other_rate", "rescan", "hosts"}
+BENCH_KEYS = {"policies", "repeat", "timeout"}
+JOB_KEYS = {"name", "count", "kind", "ps", "servers", "workers", "model", "compute", "iterations",
+            "arrival", "arrival_step"}
+CROSS_KEYS = {"name", "src", "dst", "start", "duration", "flows"}
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,32}")
+
+
+@dataclass(frozen=True)
+class Topology:
+    hosts: tuple[str, ...]  # h0, h1, ...
+    rack_of: tuple[int, ...]  # rack index of each host (all 0 with one switch)
+    racks: int  # 1 = one switch, no aggregation link
+    link_bps: int  # every host NIC, each direction (bits/s)
+    uplink_bps: int | None  # each rack's uplink, each direction; None with one switch
+    queue_bytes: int  # switch port buffer
+
+    def index(self, host: str) -> int:
+        return self.hosts.index(host)
+
+
+@dataclass(frozen=True)
+class JobDef:
+    """One job after expanding `count`; ports are fixed here so every run uses the same ones."""
+    name: str
+    kind: str
+    ps_hosts: tuple[str, ...]  # ps: one entry per server (shard); empty otherwise
+    worker_hosts: tuple[str, ...]  # ranks in order (all-reduce ring order; torch rank 0 = master)
+    model_bytes: int
+    compute_s: float
+    iterations: int
+    arrival_s: float
+    ports: tuple[int, ...]  # ps: one per server; allreduce: one per rank; torch: (master port,)
+
+    @property
+    def workers(self) -> int:
+        return len(self.worker_hosts)
+
+
+@dataclass(frozen=True)
+class CrossDef:
+    name: str
+    src: str
+    dst: str
+    start_s: float
+    duration_s: float
+    flows: int
+    port: int
+
+
+@dataclass(frozen=True)
+class HostctlSettings:
+    rr_interval_s: float = 2.0
+    bands: int = 6
+    other_rate: str = "10%"
+    rescan_s: float = 0.5
+    hosts: tuple[str, ...] | None = None  # None: all hosts run the policy under test
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    topology: Topology
+    jobs: tuple[JobDef, ...]
+    cross: tuple[CrossDef, ...] = ()
+    hostctl: HostctlSettings = field(default_factory=HostctlSettings)
+    policies: tuple[str, ...] = ("fifo", "one", "rr")
+    repeat: int = 3
+    timeout_s: float = 600.0
+    path: str = ""
+
+    def policy_hosts(self) -> tuple[str, ...]:
+        return self.hostctl.hosts if self.hostctl.hosts is not None else self.topology.hosts
+
+    def with_overrides(self, *, iterations: int | None = None, policies: tuple[str, ...] | None = None,
+                       repeat: int | None = None) -> "Scenario":
+        s = self
+        if iterations is not None:
+            if iterations < 1:
+                raise ConfigError("--iterations must be at least 1")
+            s = replace(s, jobs=tuple(replace(j, iterations=iterations) for j in s.jobs))
+        if policies is not None:
+            s = replace(s, policies=_policies(list(policies), "--policies"))
+        if repeat is not None:
+            if not 1 <= repeat <= 100:
+                raise ConfigError("--repeat must be within 1..100")
+            s = replace(s, repeat=repeat)
+        return s
+
+
+def _where(ctx: str, key: str) -> str:
+    return f"{ctx}.{key}" if ctx else key
+
+
+def _check_keys(d: Any, allowed: set[str], ctx: str) -> dict:
+    if not isinstance(d, dict):
+        raise ConfigError(f"{ctx} must be a table")
+    bad = sorted(set(d) - allowed)
+    if bad:
+        raise ConfigError(f"unknown key {_where(ctx, bad[0])}; allowed: {', '.join(sorted(allowed))}")
+    return d
+
+
+def _num(d: dict, key: str, ctx: str, default: float | None, lo: float, hi: float,
+         integer: bool = False) -> float:
+    v = d.get(key, default)
+    if v is None:
+        raise ConfigError(f"{_where(ctx, key)} is required")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
+        raise ConfigError(f"{_where(ctx, key)} must be {'an integer' if integer else 'a number'}, got {v!r}")
+    if not lo <= v <= hi:
+        raise ConfigError(f"{_where(ctx, key)} = {v} is out of range {lo:g}..{hi:g}")
+    return v
+
+
+def _host_list(v: Any, hosts: tuple[str, ...], where: str) -> tuple[str, ...]:
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not v or not all(isinstance(h, str) for h in v):
+        raise ConfigError(f"{where} must be a list of host names like [\"h0\", \"h1\"]")
+    for h in v:
+        if h not in hosts:
+            raise ConfigError(f"{where}: unknown host {h!r}; this testbed has {hosts[0]}..{hosts[-1]}")
+    return tuple(v)
+
+
+def _policies(v: Any, where: str) -> tuple[str, ...]:
+    if isinstance(v, str):
+        v = [p.strip() for p in v.split(",") if p.strip()]
+    if not isinstance(v, list) or not v:
+        raise ConfigError(f"{where} must list policies, e.g. fifo,one,rr")
+    for p in v:
+        if p not in POLICIES:
+            raise ConfigError(f"{where}: unknown policy {p!r}; choose from {', '.join(POLICIES)}")
+    if len(set(v)) != len(v):
+        raise ConfigError(f"{where}: a policy is listed twice")
+    return tuple(v)
+
+
+def _topology(d: dict) -> Topology:
+    d = _check_keys(d, TESTBED_KEYS, "testbed")
+    link = parse_rate_bps(d.get("link", "200mbit"), what="testbed.link")
+    queue = parse_size_bytes(d.get("queue", "256KiB"), what="testbed.queue")
+    if not 16 * 1024 <= queue <= 64 * 1024 * 1024:
+        raise ConfigError("testbed.queue must be within 16KiB..64MiB")
+    if "racks" in d:
+        if "hosts" in d:
+            raise ConfigError("testbed: give either hosts (one switch) or racks + hosts_per_rack, not both")
+        racks = int(_num(d, "racks", "testbed", None, 2, 16, integer=True))
+        per = int(_num(d, "hosts_per_rack", "testbed", None, 1, MAX_HOSTS, integer=True))
+        if "uplink" not in d:
+            raise ConfigError("testbed.uplink is required with racks, e.g. uplink = \"200mbit\"")
+        uplink = parse_rate_bps(d["uplink"], what="testbed.uplink")
+        n = racks * per
+        rack_of = tuple(i // per for i in range(n))
+    else:
+        for k in ("hosts_per_rack", "uplink"):
+            if k in d:
+                raise ConfigError(f"testbed.{k} needs racks = N (two or more racks)")
+        n = int(_num(d, "hosts", "testbed", None, 2, MAX_HOSTS, integer=True))
+        racks, uplink, rack_of = 1, None, tuple(0 for _ in range(n))
+    if n > MAX_HOSTS:
+        raise ConfigError(f"testbed has {n} hosts; at most {MAX_HOSTS}")
+    return Topology(hosts=tuple(f"h{i}" for i in range(n)), rack_of=rack_of, racks=racks, link_bps=link,
+                    uplink_bps=uplink, queue_bytes=queue)
+
+
+def _jobs(items: Any, topo: Topology) -> tuple[JobDef, ...]:
+    if not isinstance(items, list) or not items:
+        raise ConfigError("a scenario needs at least one [[jobs]] table")
+    out: list[JobDef] = []
+    port = PORT_BASE
+    for n, d in enumerate(items):
+        ctx = f"jobs[{n}]"
+        d = _check_keys(d, JOB_KEYS, ctx)
+        name = d.get("name")
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise ConfigError(f"{ctx}.name must be 1-32 letters, digits, '_', '.' or '-'")
+        ctx = f"jobs[{name}]"
+        kind = d.get("kind", "ps")
+        if kind not in KINDS:
+            raise ConfigError(f"{ctx}.kind {kind!r} is unknown; choose from {', '.join(KINDS)}")
+        count = int(_num(d, "count", ctx, 1, 1, 64, integer=True))
+        servers = int(_num(d, "servers", ctx, 1, 1, 16, integer=True))
+        model = parse_size_bytes(d.get("model", "1MiB"), what=f"{ctx}.model")
+        if not 1024 <= model <= 1 << 32:
+            raise ConfigError(f"{ctx}.model must be within 1KiB..4GiB")
+        compute = float(_num(d, "compute", ctx, 0.1, 0.0, 60.0))
+        iterations = int(_num(d, "iterations", ctx, 10, 1, 100_000, integer=True))
+        arrival = float(_num(d, "arrival", ctx, 0.0, 0.0, 3600.0))
+        step = float(_num(d, "arrival_step", ctx, 0.0, 0.0, 600.0))
+        if kind == "ps":
+            if "ps" not in d:
+                raise ConfigError(f"{ctx}.ps is required for a ps job: the PS hosts, e.g. ps = [\"h0\"]")
+            ps_pool = _host_list(d["ps"], topo.hosts, f"{ctx}.ps")
+        elif "ps" in d or "servers" in d:
+            raise ConfigError(f"{ctx}: ps and servers are only for kind = \"ps\"")
+        for r in range(count):
+            jname = name if count == 1 else f"{name}-{r + 1:02d}"
+            ps_hosts: tuple[str, ...] = ()
+            if kind == "ps":
+                ps_hosts = tuple(ps_pool[(r * servers + s) % len(ps_pool)] for s in range(servers))
+            w = d.get("workers", "others")
+            if w == "others":
+                if kind != "ps":
+                    raise ConfigError(f"{ctx}.workers = \"others\" is only for ps jobs; list the hosts")
+                workers = tuple(h for h in topo.hosts if h not in ps_hosts)
+            elif w == "all":
+                workers = topo.hosts
+            else:
+                workers = _host_list(w, topo.hosts, f"{ctx}.workers")
+            if kind != "ps" and len(workers) < 2:
+                raise ConfigError(f"{ctx}.workers: a {kind} job needs at least two workers")
+            nports = servers if kind == "ps" else (len(workers) if kind == "allreduce" else 1)
+            out.append(JobDef(name=jname, kind=kind, ps_hosts=ps_hosts, worker_hosts=workers, model_bytes=model,
+                              compute_s=compute, iterations=iterations, arrival_s=arrival + r * step,
+                              ports=tuple(range(port, port + nports))))
+            port += nports
+    names = [j.name for j in out]
+    dup = {x for x in names if names.count(x) > 1}
+    if dup:
+        raise ConfigError(f"job name {sorted(dup)[0]!r} is used twice; job names must be unique")
+    procs = sum(j.workers + len(j.ps_hosts) for j in out)
+    if procs > MAX_PROCESSES:
+        raise ConfigError(f"the scenario starts {procs} job processes; at most {MAX_PROCESSES} fit this machine")
+    return tuple(out)
+
+
+def _cross(items: Any, topo: Topology, first_port: int) -> tuple[CrossDef, ...]:
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise ConfigError("cross must be a list of [[cross]] tables")
+    out = []
+    for n, d in enumerate(items):
+        ctx = f"cross[{n}]"
+        d = _check_keys(d, CROSS_KEYS, ctx)
+        name = d.get("name", f"cross{n}")
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise ConfigError(f"{ctx}.name must be 1-32 letters, digits, '_', '.' or '-'")
+        src = _host_list(d.get("src", ""), topo.hosts, f"{ctx}.src")[0]
+        dst = _host_list(d.get("dst", ""), topo.hosts, f"{ctx}.dst")[0]
+        if src == dst:
+            raise ConfigError(f"{ctx}: src and dst are the same host; cross traffic must cross a link")
+        out.append(CrossDef(name=name, src=src, dst=dst, start_s=float(_num(d, "start", ctx, 0.0, 0.0, 3600.0)),
+                            duration_s=float(_num(d, "duration", ctx, None, 0.5, 3600.0)),
+                            flows=int(_num(d, "flows", ctx, 1, 1, 32, integer=True)), port=first_port + n))
+    return tuple(out)
+
+
+def parse_scenario(data: dict, path: str = "") -> Scenario:
+    _check_keys(data, TOP_KEYS, "")
+    topo = _topology(data.get("testbed", {}))
+    jobs = _jobs(data.get("jobs"), topo)
+    cross = _cross(data.get("cross"), topo, max(p for j in jobs for p in j.ports) + 1)
+    h = _check_keys(data.get("hostctl", {}), HOSTCTL_KEYS, "hostctl")
+    hosts = h.get("hosts", "all")
+    settings = HostctlSettings(
+        rr_interval_s=float(_num(h, "rr_interval", "hostctl", 2.0, 0.1, 3600.0)),
+        bands=int(_num(h, "bands", "hostctl", 6, 1, 7, integer=True)),
+        other_rate=str(h.get("other_rate", "10%")),
+        rescan_s=float(_num(h, "rescan", "hostctl", 0.5, 0.05, 60.0)),
+        hosts=None if hosts == "all" else _host_list(hosts, topo.hosts, "hostctl.hosts"))
+    b = _check_keys(data.get("bench", {}), BENCH_KEYS, "bench")
+    name = data.get("name") or os.path.splitext(os.path.basename(path))[0] or "scenario"
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigError("name must be 1-32 letters, digits, '_', '.' or '-'")
+    return Scenario(
+        name=name, description=str(data.get("description", "")), topology=topo, jobs=jobs, cross=cross,
+        hostctl=settings, policies=_policies(b.get("policies", ["fifo", "one", "rr"]), "bench.policies"),
+        repeat=int(_num(b, "repeat", "bench", 3, 1, 100, integer=True)),
+        timeout_s=float(_num(b, "timeout", "bench", 600.0, 5.0, 86400.0)), path=path)
+
+
+def load_scenario(path: str) -> Scenario:
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"scenario file {path} does not exist; see examples/scenarios/") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read scenario {path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"scenario {path} is not valid TOML: {e}") from None
+    try:
+        return parse_scenario(data, path)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None

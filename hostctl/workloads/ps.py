@@ -1,0 +1,265 @@
+"""Synchronous parameter-server job over real TCP.
+
+  python -m hostctl.workloads.ps server --bind ADDR --port P --workers W --iterations N
+         --shard-bytes B [--job NAME] [--out FILE] [--connect-timeout 60] [--io-timeout 300]
+  python -m hostctl.workloads.ps worker --job NAME --rank K --ps ADDR:PORT[,ADDR:PORT...]
+         --iterations N --compute SECONDS --model-bytes B --out FILE
+         [--connect-timeout 60] [--io-timeout 300]
+
+The model of B bytes is split into P shards, one per server in --ps order:
+shard i has B // P bytes, the last one also gets the remainder.
+
+Protocol (all integers big-endian):
+
+1. Each worker connects to every server (retrying until --connect-timeout, as
+   all processes start together) and sends a hello ``"HPSW" rank:u32
+   shard_bytes:u64``; the server answers ``"HPSS" shard_bytes:u64 status:u32``
+   (status 0 = accepted; 1 = rank already taken; 2 = shard size differs, which
+   means --model-bytes or the --ps list does not match the servers). Rejected
+   connections are closed and the server goes on accepting. A server accepts
+   exactly W workers; its listening socket stays open (idle) until it exits.
+2. For iteration i = 0..N-1 the server sends, to ALL workers at once (one thread
+   per connection, so the W update flows contend on the link), the header
+   ``i:u64`` and its shard (the model update); then it receives each worker's
+   gradient shard (same size) and waits until all W have arrived (the barrier).
+3. After N iterations it sends the header ``DONE`` (2**64-1) and exits 0.
+
+The update flows go server -> worker over the connection the worker made, so
+the server's egress flows have the listening port as source port.
+
+Worker, per iteration i: receive header + shard from every server concurrently
+(one thread per server); barrier_exit[i] = arrival of the LAST server's header
+of iteration i (for i = 0 the job start, for i >= 1 the release of barrier
+i-1); then sleep --compute seconds; then send the gradient shards to all
+servers concurrently; barrier_enter[i] = when all those sends returned. After
+the last iteration barrier_exit[N] = arrival of the last DONE header (= t_end).
+Barrier wait i = barrier_exit[i+1] - barrier_enter[i], and iter_end[i] =
+barrier_exit[i+1] (the release of barrier i: all gradients of iteration i were
+aggregated by every server). t_start is taken after connecting, before the
+first header. Byte counts exclude the hello: a worker receives
+N*B + 8*P*(N+1) bytes and sends N*B.
+
+The worker writes its record (see hostctl.workloads) to --out and exits 0, or
+1 after an error (peer closed, timeout), 143 after SIGTERM; 2 = bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import struct
+import sys
+import threading
+import time
+from functools import partial
+
+from hostctl.workloads.common import (
+    HELLO_TIMEOUT_S, IO_TIMEOUT_S, ArgParser, Link, ProtocolError, accept, check_out_path, close_all, connect_retry,
+    hostport_list, install_sigterm, listen, new_record, nonneg_float, nonneg_int, now, pos_float,
+    pos_int, port_number, run_parallel, run_recorded, shutdown_links,
+)
+
+PROG = "hostctl.workloads.ps"
+DONE = 2**64 - 1
+HELLO = struct.Struct("!4sIQ")   # "HPSW", rank, shard_bytes the worker expects
+ACK = struct.Struct("!4sQI")     # "HPSS", shard_bytes the server serves, status
+HELLO_MAGIC = b"HPSW"
+ACK_MAGIC = b"HPSS"
+ACCEPTED, RANK_TAKEN, SHARD_MISMATCH = 0, 1, 2
+_REJECT_TEXT = {RANK_TAKEN: "rank already connected", SHARD_MISMATCH: "shard size differs"}
+
+
+def shard_sizes(model_bytes: int, servers: int) -> list[int]:
+    """Bytes of each server's shard: B // P each, the last one also gets the remainder."""
+    base = model_bytes // servers
+    return [base] * (servers - 1) + [model_bytes - base * (servers - 1)]
+
+
+# ---------------------------------------------------------------- server
+
+def _accept_workers(srv, workers: int, shard_bytes: int, deadline: float, io_timeout_s: float) -> list[Link]:
+    """Accept connections until `workers` valid hellos with distinct ranks; reject the others."""
+    links: dict[int, Link] = {}
+    while len(links) < workers:
+        try:
+            conn = accept(srv, deadline, HELLO_TIMEOUT_S)
+        except TimeoutError:
+            raise TimeoutError(f"only {len(links)} of {workers} workers connected in time "
+                               "(--connect-timeout)") from None
+        link = Link(conn, "worker")
+        try:
+            magic, rank, want_bytes = link.recv_struct(HELLO)
+        except OSError:
+            link.close()  # not one of our workers (a probe, a scanner): ignore it
+            continue
+        if magic != HELLO_MAGIC:
+            link.close()
+            continue
+        status = RANK_TAKEN if rank in links else SHARD_MISMATCH if want_bytes != shard_bytes else ACCEPTED
+        try:
+            link.send_struct(ACK, ACK_MAGIC, shard_bytes, status)
+        except OSError:
+            status = -1
+        if status != ACCEPTED:
+            if status > 0:
+                sys.stderr.write(f"{PROG} server: rejected worker rank {rank}: {_REJECT_TEXT[status]}\n")
+            link.close()
+            continue
+        link.peer = f"worker {rank}"
+        conn.settimeout(io_timeout_s)
+        links[rank] = link
+    return [links[r] for r in sorted(links)]
+
+
+def _serve_worker(link: Link, iterations: int, shard_bytes: int, barrier: threading.Barrier,
+                  io_timeout_s: float) -> None:
+    """One worker connection: N x (header + shard out, gradient in, barrier), then DONE."""
+    for i in range(iterations):
+        link.send_header(i)
+        link.send_blob(shard_bytes)
+        link.recv_blob(shard_bytes)
+        barrier.wait(io_timeout_s)
+    link.send_header(DONE)
+
+
+def run_server(a: argparse.Namespace) -> int:
+    rec = new_record(a.job, "ps", None, role="server")
+    rec.update(port=a.port, workers=a.workers, shard_bytes=a.shard_bytes)
+    links: list[Link] = []
+    srv = None
+
+    def body() -> None:
+        nonlocal srv
+        srv = listen(a.bind, a.port)
+        links.extend(_accept_workers(srv, a.workers, a.shard_bytes, now() + a.connect_timeout, a.io_timeout))
+        rec["t_start"] = now()
+        barrier = threading.Barrier(a.workers)
+
+        def abort() -> None:
+            barrier.abort()
+            shutdown_links(links)
+
+        run_parallel([partial(_serve_worker, lk, a.iterations, a.shard_bytes, barrier, a.io_timeout)
+                      for lk in links], abort)
+        rec["t_end"] = now()
+
+    def cleanup() -> None:
+        rec["bytes_sent"] = sum(lk.sent_bytes for lk in links)
+        rec["bytes_received"] = sum(lk.received_bytes for lk in links)
+        close_all([lk.sock for lk in links] + [srv])
+
+    return run_recorded(f"{PROG} server :{a.port}", rec, a.out, body, cleanup)
+
+
+# ---------------------------------------------------------------- worker
+
+def _connect_servers(servers: list[tuple[str, int]], rank: int, shards: list[int],
+                     timeout_s: float, io_timeout_s: float, links: list[Link]) -> None:
+    """Connect and say hello to every server in order (appending to `links` as it goes)."""
+    deadline = now() + timeout_s
+    for (addr, port), shard_bytes in zip(servers, shards):
+        sock = connect_retry(addr, port, max(0.0, deadline - now()), io_timeout_s)
+        link = Link(sock, f"server {addr}:{port}")
+        links.append(link)
+        link.send_struct(HELLO, HELLO_MAGIC, rank, shard_bytes)
+        magic, their_bytes, status = link.recv_struct(ACK)
+        if magic != ACK_MAGIC:
+            raise ProtocolError(f"{link.peer} is not a ps server (bad hello answer)")
+        if status == SHARD_MISMATCH:
+            raise ProtocolError(f"{link.peer} serves {their_bytes}-byte shards, this worker expects "
+                                f"{shard_bytes} (--model-bytes or --ps does not match the servers)")
+        if status != ACCEPTED:
+            raise ProtocolError(f"{link.peer} rejected rank {rank}: {_REJECT_TEXT.get(status, status)}")
+
+
+def _recv_update(link: Link, expect: int, shard_bytes: int) -> float:
+    """Receive one header (must be `expect`) and, unless DONE, the shard; returns the header's arrival time."""
+    value = link.recv_header()
+    t = now()
+    if value != expect:
+        want = "DONE" if expect == DONE else f"iteration {expect}"
+        got = "DONE" if value == DONE else f"iteration {value}"
+        raise ProtocolError(f"{link.peer} sent {got}, expected {want}")
+    if expect != DONE:
+        link.recv_blob(shard_bytes)
+    return t
+
+
+def _release(rec: dict, t_exit: float) -> None:
+    """Barrier of the previous iteration released at t_exit (a header of the next one arrived)."""
+    rec["barrier_exit"].append(t_exit)
+    if rec["barrier_enter"]:
+        rec["iter_end"].append(t_exit)
+        rec["barrier_wait_s"].append(t_exit - rec["barrier_enter"][-1])
+
+
+def run_worker(a: argparse.Namespace) -> int:
+    rec = new_record(a.job, "ps", a.rank)
+    shards = shard_sizes(a.model_bytes, len(a.ps))
+    links: list[Link] = []
+
+    def abort() -> None:
+        shutdown_links(links)
+
+    def body() -> None:
+        _connect_servers(a.ps, a.rank, shards, a.connect_timeout, a.io_timeout, links)
+        rec["t_start"] = now()
+        for i in range(a.iterations):
+            arrivals = run_parallel([partial(_recv_update, lk, i, n) for lk, n in zip(links, shards)], abort)
+            _release(rec, max(arrivals))
+            time.sleep(a.compute)
+            run_parallel([partial(lk.send_blob, n) for lk, n in zip(links, shards)], abort)
+            rec["barrier_enter"].append(now())
+        arrivals = run_parallel([partial(_recv_update, lk, DONE, 0) for lk in links], abort)
+        _release(rec, max(arrivals))
+        rec["t_end"] = rec["barrier_exit"][-1]
+
+    def cleanup() -> None:
+        rec["bytes_sent"] = sum(lk.sent_bytes for lk in links)
+        rec["bytes_received"] = sum(lk.received_bytes for lk in links)
+        close_all([lk.sock for lk in links])
+
+    return run_recorded(f"{PROG} worker {a.job}/{a.rank}", rec, a.out, body, cleanup)
+
+
+# ---------------------------------------------------------------- CLI
+
+def _parser() -> ArgParser:
+    ap = ArgParser(prog=PROG, description="Synchronous parameter-server job over real TCP.")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{server,worker}")
+    s = sub.add_parser("server", help="one parameter server (one shard of the model)")
+    s.add_argument("--bind", required=True, help="address to listen on")
+    s.add_argument("--port", type=port_number, required=True)
+    s.add_argument("--workers", type=pos_int, required=True, help="accept exactly this many workers")
+    s.add_argument("--iterations", type=pos_int, required=True)
+    s.add_argument("--shard-bytes", type=nonneg_int, required=True, help="size of this server's shard")
+    s.add_argument("--job", default="ps", help="job name, for the record")
+    s.add_argument("--out", help="write the server's record here ('-' = stdout)")
+    s.add_argument("--connect-timeout", type=pos_float, default=60.0,
+                   help="seconds to wait for all workers to connect (default 60)")
+    s.add_argument("--io-timeout", type=pos_float, default=IO_TIMEOUT_S,
+                   help=f"seconds one send/receive may block (default {IO_TIMEOUT_S:g})")
+    w = sub.add_parser("worker", help="one worker")
+    w.add_argument("--job", required=True)
+    w.add_argument("--rank", type=nonneg_int, required=True)
+    w.add_argument("--ps", type=hostport_list, required=True, metavar="ADDR:PORT[,ADDR:PORT...]")
+    w.add_argument("--iterations", type=pos_int, required=True)
+    w.add_argument("--compute", type=nonneg_float, required=True, help="seconds of compute per iteration")
+    w.add_argument("--model-bytes", type=nonneg_int, required=True)
+    w.add_argument("--out", required=True, help="record file ('-' = stdout)")
+    w.add_argument("--connect-timeout", type=pos_float, default=60.0)
+    w.add_argument("--io-timeout", type=pos_float, default=IO_TIMEOUT_S)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
+    a = ap.parse_args(argv)
+    check_out_path(ap, a.out)
+    if a.cmd == "worker" and a.model_bytes < len(a.ps):
+        ap.error(f"--model-bytes {a.model_bytes} is smaller than the number of servers ({len(a.ps)})")
+    install_sigterm()
+    return run_server(a) if a.cmd == "server" else run_worker(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

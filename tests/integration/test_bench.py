@@ -1,0 +1,171 @@
+"""The benchmark harness end to end: real processes, real TCP, real hostctl daemons
+on an emulated testbed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import textwrap
+import uuid
+
+import pytest
+
+from hostctl.bench.scenario import parse_scenario
+from hostctl.core import traffic
+from hostctl.testbed.net import NS_PREFIX, Testbed, teardown
+from hostctl.workloads.summary import load_records, summarize
+from tests.conftest import HOSTCTL, PY, sh
+
+pytestmark = [pytest.mark.root, pytest.mark.netns]
+
+
+def test_ps_job_finishes_close_to_its_analytic_jct(tmp_path):
+    """2 hosts at 100 Mbit/s: PS on h0, 2 workers on h1; JCT within 20% of bytes / rate + compute."""
+    sc = parse_scenario({"testbed": {"hosts": 2, "link": "100mbit"},
+                         "jobs": [{"name": "j", "ps": ["h0"], "workers": ["h1", "h1"], "model": "1MiB",
+                                   "compute": 0.1, "iterations": 6}]})
+    job = sc.jobs[0]
+    t = sc.topology
+    net = traffic.network(t.hosts, t.rack_of, t.racks, t.link_bps, None)
+    analytic = traffic.analytic_s(job, net)
+    # by hand: 6 x (2 MiB down + 0.1 s + 2 MiB up) at 100 Mbit/s
+    assert analytic == pytest.approx(6 * (2 * 2 * 2**20 * 8 / 100e6 + 0.1))
+    tb = Testbed("a" + uuid.uuid4().hex[:7], t)
+    try:
+        tb.up()
+        ps = tb.popen("h0", [PY, "-m", "hostctl.workloads.ps", "server", "--bind", tb.host("h0").addr, "--port",
+                             "7100", "--workers", "2", "--iterations", "6", "--shard-bytes", str(job.model_bytes),
+                             "--job", "j"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        outs = [str(tmp_path / f"w{k}.json") for k in range(2)]
+        ws = [tb.popen("h1", [PY, "-m", "hostctl.workloads.ps", "worker", "--job", "j", "--rank", str(k), "--ps",
+                              f"{tb.host('h0').addr}:7100", "--iterations", "6", "--compute", "0.1",
+                              "--model-bytes", str(job.model_bytes), "--out", outs[k]],
+                       stderr=subprocess.PIPE, text=True) for k in range(2)]
+        for w in ws:
+            assert w.wait(60) == 0, w.stderr.read()
+        assert ps.wait(10) == 0
+        s = summarize(load_records(outs))
+    finally:
+        tb.down()
+    assert s["errors"] == []
+    assert abs(s["jct_s"] / analytic - 1) <= 0.2, (s["jct_s"], analytic)
+    assert s["jct_s"] >= traffic.standalone_s(job, net), "faster than the lower bound: the bound is wrong"
+    assert len(s["barrier_wait_std_s"]) == 6
+
+
+def tiny_scenario(path, extra: str = "") -> str:
+    path.write_text(textwrap.dedent("""
+        name = "tiny"
+        description = "CI: 2 PS jobs on h0, one all-reduce job, cross traffic"
+        [testbed]
+        hosts = 3
+        link = "100mbit"
+        [hostctl]
+        rr_interval = 1.0
+        rescan = 0.2
+        [bench]
+        policies = ["fifo", "one"]
+        repeat = 1
+        timeout = 120
+        [[jobs]]
+        name = "ps"
+        count = 2
+        ps = ["h0"]
+        model = "512KiB"
+        compute = 0.05
+        iterations = 8
+        [[jobs]]
+        name = "ring"
+        kind = "allreduce"
+        workers = ["h1", "h2"]
+        model = "4MiB"
+        compute = 0.05
+        iterations = 8
+        [[cross]]
+        name = "bulk"
+        src = "h1"
+        dst = "h0"
+        start = 0.2
+        duration = 1.5
+    """) + extra)
+    return str(path)
+
+
+def test_tiny_bench_writes_complete_json_and_plots(tmp_path):
+    before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+    out = tmp_path / "out"
+    r = sh([HOSTCTL, "bench", tiny_scenario(tmp_path / "tiny.toml"), "--out", str(out)], check=False, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    d = json.loads((out / "tiny.json").read_text())
+    assert [x["policy"] for x in d["runs"]] == ["fifo", "one"]
+    for run in d["runs"]:
+        assert run["ok"], run["error"]
+        assert set(run["jobs"]) == {"ps-01", "ps-02", "ring"}
+        for j in run["jobs"].values():
+            assert j["jct_s"] > 0 and len(j["barrier_wait_std_s"]) == 8 and not j["errors"]
+        assert run["cross"]["bulk"]["bytes"] > 0
+        assert run["links"]["h0:up"]["bytes"] > 8 * 2 * 2 * 512 * 1024  # 2 jobs x 2 workers x 8 updates
+        assert 0 < run["cpu"]["mean_pct"] <= 100
+    one = next(x for x in d["runs"] if x["policy"] == "one")
+    # the policy daemon on h0 saw both PS jobs and put them in different bands
+    seen = one["daemons"]["h0"]["jobs"]
+    assert set(seen) == {"ps-01", "ps-02"} and {seen[j]["bands"][0] for j in seen} == {0, 1}
+    assert all(seen[j]["flows"] == 2 and seen[j]["tx_bytes"] > 0 for j in seen)
+    ring = one["daemons"]["h1"]["jobs"]["ring"]
+    assert ring["flows"] >= 1 and ring["tx_bytes"] > 0
+    s = d["summary"]
+    assert s["fifo"]["ratio_vs_fifo"] == pytest.approx(1.0) and s["one"]["ratio_vs_fifo"] > 0
+    assert d["lower_bound"]["avg_jct_s"] > 0
+    for p in ("tiny_jct.png", "tiny_barrier_cdf.png"):
+        assert (out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "policy" in r.stdout and "fifo" in r.stdout
+    after = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+    assert not {n for n in after - before if n.startswith(NS_PREFIX)}, "bench left namespaces behind"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="torch is not installed: pip install -e '.[torch]' runs the PyTorch job test")
+def test_pytorch_job_runs_through_hostctl(tmp_path):
+    p = tmp_path / "torch.toml"
+    p.write_text(textwrap.dedent("""
+        name = "torchtiny"
+        description = "CI: one PyTorch gloo job over two hosts"
+        [testbed]
+        hosts = 2
+        link = "100mbit"
+        [bench]
+        policies = ["one"]
+        repeat = 1
+        timeout = 180
+        [[jobs]]
+        name = "gloo"
+        kind = "torch"
+        workers = ["h0", "h1"]
+        model = "1MiB"
+        compute = 0.05
+        iterations = 20
+    """))
+    out = tmp_path / "out"
+    r = sh([HOSTCTL, "bench", str(p), "--out", str(out)], check=False, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    run = json.loads((out / "torchtiny.json").read_text())["runs"][0]
+    assert run["ok"], run["error"]
+    assert run["jobs"]["gloo"]["jct_s"] > 0
+    # 2 ranks all-reduce 1 MiB 3 times: each host sends at least 3 x 1 MiB / 2 x 2(W-1)
+    assert run["links"]["h0:up"]["bytes"] > 3 * 2**20
+    gloo = run["daemons"]["h0"]["jobs"]
+    assert list(gloo) == ["gloo"], "only the rank in h0's namespace is a job there"
+    assert gloo["gloo"]["flows"] >= 1 and gloo["gloo"]["tx_bytes"] > 0
+
+
+def test_bench_errors_are_one_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[testbed]\nhosts = 2\n[[jobs]]\nname = 'x'\nkind = 'ps'\n")
+    r = sh([HOSTCTL, "bench", str(bad)], check=False)
+    assert r.returncode == 2 and "jobs[x].ps is required" in r.stderr and "Traceback" not in r.stderr
+    r = sh([HOSTCTL, "bench", str(tmp_path / "missing.toml")], check=False)
+    assert r.returncode == 2 and "does not exist" in r.stderr
+    r = sh([HOSTCTL, "bench", tiny_scenario(tmp_path / "t.toml"), "--policies", "fifo,best"], check=False)
+    assert r.returncode == 2 and "unknown policy 'best'" in r.stderr

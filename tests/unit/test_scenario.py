@@ -1,0 +1,144 @@
+"""Scenario files: parsing, expansion of job replicas, ports, and clear errors."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import tomllib
+
+import pytest
+
+from hostctl.bench.runner import host_jobs, policy_order, shard_bytes
+from hostctl.bench.scenario import PORT_BASE, load_scenario, parse_scenario
+from hostctl.errors import ConfigError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCENARIOS = sorted(glob.glob(os.path.join(ROOT, "examples", "scenarios", "*.toml")))
+
+
+def sc(**over):
+    d = {"testbed": {"hosts": 4, "link": "100mbit"},
+         "jobs": [{"name": "a", "kind": "ps", "ps": ["h0"], "count": 3, "model": "1MiB"}]}
+    d.update(over)
+    return parse_scenario(d)
+
+
+def test_replicas_get_names_ports_and_workers():
+    s = sc()
+    assert [j.name for j in s.jobs] == ["a-01", "a-02", "a-03"]
+    assert [j.ports for j in s.jobs] == [(PORT_BASE,), (PORT_BASE + 1,), (PORT_BASE + 2,)]
+    assert all(j.ps_hosts == ("h0",) and j.worker_hosts == ("h1", "h2", "h3") for j in s.jobs)
+    assert s.topology.link_bps == 100_000_000 and s.topology.racks == 1
+    assert s.policies == ("fifo", "one", "rr") and s.repeat == 3
+
+
+def test_ps_pool_is_used_round_robin_with_shards():
+    s = sc(jobs=[{"name": "b", "ps": ["h0", "h1"], "count": 3, "servers": 2}])
+    assert [j.ps_hosts for j in s.jobs] == [("h0", "h1"), ("h0", "h1"), ("h0", "h1")]
+    s = sc(jobs=[{"name": "b", "ps": ["h0", "h1"], "count": 3}])
+    assert [j.ps_hosts for j in s.jobs] == [("h0",), ("h1",), ("h0",)]
+    assert s.jobs[1].worker_hosts == ("h0", "h2", "h3")
+
+
+def test_allreduce_ports_one_per_rank_and_arrivals():
+    s = sc(jobs=[{"name": "r", "kind": "allreduce", "workers": ["h1", "h2", "h3"], "count": 2,
+                  "arrival": 1.0, "arrival_step": 0.5}])
+    assert s.jobs[0].ports == (PORT_BASE, PORT_BASE + 1, PORT_BASE + 2)
+    assert s.jobs[1].ports[0] == PORT_BASE + 3
+    assert [j.arrival_s for j in s.jobs] == [1.0, 1.5]
+
+
+def test_racks_topology():
+    s = sc(testbed={"racks": 2, "hosts_per_rack": 3, "link": "100mbit", "uplink": "50mbit"},
+           jobs=[{"name": "a", "ps": ["h0"]}])
+    t = s.topology
+    assert t.hosts == ("h0", "h1", "h2", "h3", "h4", "h5") and t.rack_of == (0, 0, 0, 1, 1, 1)
+    assert t.uplink_bps == 50_000_000
+
+
+def test_cross_traffic_ports_follow_jobs():
+    s = sc(cross=[{"src": "h1", "dst": "h0", "duration": 5}])
+    assert s.cross[0].port == PORT_BASE + 3 and s.cross[0].name == "cross0"
+
+
+@pytest.mark.parametrize("over, fragment", [
+    ({"testbed": {"hosts": 4, "lnk": "1gbit"}}, "unknown key testbed.lnk"),
+    ({"testbed": {"hosts": 1}}, "testbed.hosts = 1 is out of range"),
+    ({"testbed": {"hosts": 4, "uplink": "1gbit"}}, "needs racks"),
+    ({"testbed": {"racks": 2, "hosts_per_rack": 2}}, "testbed.uplink is required"),
+    ({"testbed": {"hosts": 4, "link": "fast"}}, "bad testbed.link"),
+    ({"jobs": []}, "at least one [[jobs]]"),
+    ({"jobs": [{"name": "a", "kind": "mpi"}]}, "kind 'mpi' is unknown"),
+    ({"jobs": [{"name": "a", "kind": "ps"}]}, "jobs[a].ps is required"),
+    ({"jobs": [{"name": "a", "ps": ["h9"]}]}, "unknown host 'h9'"),
+    ({"jobs": [{"name": "a", "ps": ["h0"]}, {"name": "a", "ps": ["h1"]}]}, "used twice"),
+    ({"jobs": [{"name": "a", "kind": "allreduce", "workers": ["h1"]}]}, "at least two workers"),
+    ({"jobs": [{"name": "a", "kind": "allreduce"}]}, "only for ps jobs"),
+    ({"jobs": [{"name": "a", "ps": ["h0"], "iterations": 0}]}, "iterations = 0 is out of range"),
+    ({"jobs": [{"name": "a", "ps": ["h0"], "compute": "fast"}]}, "must be a number"),
+    ({"jobs": [{"name": "bad name", "ps": ["h0"]}]}, "name must be"),
+    ({"bench": {"policies": ["fifo", "best"]}}, "unknown policy 'best'"),
+    ({"cross": [{"src": "h1", "dst": "h1", "duration": 3}]}, "src and dst are the same"),
+    ({"cross": [{"src": "h1", "dst": "h2"}]}, "cross[0].duration is required"),
+    ({"hostctl": {"hosts": ["h7"]}}, "unknown host 'h7'"),
+    ({"extra": 1}, "unknown key extra"),
+])
+def test_mistakes_name_the_key(over, fragment):
+    with pytest.raises(ConfigError) as e:
+        sc(**over)
+    assert fragment in str(e.value)
+
+
+def test_overrides():
+    s = sc().with_overrides(iterations=2, policies=("one", "fifo"), repeat=1)
+    assert all(j.iterations == 2 for j in s.jobs) and s.policies == ("one", "fifo") and s.repeat == 1
+    with pytest.raises(ConfigError, match="unknown policy"):
+        sc().with_overrides(policies=("nope",))
+    with pytest.raises(ConfigError, match="--repeat"):
+        sc().with_overrides(repeat=0)
+
+
+def test_policy_order_rotates_per_repeat():
+    p = ("fifo", "one", "rr")
+    assert [policy_order(p, r) for r in range(4)] == [
+        ["fifo", "one", "rr"], ["one", "rr", "fifo"], ["rr", "fifo", "one"], ["fifo", "one", "rr"]]
+
+
+def test_shards_sum_to_model():
+    assert shard_bytes(10, 3) == [3, 3, 4] and sum(shard_bytes(1 << 20, 7)) == 1 << 20
+
+
+def test_host_jobs_list_what_each_host_sends():
+    s = sc(jobs=[{"name": "p", "ps": ["h0"], "count": 2, "model": "2MiB"},
+                 {"name": "r", "kind": "allreduce", "workers": ["h0", "h1"]},
+                 {"name": "t", "kind": "torch", "workers": ["h1", "h2"]}])
+    h0 = host_jobs(s, "h0")
+    assert [j["name"] for j in h0] == ["p-01", "p-02", "r"]
+    assert h0[0]["ports"] == [PORT_BASE] and h0[0]["model_size"] == 2 << 20
+    assert h0[2]["ports"] == [s.jobs[2].ports[0]]
+    h1 = host_jobs(s, "h1")
+    assert [j["name"] for j in h1] == ["r", "t"] and re.search(h1[1]["match"], "python -m hostctl.workloads.torchjob --world 2 --job t --rank 0")
+    assert host_jobs(s, "h3") == []
+
+
+def test_missing_and_broken_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_scenario(str(tmp_path / "nope.toml"))
+    p = tmp_path / "bad.toml"
+    p.write_text("name = [")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_scenario(str(p))
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[os.path.basename(p) for p in SCENARIOS])
+def test_example_scenarios_parse(path):
+    s = load_scenario(path)
+    assert s.jobs and s.name
+    with open(path, "rb") as f:
+        assert "description" in tomllib.load(f), "every example scenario says what it shows"
+
+
+def test_placement1_matches_the_issue():
+    s = load_scenario(os.path.join(ROOT, "examples", "scenarios", "placement1.toml"))
+    assert len(s.jobs) >= 12 and {j.ps_hosts for j in s.jobs} == {("h0",)}

@@ -401,7 +401,7 @@ def bench(
 @app.command()
 def demo(
     repeat: int = typer.Option(1, "--repeat", "-r", help="Repeats per policy."),
-    iterations: int = typer.Option(6, "--iterations", help="Iterations per job (the full scenario has more)."),
+    iterations: int = typer.Option(15, "--iterations", help="Iterations per job (the full scenario has 40)."),
     out: str = typer.Option("results/demo", "--out", help="Folder for JSON and plots."),
 ) -> None:
     """A short placement #1 run (12 PS jobs colocated on one host): fifo vs one vs rr."""

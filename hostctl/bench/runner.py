@@ -246,7 +246,6 @@ class Run:
         srv = self._start(src, [PY, "-m", "hostctl.tools.bulk", "serve", "--bind", self._addr(src), "--port",
                                 str(c.port)], f"cross-{c.name}.srv")
         self.servers.append(srv)
-        time.sleep(0.2)  # the listener is up before the receivers connect
         self.cross[c.name] = [self._start(dst, [PY, "-m", "hostctl.tools.bulk", "recv", "--connect",
                                                 f"{self._addr(src)}:{c.port}", "--seconds", str(c.duration_s),
                                                 "--bucket", "0.5"], f"cross-{c.name}.r{i}")
@@ -297,6 +296,7 @@ class Run:
                 time.sleep(0.05)
             t_end = max(ends.values())
             c1 = self.tb.counters()
+            res["tcp"] = self.tcp_counters()
             res["cpu"] = cpu.stop()
             res["duration_s"] = t_end - t0
             for c in sc.cross:
@@ -317,6 +317,7 @@ class Run:
             self.observe(res)
             self.stop_daemons()
             errors = [f"{n}: {e}" for n, s in res["jobs"].items() for e in s.get("errors", [])]
+            errors += [e for c in res["cross"].values() for e in c["errors"]]
             res["ok"] = not errors
             res["error"] = "; ".join(errors[:3]) or None
         except HostctlError as e:
@@ -328,16 +329,38 @@ class Run:
         return res
 
     def _collect_cross(self, name: str, deadline: float) -> dict:
-        total, secs = 0, 0.0
-        for p in self.cross.get(name, []):
+        """Bytes and throughput of one cross-traffic entry; a receiver that failed is an error of the run."""
+        total, secs, errors = 0, 0.0, []
+        for i, p in enumerate(self.cross.get(name, [])):
             try:
                 out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
                 d = json.loads(out)
                 total += d["total_bytes"]
                 secs = max(secs, d["seconds"])
             except (subprocess.TimeoutExpired, ValueError, KeyError):
-                pass
-        return {"bytes": total, "seconds": secs, "throughput_bps": total * 8 / secs if secs else 0.0}
+                err = open(os.path.join(self.raw_dir, f"cross-{name}.r{i}.err")).read().strip().splitlines()
+                errors.append(f"cross traffic {name} receiver {i} failed: {err[-1] if err else 'no output'}")
+        return {"bytes": total, "seconds": secs, "throughput_bps": total * 8 / secs if secs else 0.0,
+                "errors": errors}
+
+    TCP_KEYS = ("TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes",
+                "TcpExtTCPSpuriousRTOs", "TcpExtTCPFastRetrans")
+
+    def tcp_counters(self) -> dict:
+        """TCP counters summed over the hosts (every host namespace is fresh, so these are this run's):
+        retransmissions and timeouts (RTOs) explain a slow run better than any average."""
+        assert self.tb is not None
+        tot = dict.fromkeys(self.TCP_KEYS, 0)
+        for h in self.tb.hosts():
+            r = subprocess.run(["ip", "netns", "exec", h.ns, "nstat", "-az", "--json"], capture_output=True,
+                               text=True)
+            try:
+                kern = json.loads(r.stdout).get("kernel", {})
+            except ValueError:
+                continue
+            for k in self.TCP_KEYS:
+                tot[k] += int(kern.get(k, 0))
+        return tot
 
     def stop_daemons(self) -> None:
         """Stop every daemon and check that the host NIC's tbf came back (hostctl restores what it replaced)."""
@@ -387,7 +410,8 @@ def scenario_json(sc: Scenario) -> dict:
     t = sc.topology
     return {"name": sc.name, "description": sc.description, "path": sc.path,
             "topology": {"hosts": len(t.hosts), "racks": t.racks, "link_bps": t.link_bps,
-                         "uplink_bps": t.uplink_bps, "queue_bytes": t.queue_bytes},
+                         "uplink_bps": t.uplink_bps, "queue_bytes": t.queue_bytes, "tcp_cc": t.tcp_cc,
+                         "sysctls": dict(t.sysctls)},
             "hostctl": {"rr_interval_s": sc.hostctl.rr_interval_s, "bands": sc.hostctl.bands,
                         "other_rate": sc.hostctl.other_rate, "rescan_s": sc.hostctl.rescan_s,
                         "hosts": list(sc.policy_hosts())},

@@ -9,6 +9,8 @@ and hostctl settings, parsed into frozen dataclasses (no I/O but reading the fil
     # uplink = "200mbit"           #   each rack's uplink, each direction
     link = "200mbit"               # every host NIC, each direction
     queue = "256KiB"               # switch port buffer (tbf limit)
+    tcp_cc = "cubic"               # congestion control of the workloads' sockets (default: the kernel's)
+    sysctls = { "net.ipv4.tcp_slow_start_after_idle" = 0 }   # per host namespace
 
     [hostctl]                      # settings of the daemon under test
     rr_interval = 2.0
@@ -60,7 +62,8 @@ MAX_HOSTS = 64
 MAX_PROCESSES = 400
 
 TOP_KEYS = {"name", "description", "testbed", "hostctl", "bench", "jobs", "cross"}
-TESTBED_KEYS = {"hosts", "racks", "hosts_per_rack", "link", "uplink", "queue"}
+TESTBED_KEYS = {"hosts", "racks", "hosts_per_rack", "link", "uplink", "queue", "tcp_cc", "sysctls"}
+_SYSCTL = re.compile(r"net\.(ipv4|ipv6|core)\.[a-z0-9_.]+")
 HOSTCTL_KEYS = {"rr_interval", "bands", "other_rate", "rescan", "hosts"}
 BENCH_KEYS = {"policies", "repeat", "timeout"}
 JOB_KEYS = {"name", "count", "kind", "ps", "servers", "workers", "model", "compute", "iterations",
@@ -77,6 +80,8 @@ class Topology:
     link_bps: int  # every host NIC, each direction (bits/s)
     uplink_bps: int | None  # each rack's uplink, each direction; None with one switch
     queue_bytes: int  # switch port buffer
+    tcp_cc: str | None = None  # congestion control for the workloads' sockets; None: the kernel default
+    sysctls: tuple[tuple[str, str], ...] = ()  # set in every host namespace
 
     def index(self, host: str) -> int:
         return self.hosts.index(host)
@@ -225,8 +230,19 @@ def _topology(d: dict) -> Topology:
         racks, uplink, rack_of = 1, None, tuple(0 for _ in range(n))
     if n > MAX_HOSTS:
         raise ConfigError(f"testbed has {n} hosts; at most {MAX_HOSTS}")
+    cc = d.get("tcp_cc")
+    if cc is not None and (not isinstance(cc, str) or not re.fullmatch(r"[a-z0-9_]{1,15}", cc)):
+        raise ConfigError(f"testbed.tcp_cc {cc!r} is not a congestion control name like \"cubic\" or \"bbr\"")
+    sysctls = d.get("sysctls", {})
+    if not isinstance(sysctls, dict):
+        raise ConfigError("testbed.sysctls must be a table like { \"net.ipv4.tcp_slow_start_after_idle\" = 0 }")
+    for k, v in sysctls.items():
+        if not _SYSCTL.fullmatch(k) or isinstance(v, (bool, list, dict)):
+            raise ConfigError(f"testbed.sysctls: {k} = {v!r}: only net.ipv4/ipv6/core keys (namespaced) with a "
+                              "number or string value")
     return Topology(hosts=tuple(f"h{i}" for i in range(n)), rack_of=rack_of, racks=racks, link_bps=link,
-                    uplink_bps=uplink, queue_bytes=queue)
+                    uplink_bps=uplink, queue_bytes=queue, tcp_cc=cc,
+                    sysctls=tuple(sorted((k, str(v)) for k, v in sysctls.items())))
 
 
 def _jobs(items: Any, topo: Topology) -> tuple[JobDef, ...]:

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from hostctl import consts
 from hostctl.bench.scenario import Topology
 from hostctl.errors import ConfigError, HostctlError
+from hostctl.workloads.common import TCP_CC_ENV
 
 STATE_DIR = os.path.join(consts.RUN_DIR, "testbed")
 CGROUP_V2_CANDIDATES = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")
@@ -186,7 +187,7 @@ class Testbed:
             os.makedirs(h.cgroup, exist_ok=True)
         for ns in [self.sw_ns] + [h.ns for h in hosts]:
             _run(["ip", "netns", "add", ns])
-        sw = [f"link set lo up"]
+        sw = ["link set lo up"]
         bridges = ["br0"] if t.racks == 1 else [f"tor{r}" for r in range(t.racks)] + ["agg"]
         for br in bridges:
             # forward_delay 0 and no STP: ports forward at once, as a plain switch would
@@ -210,6 +211,8 @@ class Testbed:
         _run(["tc", "-n", self.sw_ns, "-batch", "-"], stdin="\n".join(tc) + "\n")
         for h in hosts:
             self.shape_host_egress(h)
+            for k, v in t.sysctls:
+                _run(["ip", "netns", "exec", h.ns, "sysctl", "-q", "-w", f"{k}={v}"])
 
     def shape_host_egress(self, h: HostInfo) -> None:
         """(Re)install the host NIC's line rate: a tbf root qdisc on eth0."""
@@ -242,6 +245,8 @@ class Testbed:
 
     def popen(self, host: str, argv: list[str], **kw) -> subprocess.Popen:
         kw.setdefault("stdin", subprocess.DEVNULL)
+        if self.topology.tcp_cc:
+            kw["env"] = {**(kw.get("env") or os.environ), TCP_CC_ENV: self.topology.tcp_cc}
         p = subprocess.Popen(self.command(host, argv), **kw)
         self.procs.append(p)
         return p
@@ -273,7 +278,9 @@ class Testbed:
         topo = st["topology"]
         tb = cls(name, Topology(hosts=tuple(topo["hosts"]), rack_of=tuple(topo["rack_of"]), racks=topo["racks"],
                                 link_bps=topo["link_bps"], uplink_bps=topo["uplink_bps"],
-                                queue_bytes=topo["queue_bytes"]), subnet=st["subnet"], state_dir=state_dir)
+                                queue_bytes=topo["queue_bytes"], tcp_cc=topo.get("tcp_cc"),
+                                sysctls=tuple(tuple(x) for x in topo.get("sysctls", ()))),
+                 subnet=st["subnet"], state_dir=state_dir)
         tb.cg_dir = st["cgroup"]
         return tb
 

@@ -21,12 +21,15 @@ import sys
 import threading
 import time
 
+from hostctl.workloads.common import set_cc
+
 CHUNK = 256 * 1024
 
 
 def serve(bind: str, port: int) -> None:
     srv = socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    set_cc(srv)
     srv.bind((bind, port))
     srv.listen(64)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -47,7 +50,19 @@ def serve(bind: str, port: int) -> None:
 
 
 def recv(addr: str, port: int, seconds: float, bucket_s: float) -> dict:
-    s = socket.create_connection((addr, port), timeout=5)
+    deadline = time.monotonic() + 10.0
+    while True:  # the server may still be starting: retry a refused connection for 10 s
+        s = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM)
+        set_cc(s)
+        s.settimeout(5)
+        try:
+            s.connect((addr, port))
+            break
+        except ConnectionRefusedError:
+            s.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
     s.settimeout(1.0)
     start = time.time()
     end = start + seconds

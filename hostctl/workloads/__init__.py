@@ -39,7 +39,9 @@ the end, also after an error; ``-`` means stdout)::
 
 Barriers by kind:
 
-- ``ps``: ``barrier_enter[i]`` = all gradient shards of iteration i were sent;
+- ``ps``: ``barrier_enter[i]`` = the last gradient shard of iteration i had
+  arrived at its server (servers report it with the next header; the worker's
+  own "sends returned" time is in ``gradient_sent[i]``);
   ``barrier_exit`` has N+1 entries: ``barrier_exit[i]`` = the last server's
   header of iteration i arrived (``barrier_exit[0]`` is the job start, and for
   i >= 1 it is the release of barrier i-1), ``barrier_exit[N]`` = the last

@@ -39,12 +39,11 @@ import socket
 import struct
 import sys
 import threading
-import time
 from functools import partial
 
 from hostctl.workloads.common import (
-    HELLO_TIMEOUT_S, IO_TIMEOUT_S, ArgParser, Link, ProtocolError, accept, check_out_path, close_all, connect_retry,
-    install_sigterm, listen, new_record, nonneg_float, nonneg_int, now, parse_hostport, pos_float, pos_int,
+    HELLO_TIMEOUT_S, IO_TIMEOUT_S, ArgParser, Link, add_job_args, compute_then_collective, ProtocolError, accept, check_out_path, close_all, connect_retry,
+    install_sigterm, listen, new_record, nonneg_int, now, parse_hostport, pos_float, pos_int,
     port_number, run_parallel, run_recorded, shutdown_all,
 )
 
@@ -141,18 +140,12 @@ def run_worker(a: argparse.Namespace) -> int:
 
     def body() -> None:
         ring = setup() if a.world > 1 else None
-        rec["t_start"] = now()
-        for _ in range(a.iterations):
-            time.sleep(a.compute)
-            rec["barrier_enter"].append(now())
-            if ring:
-                for _step_no in range(2 * (a.world - 1)):
-                    _step(*ring, chunk, abort)
-            t = now()
-            rec["barrier_exit"].append(t)
-            rec["iter_end"].append(t)
-            rec["barrier_wait_s"].append(t - rec["barrier_enter"][-1])
-        rec["t_end"] = now()
+
+        def allreduce() -> None:
+            for _step_no in range(2 * (a.world - 1) if ring else 0):
+                _step(*ring, chunk, abort)
+
+        compute_then_collective(rec, a.iterations, a.compute, allreduce)
 
     def cleanup() -> None:
         rec["bytes_sent"] = sum(lk.sent_bytes for lk in links)
@@ -173,11 +166,7 @@ def _parser() -> ArgParser:
     w.add_argument("--port", type=port_number, required=True)
     w.add_argument("--prev", type=parse_hostport, metavar="ADDR:PORT",
                    help="listener of rank k-1 (required when --world > 1)")
-    w.add_argument("--iterations", type=pos_int, required=True)
-    w.add_argument("--compute", type=nonneg_float, required=True, help="seconds of compute per iteration")
-    w.add_argument("--model-bytes", type=nonneg_int, required=True)
-    w.add_argument("--out", required=True, help="record file ('-' = stdout)")
-    w.add_argument("--connect-timeout", type=pos_float, default=60.0)
+    add_job_args(w)
     w.add_argument("--io-timeout", type=pos_float, default=IO_TIMEOUT_S)
     return ap
 

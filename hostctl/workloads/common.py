@@ -65,6 +65,22 @@ def tune(sock: socket.socket, timeout_s: float | None = IO_TIMEOUT_S) -> socket.
     return sock
 
 
+TCP_CC_ENV = "HOSTCTL_TCP_CC"
+"""Environment variable naming a TCP congestion control (e.g. cubic) for every socket of the
+workloads; the testbed sets it per scenario (the sysctl can't be changed inside a netns here)."""
+
+
+def set_cc(sock: socket.socket) -> None:
+    """TCP_CONGESTION from $HOSTCTL_TCP_CC, if set (accepted sockets inherit the listener's)."""
+    cc = os.environ.get(TCP_CC_ENV)
+    if cc:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+        except OSError as e:
+            raise OSError(e.errno, f"{TCP_CC_ENV}={cc}: this kernel can't use that congestion control "
+                          f"({e.strerror}); see /proc/sys/net/ipv4/tcp_available_congestion_control") from None
+
+
 def _family(addr: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in addr else socket.AF_INET
 
@@ -75,6 +91,7 @@ def listen(addr: str, port: int, backlog: int = 128) -> socket.socket:
     try:
         srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         srv.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        set_cc(srv)
         srv.bind((addr, port))
         srv.listen(backlog)
     except OSError:
@@ -109,6 +126,7 @@ def connect_retry(addr: str, port: int, timeout_s: float, io_timeout_s: float = 
     while True:
         sock = socket.socket(_family(addr), socket.SOCK_STREAM)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        set_cc(sock)
         sock.settimeout(max(0.1, min(5.0, deadline - now())))
         try:
             sock.connect((addr, port))
@@ -302,6 +320,30 @@ def _join(t: threading.Thread, abort: Callable[[], None], bounded: bool) -> None
 
 
 # ---------------------------------------------------------------- records, signals, CLI
+
+def add_job_args(p: argparse.ArgumentParser) -> None:
+    """The options every worker program shares: what to run and where to write the record."""
+    p.add_argument("--iterations", type=pos_int, required=True)
+    p.add_argument("--compute", type=nonneg_float, required=True, help="seconds of compute per iteration")
+    p.add_argument("--model-bytes", type=nonneg_int, required=True)
+    p.add_argument("--out", required=True, help="record file ('-' = stdout)")
+    p.add_argument("--connect-timeout", type=pos_float, default=60.0)
+
+
+def compute_then_collective(rec: dict[str, Any], iterations: int, compute_s: float, collective) -> None:
+    """The loop of a collective job: compute, then `collective()` as the barrier, per iteration;
+    barrier_enter/exit bracket the collective (iter_end = its exit)."""
+    rec["t_start"] = now()
+    for _ in range(iterations):
+        time.sleep(compute_s)
+        rec["barrier_enter"].append(now())
+        collective()
+        t = now()
+        rec["barrier_exit"].append(t)
+        rec["iter_end"].append(t)
+        rec["barrier_wait_s"].append(t - rec["barrier_enter"][-1])
+    rec["t_end"] = now()
+
 
 def new_record(job: str, kind: str, rank: int | None, role: str = "worker") -> dict[str, Any]:
     """An empty record (see the package docstring); t_start is now until the job really starts."""

@@ -20,9 +20,13 @@ Protocol (all integers big-endian):
    exactly W workers; its listening socket stays open (idle) until it exits.
 2. For iteration i = 0..N-1 the server sends, to ALL workers at once (one thread
    per connection, so the W update flows contend on the link), the header
-   ``i:u64`` and its shard (the model update); then it receives each worker's
-   gradient shard (same size) and waits until all W have arrived (the barrier).
-3. After N iterations it sends the header ``DONE`` (2**64-1) and exits 0.
+   ``i:u64 t_grad:f64`` and its shard (the model update); then it receives each
+   worker's gradient shard (same size) and waits until all W have arrived (the
+   barrier). ``t_grad`` is when this worker's previous gradient had fully
+   arrived at this server (CLOCK_MONOTONIC, shared by all processes of one
+   machine; 0 for i = 0): the moment the worker really entered the barrier.
+3. After N iterations it sends the header ``DONE`` (2**64-1) with the last
+   ``t_grad`` and exits 0.
 
 The update flows go server -> worker over the connection the worker made, so
 the server's egress flows have the listening port as source port.
@@ -31,13 +35,16 @@ Worker, per iteration i: receive header + shard from every server concurrently
 (one thread per server); barrier_exit[i] = arrival of the LAST server's header
 of iteration i (for i = 0 the job start, for i >= 1 the release of barrier
 i-1); then sleep --compute seconds; then send the gradient shards to all
-servers concurrently; barrier_enter[i] = when all those sends returned. After
-the last iteration barrier_exit[N] = arrival of the last DONE header (= t_end).
-Barrier wait i = barrier_exit[i+1] - barrier_enter[i], and iter_end[i] =
-barrier_exit[i+1] (the release of barrier i: all gradients of iteration i were
-aggregated by every server). t_start is taken after connecting, before the
-first header. Byte counts exclude the hello: a worker receives
-N*B + 8*P*(N+1) bytes and sends N*B.
+servers concurrently (``gradient_sent[i]`` = when all those sends returned,
+i.e. the kernel took the bytes); barrier_enter[i] = the latest ``t_grad`` the
+servers report with the next header (when the last of this worker's gradient
+shards had arrived: a worker is in the barrier once its gradient is delivered,
+as a TensorFlow worker is once its push returns). After the last iteration
+barrier_exit[N] = arrival of the last DONE header (= t_end). Barrier wait i =
+barrier_exit[i+1] - barrier_enter[i], and iter_end[i] = barrier_exit[i+1] (the
+release of barrier i: all gradients of iteration i were aggregated by every
+server). t_start is taken after connecting, before the first header. Byte
+counts exclude the hello: a worker receives N*B + 16*P*(N+1) bytes and sends N*B.
 
 The worker writes its record (see hostctl.workloads) to --out and exits 0, or
 1 after an error (peer closed, timeout), 143 after SIGTERM; 2 = bad arguments.
@@ -53,8 +60,8 @@ import time
 from functools import partial
 
 from hostctl.workloads.common import (
-    HELLO_TIMEOUT_S, IO_TIMEOUT_S, ArgParser, Link, ProtocolError, accept, check_out_path, close_all, connect_retry,
-    hostport_list, install_sigterm, listen, new_record, nonneg_float, nonneg_int, now, pos_float,
+    HELLO_TIMEOUT_S, IO_TIMEOUT_S, ArgParser, add_job_args, Link, ProtocolError, accept, check_out_path, close_all, connect_retry,
+    hostport_list, install_sigterm, listen, new_record, nonneg_int, now, pos_float,
     pos_int, port_number, run_parallel, run_recorded, shutdown_links,
 )
 
@@ -62,6 +69,7 @@ PROG = "hostctl.workloads.ps"
 DONE = 2**64 - 1
 HELLO = struct.Struct("!4sIQ")   # "HPSW", rank, shard_bytes the worker expects
 ACK = struct.Struct("!4sQI")     # "HPSS", shard_bytes the server serves, status
+STAMP = struct.Struct("!d")       # after each header: when the worker's last gradient arrived
 HELLO_MAGIC = b"HPSW"
 ACK_MAGIC = b"HPSS"
 ACCEPTED, RANK_TAKEN, SHARD_MISMATCH = 0, 1, 2
@@ -110,15 +118,24 @@ def _accept_workers(srv, workers: int, shard_bytes: int, deadline: float, io_tim
     return [links[r] for r in sorted(links)]
 
 
+def _send_stamp(link: Link, t_grad: float) -> None:
+    link.send_struct(STAMP, t_grad)
+    link.sent_bytes += STAMP.size  # part of the header, counted like it
+
+
 def _serve_worker(link: Link, iterations: int, shard_bytes: int, barrier: threading.Barrier,
                   io_timeout_s: float) -> None:
-    """One worker connection: N x (header + shard out, gradient in, barrier), then DONE."""
+    """One worker connection: N x (header + stamp + shard out, gradient in, barrier), then DONE."""
+    t_grad = 0.0
     for i in range(iterations):
         link.send_header(i)
+        _send_stamp(link, t_grad)
         link.send_blob(shard_bytes)
         link.recv_blob(shard_bytes)
+        t_grad = now()
         barrier.wait(io_timeout_s)
     link.send_header(DONE)
+    _send_stamp(link, t_grad)
 
 
 def run_server(a: argparse.Namespace) -> int:
@@ -171,29 +188,37 @@ def _connect_servers(servers: list[tuple[str, int]], rank: int, shards: list[int
             raise ProtocolError(f"{link.peer} rejected rank {rank}: {_REJECT_TEXT.get(status, status)}")
 
 
-def _recv_update(link: Link, expect: int, shard_bytes: int) -> float:
-    """Receive one header (must be `expect`) and, unless DONE, the shard; returns the header's arrival time."""
+def _recv_update(link: Link, expect: int, shard_bytes: int) -> tuple[float, float]:
+    """Receive one header (must be `expect`), its stamp and, unless DONE, the shard;
+    returns (the header's arrival time, the server's t_grad)."""
     value = link.recv_header()
     t = now()
     if value != expect:
         want = "DONE" if expect == DONE else f"iteration {expect}"
         got = "DONE" if value == DONE else f"iteration {value}"
         raise ProtocolError(f"{link.peer} sent {got}, expected {want}")
+    (t_grad,) = link.recv_struct(STAMP)
+    link.received_bytes += STAMP.size
     if expect != DONE:
         link.recv_blob(shard_bytes)
-    return t
+    return t, t_grad
 
 
-def _release(rec: dict, t_exit: float) -> None:
-    """Barrier of the previous iteration released at t_exit (a header of the next one arrived)."""
+def _release(rec: dict, got: list[tuple[float, float]]) -> None:
+    """Barrier of the previous iteration released when the last server's header of the next one
+    arrived; it was entered when the last gradient shard of this worker arrived at its server."""
+    t_exit = max(t for t, _ in got)
     rec["barrier_exit"].append(t_exit)
-    if rec["barrier_enter"]:
+    if rec["gradient_sent"]:
+        t_enter = max(g for _, g in got)
+        rec["barrier_enter"].append(t_enter)
         rec["iter_end"].append(t_exit)
-        rec["barrier_wait_s"].append(t_exit - rec["barrier_enter"][-1])
+        rec["barrier_wait_s"].append(t_exit - t_enter)
 
 
 def run_worker(a: argparse.Namespace) -> int:
     rec = new_record(a.job, "ps", a.rank)
+    rec["gradient_sent"] = []
     shards = shard_sizes(a.model_bytes, len(a.ps))
     links: list[Link] = []
 
@@ -204,13 +229,11 @@ def run_worker(a: argparse.Namespace) -> int:
         _connect_servers(a.ps, a.rank, shards, a.connect_timeout, a.io_timeout, links)
         rec["t_start"] = now()
         for i in range(a.iterations):
-            arrivals = run_parallel([partial(_recv_update, lk, i, n) for lk, n in zip(links, shards)], abort)
-            _release(rec, max(arrivals))
+            _release(rec, run_parallel([partial(_recv_update, lk, i, n) for lk, n in zip(links, shards)], abort))
             time.sleep(a.compute)
             run_parallel([partial(lk.send_blob, n) for lk, n in zip(links, shards)], abort)
-            rec["barrier_enter"].append(now())
-        arrivals = run_parallel([partial(_recv_update, lk, DONE, 0) for lk in links], abort)
-        _release(rec, max(arrivals))
+            rec["gradient_sent"].append(now())
+        _release(rec, run_parallel([partial(_recv_update, lk, DONE, 0) for lk in links], abort))
         rec["t_end"] = rec["barrier_exit"][-1]
 
     def cleanup() -> None:
@@ -242,11 +265,7 @@ def _parser() -> ArgParser:
     w.add_argument("--job", required=True)
     w.add_argument("--rank", type=nonneg_int, required=True)
     w.add_argument("--ps", type=hostport_list, required=True, metavar="ADDR:PORT[,ADDR:PORT...]")
-    w.add_argument("--iterations", type=pos_int, required=True)
-    w.add_argument("--compute", type=nonneg_float, required=True, help="seconds of compute per iteration")
-    w.add_argument("--model-bytes", type=nonneg_int, required=True)
-    w.add_argument("--out", required=True, help="record file ('-' = stdout)")
-    w.add_argument("--connect-timeout", type=pos_float, default=60.0)
+    add_job_args(w)
     w.add_argument("--io-timeout", type=pos_float, default=IO_TIMEOUT_S)
     return ap
 

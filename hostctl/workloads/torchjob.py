@@ -26,10 +26,9 @@ import argparse
 import datetime
 import os
 import sys
-import time
 
 from hostctl.workloads.common import (
-    EXIT_USAGE, ArgParser, check_out_path, install_sigterm, new_record, nonneg_float, nonneg_int, now,
+    EXIT_USAGE, ArgParser, check_out_path, compute_then_collective, install_sigterm, new_record, nonneg_float, nonneg_int,
     parse_hostport, pos_float, pos_int, run_recorded,
 )
 
@@ -73,16 +72,7 @@ def run(a: argparse.Namespace, torch, dist) -> int:
         dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=a.rank,
                                 world_size=a.world, timeout=datetime.timedelta(seconds=a.connect_timeout))
         tensor = torch.zeros(max(1, a.model_bytes // 4), dtype=torch.float32)
-        rec["t_start"] = now()
-        for _ in range(a.iterations):
-            time.sleep(a.compute)
-            rec["barrier_enter"].append(now())
-            dist.all_reduce(tensor)
-            t = now()
-            rec["barrier_exit"].append(t)
-            rec["iter_end"].append(t)
-            rec["barrier_wait_s"].append(t - rec["barrier_enter"][-1])
-        rec["t_end"] = now()
+        compute_then_collective(rec, a.iterations, a.compute, lambda: dist.all_reduce(tensor))
 
     def cleanup() -> None:
         if dist.is_initialized():

@@ -20,10 +20,10 @@ from tests.conftest import HOSTCTL, PY, sh, wait_for
 pytestmark = [pytest.mark.root, pytest.mark.netns]
 
 
-def topo(n=3, link=100_000_000, racks=1, uplink=None):
+def topo(n=3, link=100_000_000, racks=1, uplink=None, **kw):
     rack_of = tuple(i // (n // racks) for i in range(n)) if racks > 1 else (0,) * n
     return Topology(hosts=tuple(f"h{i}" for i in range(n)), rack_of=rack_of, racks=racks, link_bps=link,
-                    uplink_bps=uplink, queue_bytes=256 * 1024)
+                    uplink_bps=uplink, queue_bytes=256 * 1024, **kw)
 
 
 def uname() -> str:
@@ -185,3 +185,15 @@ def test_cli_up_status_exec_down():
     assert leftovers(name) == []
     bad = sh([HOSTCTL, "testbed", "up", "--name", "Bad_Name"], check=False)
     assert bad.returncode == 2 and "bad testbed name" in bad.stderr
+
+
+def test_sysctls_and_congestion_control_reach_the_hosts(make_tb):
+    tb = make_tb(topo(2, tcp_cc="cubic", sysctls=(("net.ipv4.tcp_slow_start_after_idle", "0"),)))
+    r = tb.run("h1", ["sysctl", "-n", "net.ipv4.tcp_slow_start_after_idle"])
+    assert r.stdout.strip() == "0"
+    # a workload socket made on the host uses the scenario's congestion control (the netns default is bbr)
+    probe = ("import socket; from hostctl.workloads.common import set_cc; s = socket.socket(); set_cc(s); "
+             "print(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b'\\0').decode())")
+    p = tb.popen("h1", [PY, "-c", probe], stdout=subprocess.PIPE, text=True)
+    out, _ = p.communicate(timeout=30)
+    assert out.strip() == "cubic"

@@ -130,14 +130,14 @@ def test_ps_job(spawn, tmp_path, servers, workers):
     for k, rec in enumerate(recs):
         check_worker_record(rec, "ps", k, iterations, compute_s)
         assert rec["bytes_sent"] == iterations * model_bytes
-        assert rec["bytes_received"] == iterations * model_bytes + 8 * servers * (iterations + 1)
+        assert rec["bytes_received"] == iterations * model_bytes + 16 * servers * (iterations + 1)
         assert rec["iter_end"] == rec["barrier_exit"][1:]
         for i in range(iterations):
             assert rec["barrier_wait_s"][i] == pytest.approx(rec["barrier_exit"][i + 1] - rec["barrier_enter"][i])
     for srec in srecs:
         shard = srec["shard_bytes"]
         assert srec["errors"] == [] and srec["role"] == "server"
-        assert srec["bytes_sent"] == workers * (iterations * shard + 8 * (iterations + 1))
+        assert srec["bytes_sent"] == workers * (iterations * shard + 16 * (iterations + 1))
         assert srec["bytes_received"] == workers * iterations * shard
     job = summarize(recs + srecs)  # server records are ignored
     assert (job["job"], job["kind"], job["workers"], job["iterations"]) == ("psj", "ps", workers, iterations)

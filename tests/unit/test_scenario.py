@@ -57,6 +57,13 @@ def test_racks_topology():
     assert t.uplink_bps == 50_000_000
 
 
+def test_tcp_cc_and_sysctls():
+    s = sc(testbed={"hosts": 2, "tcp_cc": "cubic", "sysctls": {"net.ipv4.tcp_slow_start_after_idle": 0}},
+           jobs=[{"name": "a", "ps": ["h0"]}])
+    assert s.topology.tcp_cc == "cubic"
+    assert s.topology.sysctls == (("net.ipv4.tcp_slow_start_after_idle", "0"),)
+
+
 def test_cross_traffic_ports_follow_jobs():
     s = sc(cross=[{"src": "h1", "dst": "h0", "duration": 5}])
     assert s.cross[0].port == PORT_BASE + 3 and s.cross[0].name == "cross0"
@@ -83,6 +90,9 @@ def test_cross_traffic_ports_follow_jobs():
     ({"cross": [{"src": "h1", "dst": "h2"}]}, "cross[0].duration is required"),
     ({"hostctl": {"hosts": ["h7"]}}, "unknown host 'h7'"),
     ({"extra": 1}, "unknown key extra"),
+    ({"testbed": {"hosts": 2, "tcp_cc": "Cubic!"}}, "not a congestion control name"),
+    ({"testbed": {"hosts": 2, "sysctls": {"kernel.panic": 1}}}, "only net.ipv4/ipv6/core keys"),
+    ({"testbed": {"hosts": 2, "sysctls": 3}}, "testbed.sysctls must be a table"),
 ])
 def test_mistakes_name_the_key(over, fragment):
     with pytest.raises(ConfigError) as e:

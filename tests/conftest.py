@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from hostctl.testbed.net import delete_netns
+
 HOSTCTL = os.path.join(sys.prefix, "bin", "hostctl")
 PY = sys.executable
 
@@ -107,7 +109,7 @@ def pair(request):
                     os.kill(int(pid), signal.SIGKILL)
                 except (ProcessLookupError, ValueError):
                     pass
-            sh(["ip", "netns", "del", h.ns], check=False)
+            delete_netns(h.ns)  # with hostctl's journals for it (a kill -9 test leaves one)
 
     request.addfinalizer(fin)
     for h in (ps, wk):

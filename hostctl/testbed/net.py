@@ -405,11 +405,8 @@ def teardown(name: str, state_dir: str = STATE_DIR, grace_s: float = 2.0) -> lis
                 os.kill(int(pid), signal.SIGKILL)
             except (ProcessLookupError, ValueError):
                 pass
-        ino = _netns_inode(ns)
-        _run(["ip", "netns", "del", ns], check=False)
+        delete_netns(ns)
         removed.append(f"netns {ns}")
-        if ino is not None:  # hostctl daemons' per-namespace state (journals) died with the namespace
-            _rm_tree(os.path.join(consts.RUN_DIR, f"ns{ino}"))
     for cg in cgs:
         if os.path.isdir(cg):
             _rm_cgroup_tree(cg)
@@ -423,6 +420,14 @@ def teardown(name: str, state_dir: str = STATE_DIR, grace_s: float = 2.0) -> lis
         os.unlink(p)
         removed.append(f"state {p}")
     return removed
+
+
+def delete_netns(ns: str) -> None:
+    """`ip netns del`, and the hostctl state (journals) kept for that namespace, which died with it."""
+    ino = _netns_inode(ns)
+    _run(["ip", "netns", "del", ns], check=False)
+    if ino is not None:
+        _rm_tree(os.path.join(consts.RUN_DIR, f"ns{ino}"))
 
 
 def _rm_tree(path: str) -> None:

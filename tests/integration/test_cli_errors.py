@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from hostctl.testbed.net import delete_netns
+
 HOSTCTL = os.path.join(sys.prefix, "bin", "hostctl")
 TIMEOUT_S = 120
 
@@ -243,7 +245,7 @@ def netns() -> Iterator[str]:
             pytest.skip(f"ip netns add failed: {add.stderr.strip()}")
         yield name
     finally:
-        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+        delete_netns(name)
 
 
 @pytest.mark.root

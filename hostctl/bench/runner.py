@@ -49,9 +49,16 @@ def shard_bytes(model_bytes: int, servers: int) -> list[int]:
 
 
 def host_jobs(sc: Scenario, host: str) -> list[dict]:
-    """hostctl [[jobs]] entries for the DL traffic *sent* by `host` (its listening ports or torch ranks)."""
+    """hostctl [[jobs]] entries for the DL traffic *sent* by `host`: its listening ports (PS shards,
+    all-reduce ranks), torch ranks by command line, and with ``[hostctl] workers = true`` its PS
+    workers by command line (their gradients go to a remote port)."""
     out = []
     for j in sc.jobs:
+        if j.kind == "ps" and sc.hostctl.workers and host in j.worker_hosts and host not in j.ps_hosts:
+            # the gradients this host's workers send to the job's parameter servers
+            match = rf"hostctl\.workloads\.ps worker .*--job {re.escape(j.name)}( |$)"
+            out.append({"name": j.name, "match": match, "model_size": j.model_bytes})
+            continue
         if j.kind == "ps":
             ports = [p for h, p in zip(j.ps_hosts, j.ports) if h == host]
         elif j.kind == "allreduce":
@@ -414,7 +421,7 @@ def scenario_json(sc: Scenario) -> dict:
                          "sysctls": dict(t.sysctls)},
             "hostctl": {"rr_interval_s": sc.hostctl.rr_interval_s, "bands": sc.hostctl.bands,
                         "other_rate": sc.hostctl.other_rate, "rescan_s": sc.hostctl.rescan_s,
-                        "hosts": list(sc.policy_hosts())},
+                        "hosts": list(sc.policy_hosts()), "workers": sc.hostctl.workers},
             "jobs": [{"name": j.name, "kind": j.kind, "ps": list(j.ps_hosts), "workers": list(j.worker_hosts),
                       "model_bytes": j.model_bytes, "compute_s": j.compute_s, "iterations": j.iterations,
                       "arrival_s": j.arrival_s} for j in sc.jobs],

@@ -15,6 +15,8 @@ and hostctl settings, parsed into frozen dataclasses (no I/O but reading the fil
     [hostctl]                      # settings of the daemon under test
     rr_interval = 2.0
     hosts = "all"                  # hosts that run the policy; others run fifo
+    workers = false                # true: worker hosts order their PS workers' gradients too
+                                   #   (TensorLights configures only the PS hosts)
 
     [bench]
     policies = ["fifo", "one", "rr"]
@@ -64,7 +66,7 @@ MAX_PROCESSES = 400
 TOP_KEYS = {"name", "description", "testbed", "hostctl", "bench", "jobs", "cross"}
 TESTBED_KEYS = {"hosts", "racks", "hosts_per_rack", "link", "uplink", "queue", "tcp_cc", "sysctls"}
 _SYSCTL = re.compile(r"net\.(ipv4|ipv6|core)\.[a-z0-9_.]+")
-HOSTCTL_KEYS = {"rr_interval", "bands", "other_rate", "rescan", "hosts"}
+HOSTCTL_KEYS = {"rr_interval", "bands", "other_rate", "rescan", "hosts", "workers"}
 BENCH_KEYS = {"policies", "repeat", "timeout"}
 JOB_KEYS = {"name", "count", "kind", "ps", "servers", "workers", "model", "compute", "iterations",
             "arrival", "arrival_step"}
@@ -123,6 +125,7 @@ class HostctlSettings:
     other_rate: str = "10%"
     rescan_s: float = 0.5
     hosts: tuple[str, ...] | None = None  # None: all hosts run the policy under test
+    workers: bool = False  # also order PS workers' gradients on their hosts (found by command line)
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,13 @@ def _num(d: dict, key: str, ctx: str, default: float | None, lo: float, hi: floa
         raise ConfigError(f"{_where(ctx, key)} must be {'an integer' if integer else 'a number'}, got {v!r}")
     if not lo <= v <= hi:
         raise ConfigError(f"{_where(ctx, key)} = {v} is out of range {lo:g}..{hi:g}")
+    return v
+
+
+def _bool(d: dict, key: str, ctx: str, default: bool) -> bool:
+    v = d.get(key, default)
+    if not isinstance(v, bool):
+        raise ConfigError(f"{_where(ctx, key)} must be true or false, got {v!r}")
     return v
 
 
@@ -340,7 +350,8 @@ def parse_scenario(data: dict, path: str = "") -> Scenario:
         bands=int(_num(h, "bands", "hostctl", 6, 1, 7, integer=True)),
         other_rate=str(h.get("other_rate", "10%")),
         rescan_s=float(_num(h, "rescan", "hostctl", 0.5, 0.05, 60.0)),
-        hosts=None if hosts == "all" else _host_list(hosts, topo.hosts, "hostctl.hosts"))
+        hosts=None if hosts == "all" else _host_list(hosts, topo.hosts, "hostctl.hosts"),
+        workers=_bool(h, "workers", "hostctl", False))
     b = _check_keys(data.get("bench", {}), BENCH_KEYS, "bench")
     name = data.get("name") or os.path.splitext(os.path.basename(path))[0] or "scenario"
     if not isinstance(name, str) or not _NAME.fullmatch(name):

@@ -89,6 +89,7 @@ def test_cross_traffic_ports_follow_jobs():
     ({"cross": [{"src": "h1", "dst": "h1", "duration": 3}]}, "src and dst are the same"),
     ({"cross": [{"src": "h1", "dst": "h2"}]}, "cross[0].duration is required"),
     ({"hostctl": {"hosts": ["h7"]}}, "unknown host 'h7'"),
+    ({"hostctl": {"workers": "yes"}}, "hostctl.workers must be true or false"),
     ({"extra": 1}, "unknown key extra"),
     ({"testbed": {"hosts": 2, "tcp_cc": "Cubic!"}}, "not a congestion control name"),
     ({"testbed": {"hosts": 2, "sysctls": {"kernel.panic": 1}}}, "only net.ipv4/ipv6/core keys"),
@@ -130,6 +131,12 @@ def test_host_jobs_list_what_each_host_sends():
     h1 = host_jobs(s, "h1")
     assert [j["name"] for j in h1] == ["r", "t"] and re.search(h1[1]["match"], "python -m hostctl.workloads.torchjob --world 2 --job t --rank 0")
     assert host_jobs(s, "h3") == []
+    w = sc(hostctl={"workers": True}, jobs=[{"name": "p", "ps": ["h0"], "count": 2}])
+    h1 = host_jobs(w, "h1")
+    assert [j["name"] for j in h1] == ["p-01", "p-02"]
+    assert re.search(h1[0]["match"], "python -m hostctl.workloads.ps worker --ps 10.0.0.1:7100 --job p-01 --rank 1")
+    assert not re.search(h1[0]["match"], "python -m hostctl.workloads.ps worker --job p-010 --rank 1")
+    assert [j.get("ports") for j in host_jobs(w, "h0")] == [[PORT_BASE], [PORT_BASE + 1]]
 
 
 def test_missing_and_broken_files(tmp_path):

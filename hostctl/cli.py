@@ -259,7 +259,7 @@ def testbed_up(
     as_json: bool = JsonOpt,
 ) -> None:
     """Build an emulated cluster: hosts in network namespaces, bridges as switches, shaped links."""
-    from hostctl.bench.scenario import _topology, load_scenario
+    from hostctl.bench.scenario import load_scenario, parse_topology
     from hostctl.testbed.net import Testbed, status as tb_status
 
     if scenario:
@@ -275,7 +275,7 @@ def testbed_up(
             for k, v in (("hosts_per_rack", hosts_per_rack), ("uplink", uplink)):
                 if v is not None:
                     d[k] = v
-        topo = _topology(d)
+        topo = parse_topology(d)
     Testbed(name, topo).up()
     _print_testbeds([s for s in tb_status() if s["name"] == name], as_json)
 

@@ -20,14 +20,15 @@ STATUS_REFRESH_S = 5.0  # counters for status/metrics rates, when nobody asks so
 BURST_GAP_S = 0.010  # an idle gap longer than this ends a job's burst
 
 
-def netns_id() -> str:
-    """Identity of the caller's network namespace (inode of /proc/self/ns/net)."""
+def netns_id(path: str = "/proc/self/ns/net") -> str:
+    """Identity of a network namespace (inode of its nsfs file; default: the caller's)."""
     try:
-        return f"ns{os.stat('/proc/self/ns/net').st_ino}"
+        return f"ns{os.stat(path).st_ino}"
     except OSError:
         return "ns0"
 
 
-def state_dir() -> str:
-    """Per-network-namespace state folder: daemons in different namespaces never share it."""
-    return os.path.join(RUN_DIR, netns_id())
+def state_dir(netns_path: str = "/proc/self/ns/net") -> str:
+    """Per-network-namespace state folder: daemons in different namespaces never share it.
+    `netns_path` names another namespace, e.g. /run/netns/NAME."""
+    return os.path.join(RUN_DIR, netns_id(netns_path))

@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from hostctl.bench.scenario import JobDef, Scenario
+from hostctl.core.traffic import shards
 from hostctl.errors import HostctlError
 from hostctl.testbed.net import Testbed
 
@@ -41,11 +42,6 @@ def policy_order(policies: tuple[str, ...], repeat: int) -> list[str]:
     """Repeat r runs the policies rotated by r, so drift of the machine hits each policy in each position."""
     k = repeat % len(policies)
     return list(policies[k:] + policies[:k])
-
-
-def shard_bytes(model_bytes: int, servers: int) -> list[int]:
-    base = model_bytes // servers
-    return [base] * (servers - 1) + [model_bytes - base * (servers - 1)]
 
 
 def host_jobs(sc: Scenario, host: str) -> list[dict]:
@@ -222,7 +218,7 @@ class Run:
         for j in self.sc.jobs:
             if j.kind != "ps":
                 continue
-            for s, (h, port, nbytes) in enumerate(zip(j.ps_hosts, j.ports, shard_bytes(j.model_bytes,
+            for s, (h, port, nbytes) in enumerate(zip(j.ps_hosts, j.ports, shards(j.model_bytes,
                                                                                       len(j.ps_hosts)))):
                 self.servers.append(self._start(h, [
                     PY, "-m", "hostctl.workloads.ps", "server", "--bind", self._addr(h), "--port", str(port),

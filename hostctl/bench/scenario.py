@@ -216,7 +216,8 @@ def _policies(v: Any, where: str) -> tuple[str, ...]:
     return tuple(v)
 
 
-def _topology(d: dict) -> Topology:
+def parse_topology(d: dict) -> Topology:
+    """A [testbed] table (also what `hostctl testbed up` builds from its flags)."""
     d = _check_keys(d, TESTBED_KEYS, "testbed")
     link = parse_rate_bps(d.get("link", "200mbit"), what="testbed.link")
     queue = parse_size_bytes(d.get("queue", "256KiB"), what="testbed.queue")
@@ -340,7 +341,7 @@ def _cross(items: Any, topo: Topology, first_port: int) -> tuple[CrossDef, ...]:
 
 def parse_scenario(data: dict, path: str = "") -> Scenario:
     _check_keys(data, TOP_KEYS, "")
-    topo = _topology(data.get("testbed", {}))
+    topo = parse_topology(data.get("testbed", {}))
     jobs = _jobs(data.get("jobs"), topo)
     cross = _cross(data.get("cross"), topo, max(p for j in jobs for p in j.ports) + 1)
     h = _check_keys(data.get("hostctl", {}), HOSTCTL_KEYS, "hostctl")

@@ -28,6 +28,7 @@ import ctypes
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -380,13 +381,6 @@ def _rm_cgroup_tree(cg: str) -> None:
             pass
 
 
-def _netns_inode(ns: str) -> int | None:
-    try:
-        return os.stat(os.path.join("/run/netns", ns)).st_ino
-    except OSError:
-        return None
-
-
 def teardown(name: str, state_dir: str = STATE_DIR, grace_s: float = 2.0) -> list[str]:
     """Remove everything of testbed `name`, from its state file or, without one, by naming scheme."""
     check_name(name)
@@ -424,25 +418,11 @@ def teardown(name: str, state_dir: str = STATE_DIR, grace_s: float = 2.0) -> lis
 
 def delete_netns(ns: str) -> None:
     """`ip netns del`, and the hostctl state (journals) kept for that namespace, which died with it."""
-    ino = _netns_inode(ns)
+    path = os.path.join("/run/netns", ns)
+    state = consts.state_dir(path) if os.path.exists(path) else None
     _run(["ip", "netns", "del", ns], check=False)
-    if ino is not None:
-        _rm_tree(os.path.join(consts.RUN_DIR, f"ns{ino}"))
-
-
-def _rm_tree(path: str) -> None:
-    if not os.path.isdir(path):
-        return
-    for dirpath, dirs, files in sorted(os.walk(path), key=lambda x: -len(x[0])):
-        for f in files:
-            try:
-                os.unlink(os.path.join(dirpath, f))
-            except OSError:
-                pass
-        try:
-            os.rmdir(dirpath)
-        except OSError:
-            pass
+    if state is not None:
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def _list_netns() -> list[str]:

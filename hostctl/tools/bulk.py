@@ -21,17 +21,13 @@ import sys
 import threading
 import time
 
-from hostctl.workloads.common import set_cc
+from hostctl.workloads.common import connect_retry, listen
 
 CHUNK = 256 * 1024
 
 
 def serve(bind: str, port: int) -> None:
-    srv = socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET, socket.SOCK_STREAM)
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    set_cc(srv)
-    srv.bind((bind, port))
-    srv.listen(64)
+    srv = listen(bind, port, backlog=64)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     payload = b"\0" * CHUNK
     print(f"listening {bind}:{port}", flush=True)
@@ -50,19 +46,7 @@ def serve(bind: str, port: int) -> None:
 
 
 def recv(addr: str, port: int, seconds: float, bucket_s: float) -> dict:
-    deadline = time.monotonic() + 10.0
-    while True:  # the server may still be starting: retry a refused connection for 10 s
-        s = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM)
-        set_cc(s)
-        s.settimeout(5)
-        try:
-            s.connect((addr, port))
-            break
-        except ConnectionRefusedError:
-            s.close()
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    s = connect_retry(addr, port, timeout_s=10.0)  # the server may still be starting
     s.settimeout(1.0)
     start = time.time()
     end = start + seconds

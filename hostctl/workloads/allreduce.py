@@ -42,8 +42,8 @@ import threading
 from functools import partial
 
 from hostctl.workloads.common import (
-    HELLO_TIMEOUT_S, IO_TIMEOUT_S, ArgParser, Link, add_job_args, compute_then_collective, ProtocolError, accept, check_out_path, close_all, connect_retry,
-    install_sigterm, listen, new_record, nonneg_int, now, parse_hostport, pos_float, pos_int,
+    HELLO_TIMEOUT_S, ArgParser, Link, ProtocolError, accept, add_job_args, check_out_path, close_all,
+    compute_then_collective, connect_retry, install_sigterm, listen, new_record, now, parse_hostport, pos_int,
     port_number, run_parallel, run_recorded, shutdown_all,
 )
 
@@ -159,15 +159,12 @@ def _parser() -> ArgParser:
     ap = ArgParser(prog=PROG, description="Ring all-reduce job over persistent TCP connections.")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="{worker}")
     w = sub.add_parser("worker", help="one rank of the ring")
-    w.add_argument("--job", required=True)
-    w.add_argument("--rank", type=nonneg_int, required=True)
     w.add_argument("--world", type=pos_int, required=True)
     w.add_argument("--bind", required=True, help="address this rank listens on (rank k+1 connects here)")
     w.add_argument("--port", type=port_number, required=True)
     w.add_argument("--prev", type=parse_hostport, metavar="ADDR:PORT",
                    help="listener of rank k-1 (required when --world > 1)")
     add_job_args(w)
-    w.add_argument("--io-timeout", type=pos_float, default=IO_TIMEOUT_S)
     return ap
 
 

@@ -322,12 +322,15 @@ def _join(t: threading.Thread, abort: Callable[[], None], bounded: bool) -> None
 # ---------------------------------------------------------------- records, signals, CLI
 
 def add_job_args(p: argparse.ArgumentParser) -> None:
-    """The options every worker program shares: what to run and where to write the record."""
+    """The options the ps and all-reduce workers share: who they are, what to run, where to write the record."""
+    p.add_argument("--job", required=True)
+    p.add_argument("--rank", type=nonneg_int, required=True)
     p.add_argument("--iterations", type=pos_int, required=True)
     p.add_argument("--compute", type=nonneg_float, required=True, help="seconds of compute per iteration")
     p.add_argument("--model-bytes", type=nonneg_int, required=True)
     p.add_argument("--out", required=True, help="record file ('-' = stdout)")
     p.add_argument("--connect-timeout", type=pos_float, default=60.0)
+    p.add_argument("--io-timeout", type=pos_float, default=IO_TIMEOUT_S)
 
 
 def compute_then_collective(rec: dict[str, Any], iterations: int, compute_s: float, collective) -> None:

@@ -59,6 +59,7 @@ import threading
 import time
 from functools import partial
 
+from hostctl.core.traffic import shards
 from hostctl.workloads.common import (
     HELLO_TIMEOUT_S, IO_TIMEOUT_S, ArgParser, add_job_args, Link, ProtocolError, accept, check_out_path, close_all, connect_retry,
     hostport_list, install_sigterm, listen, new_record, nonneg_int, now, pos_float,
@@ -74,12 +75,6 @@ HELLO_MAGIC = b"HPSW"
 ACK_MAGIC = b"HPSS"
 ACCEPTED, RANK_TAKEN, SHARD_MISMATCH = 0, 1, 2
 _REJECT_TEXT = {RANK_TAKEN: "rank already connected", SHARD_MISMATCH: "shard size differs"}
-
-
-def shard_sizes(model_bytes: int, servers: int) -> list[int]:
-    """Bytes of each server's shard: B // P each, the last one also gets the remainder."""
-    base = model_bytes // servers
-    return [base] * (servers - 1) + [model_bytes - base * (servers - 1)]
 
 
 # ---------------------------------------------------------------- server
@@ -169,11 +164,11 @@ def run_server(a: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- worker
 
-def _connect_servers(servers: list[tuple[str, int]], rank: int, shards: list[int],
+def _connect_servers(servers: list[tuple[str, int]], rank: int, sizes: list[int],
                      timeout_s: float, io_timeout_s: float, links: list[Link]) -> None:
     """Connect and say hello to every server in order (appending to `links` as it goes)."""
     deadline = now() + timeout_s
-    for (addr, port), shard_bytes in zip(servers, shards):
+    for (addr, port), shard_bytes in zip(servers, sizes):
         sock = connect_retry(addr, port, max(0.0, deadline - now()), io_timeout_s)
         link = Link(sock, f"server {addr}:{port}")
         links.append(link)
@@ -219,19 +214,19 @@ def _release(rec: dict, got: list[tuple[float, float]]) -> None:
 def run_worker(a: argparse.Namespace) -> int:
     rec = new_record(a.job, "ps", a.rank)
     rec["gradient_sent"] = []
-    shards = shard_sizes(a.model_bytes, len(a.ps))
+    sizes = shards(a.model_bytes, len(a.ps))
     links: list[Link] = []
 
     def abort() -> None:
         shutdown_links(links)
 
     def body() -> None:
-        _connect_servers(a.ps, a.rank, shards, a.connect_timeout, a.io_timeout, links)
+        _connect_servers(a.ps, a.rank, sizes, a.connect_timeout, a.io_timeout, links)
         rec["t_start"] = now()
         for i in range(a.iterations):
-            _release(rec, run_parallel([partial(_recv_update, lk, i, n) for lk, n in zip(links, shards)], abort))
+            _release(rec, run_parallel([partial(_recv_update, lk, i, n) for lk, n in zip(links, sizes)], abort))
             time.sleep(a.compute)
-            run_parallel([partial(lk.send_blob, n) for lk, n in zip(links, shards)], abort)
+            run_parallel([partial(lk.send_blob, n) for lk, n in zip(links, sizes)], abort)
             rec["gradient_sent"].append(now())
         _release(rec, run_parallel([partial(_recv_update, lk, DONE, 0) for lk in links], abort))
         rec["t_end"] = rec["barrier_exit"][-1]
@@ -262,11 +257,8 @@ def _parser() -> ArgParser:
     s.add_argument("--io-timeout", type=pos_float, default=IO_TIMEOUT_S,
                    help=f"seconds one send/receive may block (default {IO_TIMEOUT_S:g})")
     w = sub.add_parser("worker", help="one worker")
-    w.add_argument("--job", required=True)
-    w.add_argument("--rank", type=nonneg_int, required=True)
     w.add_argument("--ps", type=hostport_list, required=True, metavar="ADDR:PORT[,ADDR:PORT...]")
     add_job_args(w)
-    w.add_argument("--io-timeout", type=pos_float, default=IO_TIMEOUT_S)
     return ap
 
 

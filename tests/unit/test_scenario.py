@@ -9,8 +9,9 @@ import tomllib
 
 import pytest
 
-from hostctl.bench.runner import host_jobs, policy_order, shard_bytes
+from hostctl.bench.runner import host_jobs, policy_order
 from hostctl.bench.scenario import PORT_BASE, load_scenario, parse_scenario
+from hostctl.core.traffic import shards
 from hostctl.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -117,7 +118,7 @@ def test_policy_order_rotates_per_repeat():
 
 
 def test_shards_sum_to_model():
-    assert shard_bytes(10, 3) == [3, 3, 4] and sum(shard_bytes(1 << 20, 7)) == 1 << 20
+    assert shards(10, 3) == [3, 3, 4] and sum(shards(1 << 20, 7)) == 1 << 20
 
 
 def test_host_jobs_list_what_each_host_sends():

@@ -27,7 +27,7 @@ app = typer.Typer(
            "  hostctl status\n\n  hostctl clean",
 )
 
-PolicyOpt = typer.Option(None, "--policy", "-p", help="fifo, one (static priority) or rr (rotating). Default rr.")
+PolicyOpt = typer.Option(None, "--policy", "-p", help="fifo, one (static priority), rr (rotating) or cap (pace each job to --cap). Default rr.")
 IfaceOpt = typer.Option(None, "--iface", "-i", help="Egress interface. Default: the default route's.")
 PortsOpt = typer.Option(None, "--ports", help="DL listening ports, e.g. 9000-9005,9100: each port is one job.")
 PidsOpt = typer.Option(None, "--pids", help="Process ids, e.g. 1234,5678: each with its children is one job.")
@@ -78,8 +78,11 @@ def start(
     bands: Optional[int] = typer.Option(None, "--bands", help="Priority bands, 1..7 (default 6)."),
     rr_interval: Optional[float] = typer.Option(None, "--rr-interval", help="Seconds between rotations (rr; default 20)."),
     rescan: Optional[float] = typer.Option(None, "--rescan", help="Seconds between flow rescans (default 1)."),
-    lease: Optional[float] = typer.Option(None, "--lease", help="Fail open when the daemon is silent this long (s, default 3)."),
+    lease: Optional[float] = typer.Option(None, "--lease", help="Fail open when the daemon is silent this long (s, default 1)."),
     metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port."),
+    cap: Optional[str] = typer.Option(None, "--cap", help="Policy cap: each job's rate cap, e.g. 2gbit (split over its flows)."),
+    cgroup: Optional[str] = typer.Option(None, "--cgroup", help="Pacing scope: cgroup v2 path whose flows are paced (default /)."),
+    slot: Optional[float] = typer.Option(None, "--slot", help="Pacing slot, seconds (default 0.06)."),
     metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help="Address for --metrics-port."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (qdisc, classes, classifier entries) and exit."),
     log_level: str = typer.Option("INFO", "--log-level"),
@@ -87,29 +90,46 @@ def start(
     """Run the daemon in the foreground (systemd: examples/hostctl.service)."""
     from hostctl.config import build_config
     from hostctl.core.bands import assign_bands, rr_epoch
+    from hostctl.core.pace import PaceTable
     from hostctl.core.plan import build_classifier, build_tc_plan
     from hostctl.discovery import Discovery
 
     _setup_logging(log_level)
     cfg = build_config(config, policy=policy, iface=iface, link_rate=link_rate, other_rate=other_rate,
                        ports=ports, pids=pids, match=match, bands=bands, rr_interval=rr_interval,
-                       rescan=rescan, lease=lease, metrics_port=metrics_port)
+                       rescan=rescan, lease=lease, metrics_port=metrics_port, cap=cap, cgroup=cgroup, slot=slot)
     the_iface = _resolve_iface(cfg)
     from hostctl.datapath.linux import link_info
 
     link_info(the_iface)  # clear error if the interface does not exist
     rate = _resolve_link_rate(cfg, the_iface)
     dataclasses.replace(cfg, link_rate_bps=rate).validate()  # guaranteed rates must fit in a sysfs rate too
-    plan = build_tc_plan(the_iface, rate, cfg.bands, cfg.other_rate_bps(rate), classify=cfg.policy != "fifo")
+    plan = build_tc_plan(the_iface, rate, cfg.bands, cfg.other_rate_bps(rate), classify=cfg.band_policy != "fifo")
+    if cfg.pacing:
+        from hostctl.datapath.pacer import resolve_cgroup
+
+        resolve_cgroup(cfg.cgroup)  # a clear error before anything is touched
     discovery = Discovery(list(cfg.jobs), the_iface)
 
     if dry_run:
         jobs = discovery.scan()
-        epoch = rr_epoch(time.time(), cfg.rr_interval_s) if cfg.policy == "rr" else 0
-        assignment = assign_bands({j.job_id: j.model_bytes for j in jobs}, cfg.policy, cfg.bands, epoch)
+        epoch = rr_epoch(time.time(), cfg.rr_interval_s) if cfg.band_policy == "rr" else 0
+        assignment = assign_bands({j.job_id: j.model_bytes for j in jobs}, cfg.band_policy, cfg.bands, epoch)
         table = build_classifier(jobs, assignment)
+        pacing = None
+        if cfg.pacing:
+            from hostctl.core.pace import selectors
+            from hostctl.core.plan import MAX_JOB_SLOTS, allocate_slots
+
+            slots, _ = allocate_slots([j.job_id for j in jobs], {}, MAX_JOB_SLOTS)
+            ports_sel, flows_sel = selectors(jobs, slots)
+            caps = cfg.job_caps_bps()
+            pacing = {"cgroup": cfg.cgroup, "slot_s": cfg.slot_s, "slots": slots,
+                      "caps_bps": {j.job_id: caps.get(j.job_id, cfg.cap_bps) for j in jobs},
+                      "selectors": PaceTable(ports_sel, flows_sel).to_dict()}
         typer.echo(json.dumps({"plan": plan.to_dict(), "assignment": assignment,
-                               "classifier": table.to_dict() if plan.classify else None}, indent=2))
+                               "classifier": table.to_dict() if plan.classify else None,
+                               "pacing": pacing}, indent=2))
         return
 
     from hostctl import control
@@ -117,20 +137,29 @@ def start(
     from hostctl.datapath.linux import LinuxDatapath, require_root
 
     require_root()
-    if plan.classify:
+    if plan.classify or cfg.pacing:
         from hostctl.datapath.classifier import import_bcc
 
         import_bcc()
     server = control.ControlServer({})  # binds first: a second daemon fails before touching anything
     try:
-        datapath = LinuxDatapath(the_iface, policy=cfg.policy, lease_s=cfg.lease_s)
+        datapath = LinuxDatapath(the_iface, policy=cfg.policy, lease_s=cfg.lease_s,
+                                 pace_cgroup=cfg.cgroup if cfg.pacing else None, phase_gap_s=cfg.phase_gap_s)
         daemon = Daemon(cfg, plan, datapath, discovery)
 
         def _stop(_req: dict) -> dict:
             daemon.request_stop()
             return {}
 
-        server.handlers.update({"status": lambda _r: {"status": daemon.status()}, "stop": _stop})
+        def _hint(req: dict) -> dict:
+            peer = req.get("_peer", {})
+            job = req.get("job")
+            if not peer.get("privileged") and not _owns_job(daemon, job, peer.get("uid", -1)):
+                raise ValueError(f"permission denied: uid {peer.get('uid')} runs no process of job {job!r}")
+            daemon.hint(job, req.get("bytes_per_iter"), req.get("iteration_start"))
+            return {}
+
+        server.handlers.update({"status": lambda _r: {"status": daemon.status()}, "stop": _stop, "hint": _hint})
         server.start()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda *_: daemon.request_stop())
@@ -141,6 +170,19 @@ def start(
         daemon.run()
     finally:
         server.close()
+
+
+def _owns_job(daemon, job, uid: int) -> bool:
+    j = daemon.jobs.get(job) if isinstance(job, str) else None
+    if j is None:
+        return False
+    for pid in j.pids:
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 @app.command()
@@ -190,6 +232,40 @@ def status(as_json: bool = JsonOpt) -> None:
     s = st["stats"]
     con.print(f"rotations {s['rotations']}, reassignments {s['reassignments']}, errors {s['errors']}, "
               f"fail-open packets {st['failopen_pkts']}")
+    pc = st.get("pacing")
+    if pc:
+        _print_pacing(con, pc, s)
+
+
+def _print_pacing(con, pc: dict, s: dict) -> None:
+    from rich.table import Table
+
+    from hostctl.core.units import format_bytes, format_rate
+
+    def rate(v):
+        return "-" if v is None else format_rate(v)
+
+    def size(v):
+        return "-" if v is None else format_bytes(int(v))
+
+    t = Table("flow", "job", "target", "applied", "measured", "max (4 slots)", "iter bytes", "iters",
+              "bytes/iter", "left", "srtt")
+    for f in pc["flows"]:
+        t.add_row(f["flow"], f["job"] or "-", rate(f["target_bps"]), rate(f["applied_bps"]), rate(f["rate_bps"]),
+                  rate(f["max_rate_bps"]), size(f["iter_bytes"]), str(f["iterations"]), size(f["bytes_per_iter"]),
+                  size(f["bytes_left"]), f"{f['srtt_us'] / 1000:.2f} ms")
+    con.print(t)
+    j = Table("job", "cap", "flows", "iterations", "bytes/iter", "this iteration", "left", "from")
+    for name, r in sorted(pc["jobs"].items()):
+        j.add_row(name, rate(r["cap_bps"]), str(r["flows"]), str(r["iterations"]), size(r["bytes_per_iter"]),
+                  size(r["iter_bytes"]), size(r["bytes_left"]), r["source"])
+    con.print(j)
+    k = pc.get("kernel", {})
+    p90 = pc.get("tick_ms_p90")
+    con.print(f"slot {pc['slot_s'] * 1000:.0f} ms: {s.get('slots', 0)} slots, {s.get('slot_overruns', 0)} overruns, "
+              f"decision p90 {'-' if p90 is None else f'{p90:.2f} ms'}; kernel: flows not tracked (map full) "
+              f"{k.get('flows_full', 0)}, fail-open rate changes {k.get('failopen_events', 0)}, "
+              f"setsockopt errors {k.get('setopt_errors', 0)}, burst records lost {k.get('bursts_lost', 0)}")
 
 
 @app.command()

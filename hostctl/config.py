@@ -21,8 +21,10 @@ from hostctl.core.units import (
 from hostctl.errors import ConfigError
 
 TOP_KEYS = {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
-            "lease", "metrics_port", "ports", "pids", "match", "jobs"}
-JOB_KEYS = {"name", "ports", "pids", "match", "model_size"}
+            "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot", "phase_gap"}
+JOB_KEYS = {"name", "ports", "pids", "match", "model_size", "cap"}
+PACING_POLICIES = ("cap",)  # policies that run the sock_ops pacing datapath and the slot loop
+ALL_POLICIES = (*POLICIES, *PACING_POLICIES)
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,23 @@ class Config:
     lease_s: float = consts.DEFAULT_LEASE_S
     metrics_port: int | None = None
     jobs: tuple[JobSpec, ...] = field(default_factory=tuple)
+    cap_bps: int | None = None  # policy cap: default cap of each job (bits/s)
+    cgroup: str = consts.DEFAULT_CGROUP  # pacing scope (cgroup v2 path)
+    slot_s: float = consts.DEFAULT_SLOT_S
+    phase_gap_s: float = consts.DEFAULT_PHASE_GAP_S
+
+    @property
+    def pacing(self) -> bool:
+        return self.policy in PACING_POLICIES
+
+    @property
+    def band_policy(self) -> str:
+        """The band policy: the configured one, or fifo (no bands) for pacing-only policies."""
+        return self.policy if self.policy in POLICIES else "fifo"
+
+    def job_caps_bps(self) -> dict[str, int]:
+        """Per-job caps from [[jobs]] (by job name)."""
+        return {s.name: s.cap_bps for s in self.jobs if s.name and s.cap_bps}
 
     def other_rate_bps(self, link_rate_bps: int) -> int:
         frac, rate = parse_fraction_or_rate(self.other_rate, what="other_rate")
@@ -47,8 +66,8 @@ class Config:
         return bps
 
     def validate(self) -> "Config":
-        if self.policy not in POLICIES:
-            raise ConfigError(f"unknown policy {self.policy!r}: choose one of {', '.join(POLICIES)}")
+        if self.policy not in ALL_POLICIES:
+            raise ConfigError(f"unknown policy {self.policy!r}: choose one of {', '.join(ALL_POLICIES)}")
         if not 1 <= self.bands <= MAX_BANDS:
             raise ConfigError(f"bands must be within 1..{MAX_BANDS} (htb prio 7 is the default class), got {self.bands}")
         if not 0.1 <= self.rr_interval_s <= 86400:
@@ -57,6 +76,17 @@ class Config:
             raise ConfigError(f"rescan must be within 0.05..60 seconds, got {self.rescan_s}")
         if not 2 * consts.HEARTBEAT_S <= self.lease_s <= 3600:
             raise ConfigError(f"lease must be within {2 * consts.HEARTBEAT_S}..3600 seconds, got {self.lease_s}")
+        if not 0.01 <= self.slot_s <= 1.0:
+            raise ConfigError(f"slot must be within 0.01..1 seconds (MLCC uses 0.06), got {self.slot_s}")
+        if not 0.001 <= self.phase_gap_s <= 10:
+            raise ConfigError(f"phase_gap must be within 0.001..10 seconds, got {self.phase_gap_s}")
+        if not self.cgroup.startswith("/"):
+            raise ConfigError(f"cgroup must be a cgroup v2 path starting with /, e.g. / or /system.slice, got {self.cgroup!r}")
+        if self.policy == "cap" and not self.cap_bps and not self.job_caps_bps():
+            raise ConfigError("policy cap needs a rate: give --cap RATE (e.g. --cap 2gbit), or cap = in [[jobs]]")
+        for what, bps in [("cap", self.cap_bps), *((f"cap of job {n}", c) for n, c in self.job_caps_bps().items())]:
+            if bps is not None and not 100_000 <= bps <= 8 * 0xFFFFFFFE:
+                raise ConfigError(f"{what} {bps}bit/s is outside what TCP pacing can enforce (100kbit .. 34gbit)")
         if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics_port must be within 1..65535, got {self.metrics_port}")
         if self.iface is not None and not re.fullmatch(r"[^/\s]{1,15}", self.iface):
@@ -166,6 +196,14 @@ def load_file(path: str) -> dict[str, Any]:
         kw["lease_s"] = _num(data, "lease", float, path)
     if "metrics_port" in data:
         kw["metrics_port"] = _num(data, "metrics_port", int, path)
+    if "cap" in data:
+        kw["cap_bps"] = parse_rate_bps(data["cap"], what=f"{path}: cap")
+    if "cgroup" in data:
+        kw["cgroup"] = _str(data, "cgroup", path)
+    if "slot" in data:
+        kw["slot_s"] = _num(data, "slot", float, path)
+    if "phase_gap" in data:
+        kw["phase_gap_s"] = _num(data, "phase_gap", float, path)
     specs: list[JobSpec] = []
     if "ports" in data:
         specs.append(JobSpec(ports=_ports_value(data["ports"], path)))
@@ -194,12 +232,14 @@ def load_file(path: str) -> dict[str, Any]:
         if len(sel) != 1:
             raise ConfigError(f"{where} ({name}): give exactly one of ports, pids, match")
         size = parse_size_bytes(j["model_size"], what=f"{where} model_size") if "model_size" in j else None
+        cap = parse_rate_bps(j["cap"], what=f"{where} cap") if "cap" in j else None
         if sel[0] == "ports":
-            specs.append(JobSpec(name=name, ports=_ports_value(j["ports"], where), model_bytes=size))
+            specs.append(JobSpec(name=name, ports=_ports_value(j["ports"], where), model_bytes=size, cap_bps=cap))
         elif sel[0] == "pids":
-            specs.append(JobSpec(name=name, pids=_pids_value(j["pids"], where), model_bytes=size))
+            specs.append(JobSpec(name=name, pids=_pids_value(j["pids"], where), model_bytes=size, cap_bps=cap))
         else:
-            specs.append(JobSpec(name=name, match=_check_regex(str(j["match"]), where), model_bytes=size))
+            specs.append(JobSpec(name=name, match=_check_regex(str(j["match"]), where), model_bytes=size,
+                                 cap_bps=cap))
     kw["jobs"] = tuple(specs)
     return kw
 
@@ -213,7 +253,11 @@ def build_config(file: str | None = None, **flags: Any) -> Config:
     if flags.get("link_rate") is not None:
         kw["link_rate_bps"] = parse_rate_bps(flags.pop("link_rate"), what="--link-rate")
     flags.pop("link_rate", None)
-    names = {"rr_interval": "rr_interval_s", "rescan": "rescan_s", "lease": "lease_s"}
+    if flags.get("cap") is not None:
+        kw["cap_bps"] = parse_rate_bps(flags.pop("cap"), what="--cap")
+    flags.pop("cap", None)
+    names = {"rr_interval": "rr_interval_s", "rescan": "rescan_s", "lease": "lease_s", "slot": "slot_s",
+             "phase_gap": "phase_gap_s"}
     for k, v in flags.items():
         if v is not None:
             kw[names.get(k, k)] = v

@@ -14,8 +14,11 @@ DEFAULT_RR_INTERVAL_S = 20.0
 DEFAULT_RESCAN_S = 1.0
 DEFAULT_LINK_FRACTION = 0.97  # of the NIC speed reported by sysfs (Q-T4)
 DEFAULT_OTHER_SHARE = "10%"  # guaranteed to non-DL traffic
-DEFAULT_LEASE_S = 3.0  # BPF classifier fails open when the daemon's heartbeat is older
-HEARTBEAT_S = 0.5
+DEFAULT_LEASE_S = 1.0  # the BPF programs fail open when the daemon's heartbeat is older
+HEARTBEAT_S = 0.25
+DEFAULT_SLOT_S = 0.060  # pacing policies: one rate decision per flow per slot (MLCC)
+DEFAULT_PHASE_GAP_S = 0.020  # no ACK progress this long may end a flow's communication phase
+DEFAULT_CGROUP = "/"  # pacing scope: the cgroup v2 whose sockets are monitored/paced
 STATUS_REFRESH_S = 5.0  # counters for status/metrics rates, when nobody asks sooner
 BURST_GAP_S = 0.010  # an idle gap longer than this ends a job's burst
 

@@ -5,7 +5,10 @@ Abstract unix sockets belong to the network namespace they were bound in, so
 that namespace and no other. One request and one reply per connection:
   {"cmd": "status"}  -> {"ok": true, "status": {...}}
   {"cmd": "stop"}    -> {"ok": true}
-Only root (uid 0) or the daemon's own uid may connect (SO_PEERCRED).
+  {"cmd": "hint", "job": J, "bytes_per_iter": N, "iteration_start": unix_s} -> {"ok": true}
+Root (uid 0) and the daemon's own uid may send anything; other users may only send
+``hint`` (a training process running as its own user), and the handler checks that
+they own the job (SO_PEERCRED).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ MAX_REQUEST = 65536
 
 
 class ControlServer:
+    OPEN_CMDS = frozenset({"hint"})  # commands any local user may send (the handler checks ownership)
+
     def __init__(self, handlers: dict[str, Callable[[dict], dict]], address: str = consts.CONTROL_SOCKET):
         self.handlers = handlers
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -62,9 +67,7 @@ class ControlServer:
     def _handle(self, conn: socket.socket) -> None:
         conn.settimeout(2.0)
         pid, uid, gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-        if uid not in (0, os.geteuid()):
-            conn.sendall(json.dumps({"ok": False, "error": "permission denied"}).encode())
-            return
+        privileged = uid in (0, os.geteuid())
         data = b""
         while not data.endswith(b"\n") and len(data) < MAX_REQUEST:
             chunk = conn.recv(4096)
@@ -79,7 +82,15 @@ class ControlServer:
         except (ValueError, KeyError, TypeError):
             conn.sendall(json.dumps({"ok": False, "error": "bad request"}).encode())
             return
-        reply = handler(req)
+        if not privileged and req["cmd"] not in self.OPEN_CMDS:
+            conn.sendall(json.dumps({"ok": False, "error": "permission denied"}).encode())
+            return
+        req["_peer"] = {"pid": pid, "uid": uid, "privileged": privileged}
+        try:
+            reply = handler(req)
+        except ValueError as e:  # the request was understood but refused: say why
+            conn.sendall(json.dumps({"ok": False, "error": str(e)}).encode())
+            return
         conn.sendall(json.dumps({"ok": True, **reply}, default=str).encode())
 
     def close(self) -> None:

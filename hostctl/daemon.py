@@ -35,6 +35,8 @@ class Stats:
     errors: int = 0
     scans: int = 0
     scan_overruns: int = 0
+    slots: int = 0
+    slot_overruns: int = 0
     last_apply_ms: float = 0.0
     map_writes: int = 0
 
@@ -68,6 +70,11 @@ class Daemon:
         self._rates = _Rates()
         self._lock = threading.Lock()
         self.started_wall = wall()
+        self.pace = None
+        if config.pacing:
+            from hostctl.pacectl import PaceControl
+
+            self.pace = PaceControl(config, datapath)
         self._status: dict = {**self._base_status(), "state": "starting"}
 
     # -- one step each ---------------------------------------------------------
@@ -91,14 +98,14 @@ class Daemon:
         return changed
 
     def current_epoch(self) -> int:
-        return rr_epoch(self.wall(), self.config.rr_interval_s) if self.config.policy == "rr" else 0
+        return rr_epoch(self.wall(), self.config.rr_interval_s) if self.config.band_policy == "rr" else 0
 
     def reassign(self, force: bool = False) -> bool:
         """Recompute bands (on job change or a new rotation epoch) and push map changes."""
         epoch = self.current_epoch()
         sizes = {jid: j.model_bytes for jid, j in self.jobs.items()}
-        assignment = assign_bands(sizes, self.config.policy, self.config.bands, epoch)
-        rotated = self.epoch is not None and epoch != self.epoch and self.config.policy == "rr"
+        assignment = assign_bands(sizes, self.config.band_policy, self.config.bands, epoch)
+        rotated = self.epoch is not None and epoch != self.epoch and self.config.band_policy == "rr"
         self.epoch = epoch
         table = build_classifier(list(self.jobs.values()), assignment, self.table.slots)
         if not force and table == self.table:
@@ -165,6 +172,7 @@ class Daemon:
             **self._base_status(), "state": "running",
             "jobs": job_rows, "classes": class_rows, "failopen_pkts": counters.failopen_pkts,
             "dropped_flows": self.table.dropped_flows,
+            "pacing": self.pace.status() if self.pace is not None else None,
         }
         with self._lock:
             self._status = status
@@ -177,7 +185,7 @@ class Daemon:
             "next_rotation": next_rotation_s(self.wall(), self.config.rr_interval_s)
             if self.config.policy == "rr" else None,
             "uptime_s": self.wall() - self.started_wall,
-            "jobs": [], "classes": [], "failopen_pkts": 0, "dropped_flows": 0,
+            "jobs": [], "classes": [], "failopen_pkts": 0, "dropped_flows": 0, "pacing": None,
             "stats": dict(self.stats.__dict__),
         }
 
@@ -192,10 +200,46 @@ class Daemon:
         with self._lock:
             return dict(self._status)
 
+    def hint(self, job: str, bytes_per_iter: int | None = None, iteration_start: float | None = None) -> None:
+        """A framework hook's hint (control socket): exact bytes per iteration of a job and/or
+        the wall-clock start of its new iteration. Raises ValueError on bad input."""
+        if self.pace is None:
+            raise ValueError(f"policy {self.config.policy} does not monitor flows; hints need a pacing policy (cap)")
+        if not isinstance(job, str) or not job:
+            raise ValueError("hint: job must be a non-empty string")
+        if bytes_per_iter is not None and (not isinstance(bytes_per_iter, int) or isinstance(bytes_per_iter, bool)
+                                           or bytes_per_iter <= 0):
+            raise ValueError("hint: bytes_per_iter must be a positive integer")
+        if bytes_per_iter is None and iteration_start is None:
+            raise ValueError("hint: give bytes_per_iter and/or iteration_start")
+        start_mono = None
+        if iteration_start is not None:
+            if not isinstance(iteration_start, (int, float)) or isinstance(iteration_start, bool):
+                raise ValueError("hint: iteration_start must be a unix time in seconds")
+            age = self.wall() - float(iteration_start)
+            if not -1.0 <= age <= 60.0:
+                raise ValueError(f"hint: iteration_start is {age:+.1f}s away from now; clocks out of sync?")
+            start_mono = self.mono() - age
+        if job not in self.jobs:
+            raise ValueError(f"hint: no job {job!r} on this host (jobs: {', '.join(sorted(self.jobs)) or 'none'})")
+        self.pace.hint(job, bytes_per_iter, start_mono)
+
     def request_stop(self) -> None:
         """Signal-safe: only sets events; the loop ends and run() tears down."""
         self.stop.set()
         self._wake.set()
+
+    def pace_tick(self, now: float) -> None:
+        t0 = time.perf_counter()
+        try:
+            self.pace.tick(now, self.jobs)
+        except Exception as e:  # one bad slot must not kill the daemon; the lease covers a stuck one
+            self.stats.errors += 1
+            self.pace.errors += 1
+            if self.pace.errors <= 3 or self.pace.errors % 100 == 0:
+                log.error("pacing slot failed (%d so far): %s", self.pace.errors, e)
+        self.stats.slots += 1
+        self.pace.tick_ms.append((time.perf_counter() - t0) * 1e3)
 
     # -- the loop ------------------------------------------------------------------
     def run(self) -> None:
@@ -218,8 +262,10 @@ class Daemon:
 
     def loop(self) -> None:
         period = self.config.rescan_s
+        slot = self.config.slot_s
         next_scan = self.mono()
         next_hb = self.mono()
+        next_slot = self.mono()
         while not self.stop.is_set():
             now = self.mono()
             scanned = now >= next_scan
@@ -232,6 +278,12 @@ class Daemon:
                     next_scan = now + period
             if changed or self.epoch != self.current_epoch():
                 self.reassign()
+            if self.pace is not None and now >= next_slot:
+                self.pace_tick(now)
+                next_slot += slot
+                if next_slot <= self.mono():  # the tick overran its slot: skip, don't burst
+                    self.stats.slot_overruns += 1
+                    next_slot = self.mono() + slot
             if now >= next_hb:
                 self.datapath.heartbeat()
                 next_hb += consts.HEARTBEAT_S
@@ -245,6 +297,8 @@ class Daemon:
                 self._last_refresh = now
                 self._status_ready.set()
             wait = min(next_scan, next_hb, self._last_refresh + consts.STATUS_REFRESH_S) - self.mono()
+            if self.pace is not None:
+                wait = min(wait, next_slot - self.mono())
             if self.config.policy == "rr":
                 wall = self.wall()
                 wait = min(wait, next_rotation_s(wall, self.config.rr_interval_s) - wall + 1e-3)

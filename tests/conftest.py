@@ -64,6 +64,15 @@ class Host:
     def hostctl(self, *args: str, check: bool = False, timeout: float = 60) -> subprocess.CompletedProcess:
         return self.run(HOSTCTL, *args, check=check, timeout=timeout)
 
+    def nsenter(self, *args: str) -> list[str]:
+        """argv that enters only this network namespace (keeps the host's /sys mounts:
+        cgroup2 and bpffs, which the pacer needs; `ip netns exec` hides them)."""
+        return ["nsenter", f"--net=/run/netns/{self.ns}", *args]
+
+    def argv_in(self, cgroup: str, *args: str) -> list[str]:
+        """argv that joins ``cgroup`` (a cgroup v2 directory) and then this namespace."""
+        return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec ip netns exec "$@"', cgroup, self.ns, *args]
+
 
 @dataclass
 class Pair:
@@ -120,6 +129,53 @@ def pair(request):
         h.run("ip", "link", "set", h.dev, "up")
         h.run("ip", "link", "set", "lo", "up")
     return pr
+
+
+@pytest.fixture
+def make_cgroup(request):
+    """Factory of fresh cgroup v2 directories with unique names. The finalizer kills what
+    runs in them, releases a pacer still attached to one (a crashed daemon's) and
+    removes them."""
+    from hostctl.datapath import pacer
+
+    made: list[str] = []
+
+    def fin():
+        for path in made:
+            for _ in range(50):
+                pids = pacer.cgroup_pids(path) if os.path.isdir(path) else []
+                if not pids:
+                    break
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.1)
+            for owner in pacer.all_owners():
+                if owner.get("cgroup") == path:
+                    pacer.release_scope(owner)
+            for dirpath, _dirs, _files in sorted(os.walk(path), key=lambda w: -len(w[0])):
+                try:
+                    os.rmdir(dirpath)
+                except OSError:
+                    pass
+
+    request.addfinalizer(fin)
+
+    def make() -> str:
+        path = os.path.join(pacer.cgroup2_root(), f"hostctl-test-{uuid.uuid4().hex[:8]}")
+        made.append(path)
+        os.makedirs(path)
+        return path
+
+    return make
+
+
+@pytest.fixture
+def cgroup(make_cgroup):
+    """One fresh cgroup v2 directory (see make_cgroup)."""
+    return make_cgroup()
 
 
 def wait_for(pred, timeout: float = 20.0, interval: float = 0.1, what: str = "condition"):

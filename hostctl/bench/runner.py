@@ -155,6 +155,8 @@ class Run:
                     "--rr-interval", str(hs.rr_interval_s), "--rescan", str(hs.rescan_s), "--log-level", "WARNING"]
             if pol != "fifo":
                 argv += ["--config", cfg]
+            if pol == "cap":  # the pacer watches this host's cgroup only
+                argv += ["--cap", hs.cap or "", "--cgroup", tb.host(h).cgroup]
             self.daemons[h] = self._start(h, argv, f"hostctl-{h}")
             self.daemon_policy[h] = pol
 

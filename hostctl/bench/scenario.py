@@ -54,7 +54,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hostctl.core.bands import POLICIES
+from hostctl.config import ALL_POLICIES as POLICIES
 from hostctl.core.units import parse_rate_bps, parse_size_bytes
 from hostctl.errors import ConfigError
 
@@ -66,7 +66,7 @@ MAX_PROCESSES = 400
 TOP_KEYS = {"name", "description", "testbed", "hostctl", "bench", "jobs", "cross"}
 TESTBED_KEYS = {"hosts", "racks", "hosts_per_rack", "link", "uplink", "queue", "tcp_cc", "sysctls"}
 _SYSCTL = re.compile(r"net\.(ipv4|ipv6|core)\.[a-z0-9_.]+")
-HOSTCTL_KEYS = {"rr_interval", "bands", "other_rate", "rescan", "hosts", "workers"}
+HOSTCTL_KEYS = {"rr_interval", "bands", "other_rate", "rescan", "hosts", "workers", "cap"}
 BENCH_KEYS = {"policies", "repeat", "timeout"}
 JOB_KEYS = {"name", "count", "kind", "ps", "servers", "workers", "model", "compute", "iterations",
             "arrival", "arrival_step"}
@@ -126,6 +126,7 @@ class HostctlSettings:
     rescan_s: float = 0.5
     hosts: tuple[str, ...] | None = None  # None: all hosts run the policy under test
     workers: bool = False  # also order PS workers' gradients on their hosts (found by command line)
+    cap: str | None = None  # policy cap: each job's rate cap on its hosts (a rate, e.g. "100mbit")
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,8 @@ class Scenario:
             s = replace(s, jobs=tuple(replace(j, iterations=iterations) for j in s.jobs))
         if policies is not None:
             s = replace(s, policies=_policies(list(policies), "--policies"))
+            if "cap" in s.policies and s.hostctl.cap is None:
+                raise ConfigError("--policies lists cap: give its rate in the scenario, [hostctl] cap = \"100mbit\"")
         if repeat is not None:
             if not 1 <= repeat <= 100:
                 raise ConfigError("--repeat must be within 1..100")
@@ -201,6 +204,16 @@ def _host_list(v: Any, hosts: tuple[str, ...], where: str) -> tuple[str, ...]:
         if h not in hosts:
             raise ConfigError(f"{where}: unknown host {h!r}; this testbed has {hosts[0]}..{hosts[-1]}")
     return tuple(v)
+
+
+def _cap(h: dict) -> str | None:
+    if "cap" not in h:
+        return None
+    v = h["cap"]
+    if not isinstance(v, str):
+        raise ConfigError(f"hostctl.cap must be a rate string such as \"100mbit\", got {v!r}")
+    parse_rate_bps(v, what="hostctl.cap")
+    return v
 
 
 def _policies(v: Any, where: str) -> tuple[str, ...]:
@@ -352,8 +365,11 @@ def parse_scenario(data: dict, path: str = "") -> Scenario:
         other_rate=str(h.get("other_rate", "10%")),
         rescan_s=float(_num(h, "rescan", "hostctl", 0.5, 0.05, 60.0)),
         hosts=None if hosts == "all" else _host_list(hosts, topo.hosts, "hostctl.hosts"),
-        workers=_bool(h, "workers", "hostctl", False))
+        workers=_bool(h, "workers", "hostctl", False),
+        cap=_cap(h))
     b = _check_keys(data.get("bench", {}), BENCH_KEYS, "bench")
+    if "cap" in _policies(b.get("policies", ["fifo"]), "bench.policies") and settings.cap is None:
+        raise ConfigError("bench.policies lists cap: give its rate with [hostctl] cap = \"100mbit\"")
     name = data.get("name") or os.path.splitext(os.path.basename(path))[0] or "scenario"
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigError("name must be 1-32 letters, digits, '_', '.' or '-'")

@@ -36,6 +36,7 @@ class JobSpec:
     pids: tuple[int, ...] = ()  # root PIDs; children belong to the job too
     match: str | None = None  # regex on the process command line
     model_bytes: int | None = None  # model-update size, if known
+    cap_bps: int | None = None  # policy cap: this job's rate cap (bits/s)
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,14 @@ counters grow with the traffic a test injects with ``send``.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from hostctl.core.pace import PaceTable
 from hostctl.core.plan import ClassifierTable, TcPlan
-from hostctl.datapath import ClassCounters, Counters, JobCounters
+from hostctl.core.types import FlowKey
+from hostctl.datapath import (
+    FLOW_CLOSED, UNLIMITED_BPS_BYTES, Burst, ClassCounters, Counters, FlowRecord, JobCounters, PacingReadout,
+)
 
 
 class FakeDatapath:
@@ -23,6 +29,11 @@ class FakeDatapath:
         self.class_bytes: dict[int, int] = {}
         self.job_bytes: dict[int, int] = {}
         self.torn_down = 0
+        self.pace_table = PaceTable()
+        self.pace_writes: list[PaceTable] = []
+        self.kflows: dict[FlowKey, FlowRecord] = {}  # the kernel's flow table, driven by connect/transfer
+        self.kbursts: list[Burst] = []
+        self.ctl = {"flows_full": 0, "failopen_events": 0, "bursts_lost": 0, "setopt_errors": 0}
 
     def setup(self, plan: TcPlan) -> None:
         self.setups += 1
@@ -61,8 +72,58 @@ class FakeDatapath:
                 for s in (slots or set())}
         return Counters(classes, jobs, 0)
 
+    # -- pacing: the sock_ops program's behaviour, in memory ---------------------------------
+    def pace(self, table: PaceTable) -> int:
+        writes = sum(1 for k, v in table.flow_rates.items() if self.pace_table.flow_rates.get(k) != v)
+        writes += sum(1 for k, v in table.slot_rates.items() if self.pace_table.slot_rates.get(k) != v)
+        self.pace_table = table
+        self.pace_writes.append(table)
+        # like the program at the flows' next callback: apply the wanted rate
+        for k, r in self.kflows.items():
+            self.kflows[k] = replace(r, rate_Bps=self._want(k, r.slot))
+        return writes
+
+    def _want(self, key: FlowKey, slot: int) -> int:
+        return (self.pace_table.flow_rates.get(key) or self.pace_table.slot_rates.get(slot)
+                or UNLIMITED_BPS_BYTES)
+
+    def _selected(self, key: FlowKey) -> int | None:
+        t = self.pace_table
+        if key in t.flows:
+            return t.flows[key]
+        return t.ports.get((key.lport, "local"), t.ports.get((key.rport, "remote")))
+
+    def connect(self, key: FlowKey, now_ns: int = 0) -> bool:
+        """A flow is established: tracked if a selector matches (as at ESTABLISHED)."""
+        slot = self._selected(key)
+        if slot is None:
+            return False
+        self.kflows[key] = FlowRecord(key, slot, 0, 0, now_ns, 0, 0, 0, self._want(key, slot),
+                                      UNLIMITED_BPS_BYTES, 100, 10, 0, 0, 0)
+        return True
+
+    def transfer(self, key: FlowKey, nbytes: int, start_ns: int, end_ns: int) -> None:
+        """The flow moved ``nbytes`` between start and end; reported as one completed burst."""
+        r = self.kflows[key]
+        self.kflows[key] = replace(r, bytes_acked=r.bytes_acked + nbytes, bytes_sent=r.bytes_sent + nbytes,
+                                   last_ns=end_ns, bursts=r.bursts + 1)
+        self.kbursts.append(Burst(key, r.slot, start_ns, end_ns, nbytes))
+
+    def close_flow(self, key: FlowKey) -> None:
+        self.kflows[key] = replace(self.kflows[key], flags=self.kflows[key].flags | FLOW_CLOSED)
+
+    def read_pacing(self) -> PacingReadout:
+        bursts, self.kbursts = self.kbursts, []
+        return PacingReadout(list(self.kflows.values()), bursts, dict(self.ctl))
+
+    def forget(self, keys: list[FlowKey]) -> None:
+        for k in keys:
+            self.kflows.pop(k, None)
+
     def teardown(self) -> None:
         self.torn_down += 1
+        for k, r in self.kflows.items():  # release: every flow gets its original rate back
+            self.kflows[k] = replace(r, rate_Bps=r.orig_rate_Bps)
         self.root = self.previous_root
         self.plan = None
         self.table = ClassifierTable()

@@ -21,8 +21,10 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from hostctl import consts
+from hostctl.core.pace import PaceTable
 from hostctl.core.plan import QDISC_HANDLE, ClassifierTable, HtbClass, TcPlan, fmt_handle
-from hostctl.datapath import ClassCounters, Counters
+from hostctl.core.types import FlowKey
+from hostctl.datapath import ClassCounters, Counters, PacingReadout
 from hostctl.datapath.journal import Journal, daemon_alive
 from hostctl.datapath.rtnl_raw import TC_H_ROOT, RawRtnl, TcObject, restore
 from hostctl.errors import DatapathError, ProbeError
@@ -77,10 +79,14 @@ def nic_speed_bps(iface: str) -> int | None:
 
 class LinuxDatapath:
     def __init__(self, iface: str, *, policy: str = "", lease_s: float = consts.DEFAULT_LEASE_S,
-                 state_dir: str | None = None) -> None:
+                 state_dir: str | None = None, pace_cgroup: str | None = None,
+                 phase_gap_s: float = consts.DEFAULT_PHASE_GAP_S) -> None:
         self.iface = iface
         self.policy = policy
         self.lease_s = lease_s
+        self.pace_cgroup = pace_cgroup  # None: no pacing datapath
+        self.phase_gap_s = phase_gap_s
+        self.pacer = None
         self.state_dir = state_dir or consts.state_dir()
         self.ifindex, self.link_type = link_info(iface)
         self.ipr = IPRoute()
@@ -99,6 +105,11 @@ class LinuxDatapath:
             self._detach_classifier()
         if plan.classify and self.classifier is None:
             self._attach_classifier(plan)
+        if self.pace_cgroup is not None and self.pacer is None:
+            from hostctl.datapath.pacer import Pacer
+
+            self.pacer = Pacer(self.pace_cgroup, lease_s=self.lease_s, gap_s=self.phase_gap_s)
+            log.info("pacing flows of cgroup %s (pinned at %s)", self.pacer.cgroup, self.pacer.pin_dir)
         # classes of an older plan that the new one no longer has (fewer bands)
         if self.plan is not None:
             keep = {c.classid for c in plan.classes}
@@ -202,6 +213,20 @@ class LinuxDatapath:
     def heartbeat(self) -> None:
         if self.classifier is not None:
             self.classifier.heartbeat()
+        if self.pacer is not None:
+            self.pacer.heartbeat()
+
+    def pace(self, table: PaceTable) -> int:
+        return self.pacer.apply(table) if self.pacer is not None else 0
+
+    def read_pacing(self) -> PacingReadout:
+        if self.pacer is None:
+            return PacingReadout()
+        return PacingReadout(self.pacer.flows(), self.pacer.bursts(), self.pacer.ctl())
+
+    def forget(self, keys: list[FlowKey]) -> None:
+        if self.pacer is not None and keys:
+            self.pacer.forget(keys)
 
     def read_counters(self, slots: set[int] | None = None) -> Counters:
         classes: dict[int, ClassCounters] = {}
@@ -229,6 +254,9 @@ class LinuxDatapath:
 
     # -- teardown ----------------------------------------------------------------
     def teardown(self) -> None:
+        if self.pacer is not None:  # first: give every flow its rate back
+            log.info("%s", self.pacer.close())
+            self.pacer = None
         if self.plan is not None or self.journal is not None:
             clean_interface(self.iface, self.state_dir)
         if self.classifier is not None:
@@ -272,10 +300,14 @@ def clean_interface(iface: str, state_dir: str | None = None) -> str:
 
 
 def clean_all(state_dir: str | None = None, iface: str | None = None) -> list[str]:
-    """``hostctl clean``: every journalled interface of this netns (or one)."""
+    """``hostctl clean``: every journalled interface of this netns (or one), and every
+    pacer whose daemon is gone (pacers are per cgroup, not per namespace)."""
+    from hostctl.datapath.pacer import clean_pacers
+
+    done = clean_pacers()
     if iface:
-        return [clean_interface(iface, state_dir)]
-    done = [clean_interface(j.iface, state_dir) for j in Journal.all(state_dir)]
+        return done + [clean_interface(iface, state_dir)]
+    done += [clean_interface(j.iface, state_dir) for j in Journal.all(state_dir)]
     return done or ["nothing journalled in this network namespace"]
 
 

@@ -92,6 +92,22 @@ def test_policy_needs_jobs(tmp_path):
     assert_one_line_error(r, "policy one needs DL jobs", exit_code=2)
 
 
+def test_cap_needs_a_rate(tmp_path):
+    r = run(["start", "--policy", "cap", "--ports", "9000"], tmp_path)
+    assert_one_line_error(r, "policy cap needs a rate", "--cap", exit_code=2)
+
+
+def test_cap_bad_cgroup(tmp_path):
+    r = run(["start", "--policy", "cap", "--cap", "1gbit", "--ports", "9000", "--cgroup", "nope"], tmp_path)
+    assert_one_line_error(r, "cgroup must be a cgroup v2 path starting with /", exit_code=2)
+
+
+def test_cap_cgroup_that_does_not_exist(tmp_path):
+    r = run(["start", "--policy", "cap", "--cap", "1gbit", "--ports", "9000", "--iface", "lo", "--link-rate",
+             "1gbit", "--cgroup", "/hostctl-no-such-cgroup", "--dry-run"], tmp_path)
+    assert_one_line_error(r, "cgroup '/hostctl-no-such-cgroup' does not exist", "--cgroup")
+
+
 def test_missing_config_file(tmp_path):
     path = tmp_path / "nope.toml"
     r = run(["start", "--config", str(path)], tmp_path)

@@ -380,7 +380,7 @@ def test_bands_limits(bands):
     ("rr_interval", "rr_interval_s", [0.1, 20, 86400], [0, 0.09, 86401, -1, math.nan, math.inf],
      "rr_interval must be within 0.1..86400 seconds"),
     ("rescan", "rescan_s", [0.05, 1, 60], [0, 0.04, 60.5, math.nan], "rescan must be within 0.05..60 seconds"),
-    ("lease", "lease_s", [2 * consts.HEARTBEAT_S, 3, 3600], [0, 0.5, 0.99, 3601, math.nan],
+    ("lease", "lease_s", [2 * consts.HEARTBEAT_S, 3, 3600], [0, 0.1, 0.49, 3601, math.nan],
      f"lease must be within {2 * consts.HEARTBEAT_S}..3600 seconds"),
     ("metrics_port", "metrics_port", [1, 9464, 65535], [0, -1, 65536, 70000], "metrics_port must be within 1..65535"),
 ])
@@ -488,6 +488,10 @@ FULL = """
     rescan = 0.5
     lease = 5.0
     metrics_port = 9464
+    cap = "2gbit"
+    cgroup = "/training.slice"
+    slot = 0.05
+    phase_gap = 0.03
     ports = "9200-9201"
     pids = [11, 10]
     match = "horovodrun"
@@ -500,6 +504,7 @@ FULL = """
     [[jobs]]
     name = "b"
     pids = "20,21"
+    cap = "500mbit"
 
     [[jobs]]
     name = "c"
@@ -513,10 +518,11 @@ def test_load_every_key(toml):
     assert c == Config(
         policy="one", iface="eth1", link_rate_bps=9_700_000_000, other_rate="5%", bands=4,
         rr_interval_s=30.0, rescan_s=0.5, lease_s=5.0, metrics_port=9464,
+        cap_bps=2_000_000_000, cgroup="/training.slice", slot_s=0.05, phase_gap_s=0.03,
         jobs=(
             JobSpec(ports=(9200, 9201)), JobSpec(pids=(10, 11)), JobSpec(match="horovodrun"),
             JobSpec(name="a", ports=(9000,), model_bytes=98_000_000),
-            JobSpec(name="b", pids=(20, 21)),
+            JobSpec(name="b", pids=(20, 21), cap_bps=500_000_000),
             JobSpec(name="c", match="torchrun", model_bytes=1000),
         ),
     )
@@ -525,8 +531,29 @@ def test_load_every_key(toml):
 
 def test_keys_sets_match_the_documented_ones():
     assert TOP_KEYS == {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
-                        "lease", "metrics_port", "ports", "pids", "match", "jobs"}
-    assert JOB_KEYS == {"name", "ports", "pids", "match", "model_size"}
+                        "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot",
+                        "phase_gap"}
+    assert JOB_KEYS == {"name", "ports", "pids", "match", "model_size", "cap"}
+
+
+@pytest.mark.parametrize("kw, fragment", [
+    ({"slot": 0.001}, "slot must be within 0.01..1 seconds"),
+    ({"slot": 2.0}, "slot must be within 0.01..1 seconds"),
+    ({"phase_gap": 0.0}, "phase_gap must be within"),
+    ({"cgroup": "training.slice"}, "cgroup must be a cgroup v2 path starting with /"),
+    ({"policy": "cap"}, "policy cap needs a rate"),
+    ({"policy": "cap", "cap": "50kbit"}, "outside what TCP pacing can enforce"),
+    ({"policy": "cap", "cap": "40gbit"}, "outside what TCP pacing can enforce"),
+    ({"cap": "fast"}, "--cap"),
+])
+def test_pacing_settings_are_checked(kw, fragment):
+    with raises(fragment):
+        build_config(ports="9000", **kw)
+
+
+def test_cap_policy_config():
+    c = build_config(ports="9000", policy="cap", cap="1gbit")
+    assert c.pacing and c.band_policy == "fifo" and c.cap_bps == 10**9
 
 
 def test_load_file_returns_config_kwargs(toml):

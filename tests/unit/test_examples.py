@@ -41,11 +41,14 @@ def test_example_config_loads_with_the_expected_policy_and_jobs():
         bands=6,
         rr_interval_s=20.0,
         rescan_s=1.0,
-        lease_s=3.0,
+        lease_s=1.0,
         metrics_port=None,
+        cgroup="/",
+        slot_s=0.06,
+        phase_gap_s=0.02,
         jobs=(
             JobSpec(name="resnet50", ports=(9000,), model_bytes=98 * 2**20),
-            JobSpec(name="vgg16", ports=(9100, 9101), model_bytes=528 * 2**20),
+            JobSpec(name="vgg16", ports=(9100, 9101), model_bytes=528 * 2**20, cap_bps=5 * 10**9),
             JobSpec(name="bert-large", match=r"torchrun|torch\.distributed\.(run|launch)", model_bytes=1_300_000_000),
         ),
     )

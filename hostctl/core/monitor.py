@@ -1,0 +1,767 @@
+"""Per-slot flow monitor of the MLCC pacer (pure: numpy and stdlib, no clock, no I/O).
+
+Every slot the daemon reads the cumulative bytes acked of every selected flow
+(hc_pace.c's hp_flows) and drains the burst records (hp_bursts), then calls
+``bursts()`` and ``observe()`` (in that order preferably; the other order works,
+decisions just come one slot later). Times are the kernel's CLOCK_MONOTONIC in
+seconds, the daemon's read time for ``observe()``.
+
+Per flow it gives bytes and rate this slot, B_i = max rate over the last
+``window_slots`` slots (BBR-like max filter), bytes of the current iteration,
+completed iterations and the bytes/iteration estimate E; per job the same summed.
+
+Positions. Everything is kept as positions on the flow's cumulative counter: a
+burst record of b bytes covers [p, p + b) where p is where the previous record
+ended (the kernel's bursts tile its counter), and an iteration boundary is a
+position. ``iter_bytes`` is always ``counter - boundary``, so it stays exact when
+a record arrives a slot after its bytes were counted, or when an iteration ends
+and the next one starts between two reads. A record that cannot fit the counter
+samples around its end (a lost record, a flow first seen mid-burst) is clamped
+between them.
+
+Junctions, phases, iterations (per flow):
+
+1. A *junction* is the end of a burst: from a burst record (its end time is
+   exact) or from the counter not moving between two reads (end time known to
+   one slot). What matters is the idle gap from the junction to the flow's next
+   progress; the monitor keeps bounds [L, U] on it from the counter samples
+   (progress seen or not at each read) and makes it exact when the next record
+   gives the next burst's start. A record also proves a gap of at least
+   ``kernel_gap_s`` (it is only emitted after such a gap).
+2. A junction is a *phase end* when its gap is >= ``phase_gap_s``; records closer
+   than that merge into one phase.
+3. A phase end is an *iteration end*, except when
+   a. E is known and the iteration so far holds < ``min_fraction`` * E bytes
+      (volume rule: gaps between gradient buckets), or
+   b. its gap is *short* in the flow's gap pattern (gap rule, below).
+   Before E is known (the first phase end of a flow), every phase end that the
+   gap rule does not call short is an iteration end.
+4. The gap rule. Volume alone cannot recover from buckets separated by more than
+   ``phase_gap_s``: before E is known every bucket is an iteration, so E is
+   learnt as one bucket and the volume rule then keeps it so. The gap rule uses
+   only gap lengths (not the classification, so it cannot lock itself in): the
+   exact gaps >= phase_gap_s between consecutive records of the flow (the last
+   ``gap_memory``) are sorted; if there is a jump by a factor >= ``gap_ratio``
+   with at least 2 gaps above it (one pause is not a pattern), gaps below the jump
+   are short. Example (4 buckets 30 ms apart, 200 ms compute): the first two
+   iterations count one iteration per bucket, from the third on one per
+   iteration; E (median of ``history``) is right from the fifth on.
+   Known limit: long pauses that recur within ``gap_memory`` phases (a checkpoint
+   every few iterations) make the normal compute gaps short; use a hint then.
+5. Junctions are decided in order. One whose gap bounds straddle a threshold
+   blocks the later ones, unless the outcome is the same either way (the volume
+   rule says "continue" anyway). A blocked junction is resolved at its proven
+   lower bound L (i.e. "no phase end" unless proven) once a later junction is a
+   certain phase end and one more ``observe()`` has passed; that happens with
+   hc_pace.c, which only reports a burst when the flow next makes progress, so
+   the last burst before an idle period is reported an iteration later.
+6. An iteration end counts one iteration, records its bytes (the last
+   ``history`` ones give E by median) and moves the boundary. The first
+   iteration of a flow goes into the history only if it was seen whole (the
+   counter was <= 1 at first sight, or the first record started after it).
+
+Hints (from a framework hook) override: ``bytes_per_iter`` replaces E for the
+job's flows (split in proportion to their own estimates, equally when some are
+unknown); ``iteration_start_s`` closes every flow's iteration at that time and
+from then on the job's iterations are counted by hints only (auto-detection
+would double count). Bursts that ended by that time belong to the old iteration.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+_RING = 16  # counter reads kept per flow: bounds for records that arrive late
+_MIN_LONG = 2  # gaps needed above a jump before they count as a pattern
+_ENDS = 8  # recent (position, end time) of records, to place hinted boundaries
+
+INF = math.inf
+NAN = math.nan
+EPS = 1e-9  # seconds: gaps compared to a threshold within float rounding count as equal
+
+
+@dataclass(frozen=True)
+class MonitorParams:
+    slot_s: float = 0.060  # nominal slot (informational: rates use the actual elapsed time)
+    window_slots: int = 4  # B_i = max rate over the last window_slots slots (current included)
+    phase_gap_s: float = 0.020  # an idle gap at least this long may end a phase (iteration)
+    min_fraction: float = 0.5  # once E is known, an iteration holding < min_fraction*E bytes goes on
+    history: int = 5  # completed iterations kept; E = median of them
+    gap_ratio: float = 3.0  # gap rule: a jump by this factor separates short (bucket) gaps from long ones
+    gap_memory: int = 32  # gap rule: exact phase gaps kept per flow
+    kernel_gap_s: float = 0.0  # hc_pace.c's gap_ns in seconds (0 = unknown): a record proves such a gap
+
+    def __post_init__(self) -> None:
+        def positive(name: str) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"MonitorParams.{name} must be a positive finite number, got {v!r}")
+
+        def count(name: str, low: int) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
+                raise ValueError(f"MonitorParams.{name} must be an integer >= {low}, got {v!r}")
+
+        positive("slot_s")
+        positive("phase_gap_s")
+        count("window_slots", 1)
+        count("history", 1)
+        count("gap_memory", _MIN_LONG + 1)
+        mf = self.min_fraction
+        if isinstance(mf, bool) or not isinstance(mf, numbers.Real) or not 0 < mf <= 1:
+            raise ValueError(f"MonitorParams.min_fraction must be within (0, 1], got {mf!r}")
+        gr = self.gap_ratio
+        if isinstance(gr, bool) or not isinstance(gr, numbers.Real) or not (math.isfinite(gr) and gr > 1):
+            raise ValueError(f"MonitorParams.gap_ratio must be a finite number > 1, got {gr!r}")
+        kg = self.kernel_gap_s
+        if isinstance(kg, bool) or not isinstance(kg, numbers.Real) or not (math.isfinite(kg) and kg >= 0):
+            raise ValueError(f"MonitorParams.kernel_gap_s must be a finite number >= 0, got {kg!r}")
+
+
+@dataclass(frozen=True)
+class FlowStats:
+    """Arrays aligned on flow_id (sorted); a snapshot, read-only."""
+
+    flow_id: np.ndarray  # int64
+    job: np.ndarray  # object (str job ids)
+    bytes_slot: np.ndarray  # int64, acked bytes since the previous observe() (0 on first sight)
+    rate_Bps: np.ndarray  # float64, bytes_slot / elapsed (0 on first sight)
+    max_rate_Bps: np.ndarray  # float64, B_i: max rate_Bps over the last window_slots observations
+    iter_bytes: np.ndarray  # int64, acked bytes of the current iteration
+    iterations: np.ndarray  # int64, completed iterations
+    bytes_per_iter: np.ndarray  # float64, E of this flow (hint share or median), nan if unknown
+    bytes_left: np.ndarray  # float64, max(bytes_per_iter - iter_bytes, 0), nan if unknown
+    active: np.ndarray  # bool, bytes_slot > 0
+    done_bytes: np.ndarray  # int64, bytes of all completed iterations (done + iter = acked since first sight)
+
+    def __len__(self) -> int:
+        return len(self.flow_id)
+
+
+@dataclass(frozen=True)
+class JobStats:
+    job: str
+    flows: int
+    iterations: int  # max over its flows (a PS's broadcast flows each see one phase per iteration)
+    bytes_per_iter: float  # hint if given, else sum of its flows' estimates (nan if any unknown)
+    iter_bytes: int  # sum of its flows' iter_bytes
+    bytes_left: float  # max(bytes_per_iter - iter_bytes, 0), nan if unknown
+    iter_start_s: float  # start of the current iteration (earliest of its flows, or the hint), nan if none
+    source: str  # where bytes_per_iter comes from: "estimate" or "hint"
+
+
+def gap_threshold(gaps: Iterable[float], ratio: float, min_long: int = _MIN_LONG) -> float:
+    """The gap rule's split: gaps below the returned value are short (nan: no split).
+
+    Sorted gaps are cut at the largest jump by a factor >= ratio that leaves at
+    least min_long gaps above it; the threshold is the geometric mean at the cut.
+    """
+    g = sorted(x for x in gaps if x > 0)
+    best, best_r = NAN, ratio
+    for k in range(len(g) - min_long):
+        r = g[k + 1] / g[k]
+        if r >= best_r:
+            best, best_r = math.sqrt(g[k] * g[k + 1]), r
+    return best
+
+
+@dataclass
+class _Junction:
+    """End of a burst at counter position pos. e: when the burst ended, s: when the
+    flow next made progress; each as bounds, equal once exact."""
+
+    pos: int
+    e_lo: float
+    e_hi: float
+    s_lo: float
+    s_hi: float
+    blocked_at: int = -1  # observe() count when first blocked behind a certain phase end
+
+    def bounds(self) -> tuple[float, float]:
+        return self.s_lo - self.e_hi, self.s_hi - self.e_lo
+
+
+@dataclass
+class _Track:
+    """Slow-path state of one flow: only touched for flows with records or junctions."""
+
+    rec_pos: int  # where the next burst record starts (end of the previous one)
+    t0: float  # first sight: records that started before it straddle the baseline
+    gap_memory: int
+    last_e: float = -INF  # end of the last record
+    first_ok: bool | None = None  # did the first record start after first sight?
+    thr: float = NAN  # gap rule threshold
+    gaps: deque = field(init=False)
+    junctions: list = field(default_factory=list)
+    ends: deque = field(default_factory=lambda: deque(maxlen=_ENDS))
+
+    def __post_init__(self) -> None:
+        self.gaps = deque(maxlen=self.gap_memory)
+
+
+@dataclass
+class _Hint:
+    bytes_per_iter: float | None = None
+    last_start: float | None = None  # latest iteration_start_s given
+    applied: float | None = None  # latest one applied to the flows
+    pending: list = field(default_factory=list)
+
+    @property
+    def driven(self) -> bool:
+        return self.last_start is not None
+
+
+# per-flow arrays: name -> (dtype, fill for a new row, extra shape key)
+_FIELDS: dict[str, tuple[type, object, str | None]] = {
+    "ids": (np.int64, 0, None),
+    "job": (object, None, None),
+    "acked": (np.int64, 0, None),
+    "base": (np.int64, 0, None),  # position where the current iteration started
+    "jmax": (np.int64, 0, None),  # highest junction position known
+    "origin": (np.int64, 0, None),  # position where the flow's accounting started
+    "iters": (np.int64, 0, None),
+    "done": (np.int64, 0, None),
+    "est": (np.float64, NAN, None),  # median of the history
+    "start": (np.float64, NAN, None),  # current iteration's start time
+    "still": (np.float64, NAN, None),  # first read showing the current counter value
+    "still_prev": (np.float64, NAN, None),  # the read before it
+    "t0": (np.float64, NAN, None),
+    "hist": (np.float64, NAN, "history"),
+    "hist_n": (np.int64, 0, None),
+    "rates": (np.float64, 0.0, "window"),
+    "ring": (np.int64, -1, "ring"),
+    "busy": (bool, False, None),  # has pending junctions
+}
+
+
+class FlowMonitor:
+    def __init__(self, params: MonitorParams = MonitorParams()) -> None:
+        self.p = params
+        self._extra = {"history": params.history, "window": params.window_slots, "ring": _RING}
+        self._a = {name: self._new(name, 0) for name in _FIELDS}
+        self._e_eff = np.zeros(0)
+        self._t: float | None = None
+        self._nobs = 0
+        self._rw = -1  # last written column of "rates"
+        self._kw = -1  # last written column of "ring"
+        self._ring_t = np.full(_RING, NAN)
+        self._tracks: dict[int, _Track] = {}
+        self._pre: dict[int, list[tuple[float, float, int]]] = {}
+        self._hints: dict[str, _Hint] = {}
+        self._groups: tuple[np.ndarray, np.ndarray] | None = None
+        self._stats = _empty_stats()
+        self.records_dropped = 0  # out-of-order or unattributable burst records
+
+    # -- per-flow arrays --------------------------------------------------------------------
+    def _new(self, name: str, n: int) -> np.ndarray:
+        dtype, fill, extra = _FIELDS[name]
+        shape = (n,) if extra is None else (n, self._extra[extra])
+        arr = np.empty(shape, dtype=dtype)
+        arr[...] = fill
+        return arr
+
+    def _regather(self, src: np.ndarray, keep: np.ndarray) -> None:
+        """Rows for the new flow set: row k copies old row src[k] where keep[k]."""
+        n = len(src)
+        for name, old in self._a.items():
+            new = self._new(name, n)
+            if keep.any():
+                new[keep] = old[src[keep]]
+            self._a[name] = new
+        self._groups = None
+
+    # -- inputs ------------------------------------------------------------------------------
+    def observe(self, t_s: float, flow_id: np.ndarray, job: Sequence[str], acked_bytes: np.ndarray) -> FlowStats:
+        """One slot: every live flow's cumulative bytes acked at t_s.
+
+        A flow missing here is forgotten; a counter that went down (or a new job for
+        the id) is a new connection reusing the id. A new flow's counter is its
+        baseline (bytes_slot 0), plus the bytes bursts() already reported for it.
+        """
+        t = float(t_s)
+        if not math.isfinite(t):
+            raise ValueError(f"t_s must be finite, got {t_s!r}")
+        if self._t is not None and not t > self._t:
+            raise ValueError(f"t_s must increase: {t!r} after {self._t!r}")
+        ids = np.asarray(flow_id, dtype=np.int64).reshape(-1)
+        acked = np.asarray(acked_bytes).astype(np.int64).reshape(-1)
+        job_list = list(job)
+        if not (len(ids) == len(acked) == len(job_list)):
+            raise ValueError(
+                f"flow_id, job and acked_bytes differ in length: {len(ids)}, {len(job_list)}, {len(acked)}")
+        jobs = np.empty(len(ids), dtype=object)
+        jobs[:] = job_list
+        if (acked < 0).any():
+            raise ValueError("acked_bytes must be >= 0")
+        if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():
+            order = np.argsort(ids, kind="stable")
+            ids, acked, jobs = ids[order], acked[order], jobs[order]
+            if (ids[1:] == ids[:-1]).any():
+                raise ValueError("duplicate flow ids")
+
+        a = self._a
+        old_ids, n_old, n = a["ids"], len(a["ids"]), len(ids)
+        if n == n_old and np.array_equal(ids, old_ids):
+            src = np.arange(n)
+            found = np.ones(n, dtype=bool)
+        else:
+            src = np.searchsorted(old_ids, ids)
+            src = np.minimum(src, max(n_old - 1, 0))
+            found = (n_old > 0) & (old_ids[src] == ids) if n_old else np.zeros(n, dtype=bool)
+        cont = found.copy()
+        if found.any():
+            cont[found] = (acked[found] >= a["acked"][src[found]]) & (jobs[found] == a["job"][src[found]])
+        if not (n == n_old and cont.all()):
+            kept = np.zeros(n_old, dtype=bool)
+            kept[src[cont]] = True
+            for fid in old_ids[~kept].tolist():
+                self._tracks.pop(fid, None)
+            self._regather(src, cont)
+            a = self._a
+            new = ~cont
+            a["ids"][:] = ids
+            a["job"][:] = jobs
+            a["acked"][new] = acked[new]
+            for name in ("base", "jmax", "origin"):
+                a[name][new] = acked[new]
+            a["still"][new] = t
+            a["t0"][new] = t
+        new = ~cont
+
+        t_prev = self._t
+        bytes_slot = np.where(cont, acked - a["acked"], 0)
+        a["acked"][:] = acked
+        self._t = t
+        self._nobs += 1
+        if t_prev is None:
+            rate = np.zeros(n)
+        else:
+            rate = bytes_slot / (t - t_prev)
+        self._rw = (self._rw + 1) % self.p.window_slots
+        a["rates"][:, self._rw] = rate
+        self._kw = (self._kw + 1) % _RING
+        self._ring_t[self._kw] = t
+        a["ring"][:, self._kw] = acked
+        moved = bytes_slot > 0
+        a["still_prev"][moved] = a["still"][moved]
+        a["still"][moved] = t
+        if t_prev is not None:  # progress after the boundary: started after the previous read
+            m = cont & np.isnan(a["start"]) & (acked > a["base"])
+            a["start"][m] = t_prev
+
+        self._refresh_e_eff()
+        for h_job, h in self._hints.items():
+            if h.pending and h.pending[0] <= t:
+                self._apply_starts(h_job, h)
+
+        pre_new = np.zeros(n, dtype=bool)
+        if self._pre:
+            for fid, recs in self._pre.items():
+                k = int(np.searchsorted(ids, fid))
+                if k < n and ids[k] == fid and new[k]:
+                    pre_new[k] = True
+                else:
+                    self.records_dropped += len(recs)
+        idle_new = cont & ~moved & (acked > a["jmax"])
+        for i in np.flatnonzero(idle_new | a["busy"] | pre_new).tolist():
+            tr = self._track(i)
+            if pre_new[i]:
+                self._presight(i, tr, self._pre[int(ids[i])])
+            for j in tr.junctions:
+                if j.s_lo != j.s_hi:
+                    if acked[i] <= j.pos:
+                        j.s_lo = max(j.s_lo, t)
+                    elif j.s_hi == INF:
+                        j.s_hi = t
+            if idle_new[i]:
+                pos = int(acked[i])
+                e_lo = float(a["still_prev"][i])
+                tr.junctions.append(_Junction(pos, -INF if math.isnan(e_lo) else e_lo, float(a["still"][i]), t, INF))
+                a["jmax"][i] = pos
+            self._settle(i, tr)
+        self._pre = {}
+
+        self._stats = self._snapshot(bytes_slot, rate)
+        return self._stats
+
+    def bursts(self, flow_id: np.ndarray, start_s: np.ndarray, end_s: np.ndarray, nbytes: np.ndarray) -> None:
+        """Completed bursts reported by the kernel since the last call, in any order.
+
+        Records of a flow not observed yet are kept for the next observe(); records of
+        a flow that is gone (not live, ended before the last observe()) are dropped.
+        """
+        ids = np.asarray(flow_id, dtype=np.int64).reshape(-1)
+        s = np.asarray(start_s, dtype=np.float64).reshape(-1)
+        e = np.asarray(end_s, dtype=np.float64).reshape(-1)
+        b = np.asarray(nbytes).astype(np.int64).reshape(-1)
+        if not (len(ids) == len(s) == len(e) == len(b)):
+            raise ValueError("flow_id, start_s, end_s and nbytes differ in length")
+        if not (np.isfinite(s).all() and np.isfinite(e).all()) or (e < s).any() or (b < 0).any():
+            raise ValueError("burst records need finite start_s <= end_s and nbytes >= 0")
+        if len(ids) == 0:
+            return
+        order = np.lexsort((e, s, ids))
+        a = self._a
+        live_ids = a["ids"]
+        touched: dict[int, _Track] = {}
+        for r in order.tolist():
+            fid = int(ids[r])
+            rec = (float(s[r]), float(e[r]), int(b[r]))
+            k = int(np.searchsorted(live_ids, fid))
+            if k < len(live_ids) and live_ids[k] == fid:
+                tr = touched.get(k) or self._track(k)
+                touched[k] = tr
+                self._record(k, tr, *rec)
+            elif self._t is None or rec[1] > self._t:
+                self._pre.setdefault(fid, []).append(rec)
+            else:
+                self.records_dropped += 1
+        for k, tr in touched.items():
+            self._settle(k, tr)
+
+    def hint(self, job: str, bytes_per_iter: int | None = None, iteration_start_s: float | None = None) -> None:
+        """Exact information from a framework hook about a job.
+
+        bytes_per_iter: the job's bytes per iteration; replaces the estimate for its
+        flows (shares in proportion to their own estimates, equal when some are unknown).
+        iteration_start_s: a new iteration started then: every flow of the job closes
+        its iteration at that time (counted even if empty, except a flow's first one
+        before it sent anything) and from then on the job's
+        iterations are counted by these hints only. Times must increase per job; a time
+        after the last observe() is applied by the next observe() that reaches it.
+        """
+        if not isinstance(job, str) or not job:
+            raise ValueError(f"job must be a non-empty string, got {job!r}")
+        if bytes_per_iter is None and iteration_start_s is None:
+            raise ValueError("hint needs bytes_per_iter and/or iteration_start_s")
+        if bytes_per_iter is not None and (
+            isinstance(bytes_per_iter, bool) or not isinstance(bytes_per_iter, numbers.Real)
+            or not math.isfinite(bytes_per_iter) or bytes_per_iter <= 0
+        ):
+            raise ValueError(f"bytes_per_iter must be a positive number of bytes, got {bytes_per_iter!r}")
+        h = self._hints.get(job) or _Hint()
+        if iteration_start_s is not None:
+            ts = iteration_start_s
+            if isinstance(ts, bool) or not isinstance(ts, numbers.Real) or not math.isfinite(ts):
+                raise ValueError(f"iteration_start_s must be a finite time, got {ts!r}")
+            if h.last_start is not None and not ts > h.last_start:
+                raise ValueError(f"iteration_start_s must increase per job: {ts!r} after {h.last_start!r}")
+        self._hints[job] = h
+        if bytes_per_iter is not None:
+            h.bytes_per_iter = float(bytes_per_iter)
+            self._refresh_e_eff()
+        if iteration_start_s is not None:
+            h.last_start = float(iteration_start_s)
+            h.pending.append(h.last_start)
+            if self._t is not None and h.last_start <= self._t:
+                self._apply_starts(job, h)
+
+    def clear_hint(self, job: str) -> None:
+        """Back to estimates for the job (e.g. the framework hook went away)."""
+        if self._hints.pop(job, None) is not None:
+            self._refresh_e_eff()
+
+    # -- outputs -----------------------------------------------------------------------------
+    def flow_stats(self) -> FlowStats:
+        """The result of the last observe()."""
+        return self._stats
+
+    def jobs(self) -> dict[str, JobStats]:
+        """Per-job sums over the live flows (current state, bursts() included)."""
+        a = self._a
+        if len(a["ids"]) == 0:
+            return {}
+        uniq, inv = self._job_groups()
+        m = len(uniq)
+        flows = np.bincount(inv, minlength=m)
+        iters = np.zeros(m, dtype=np.int64)
+        np.maximum.at(iters, inv, a["iters"])
+        ib = np.zeros(m, dtype=np.int64)
+        np.add.at(ib, inv, np.maximum(a["acked"] - a["base"], 0))
+        bpi = np.zeros(m)
+        np.add.at(bpi, inv, self._e_eff)  # nan if any flow's estimate is unknown
+        start = np.full(m, INF)
+        np.fmin.at(start, inv, a["start"])
+        out = {}
+        for k, name in enumerate(uniq.tolist()):
+            h = self._hints.get(name)
+            source = "estimate"
+            b = float(bpi[k])
+            s = float(start[k]) if start[k] != INF else NAN
+            if h is not None and h.bytes_per_iter is not None:
+                b, source = h.bytes_per_iter, "hint"
+            if h is not None and h.applied is not None:
+                s = h.applied
+            left = NAN if math.isnan(b) else max(b - int(ib[k]), 0.0)
+            out[name] = JobStats(name, int(flows[k]), int(iters[k]), b, int(ib[k]), left, s, source)
+        return out
+
+    # -- internals ---------------------------------------------------------------------------
+    def _snapshot(self, bytes_slot: np.ndarray, rate: np.ndarray) -> FlowStats:
+        a = self._a
+        iter_bytes = np.maximum(a["acked"] - a["base"], 0)
+        bpi = self._e_eff.copy()
+        arrays = dict(
+            flow_id=a["ids"].copy(), job=a["job"].copy(), bytes_slot=bytes_slot, rate_Bps=rate,
+            max_rate_Bps=a["rates"].max(axis=1) if len(rate) else np.zeros(0),
+            iter_bytes=iter_bytes, iterations=a["iters"].copy(), bytes_per_iter=bpi,
+            bytes_left=np.maximum(bpi - iter_bytes, 0.0), active=bytes_slot > 0, done_bytes=a["done"].copy(),
+        )
+        for v in arrays.values():
+            v.flags.writeable = False
+        return FlowStats(**arrays)
+
+    def _job_groups(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._groups is None:
+            self._groups = np.unique(self._a["job"], return_inverse=True)
+        return self._groups
+
+    def _refresh_e_eff(self) -> None:
+        est = self._a["est"]
+        eff = est.copy()
+        hinted = {j: h.bytes_per_iter for j, h in self._hints.items() if h.bytes_per_iter is not None}
+        if hinted and len(est):
+            uniq, inv = self._job_groups()
+            for k, name in enumerate(uniq.tolist()):
+                if name in hinted:
+                    rows = inv == k
+                    e = est[rows]
+                    if np.isfinite(e).all() and e.sum() > 0:
+                        eff[rows] = hinted[name] * e / e.sum()
+                    else:
+                        eff[rows] = hinted[name] / rows.sum()
+        self._e_eff = eff
+
+    def _track(self, i: int) -> _Track:
+        fid = int(self._a["ids"][i])
+        tr = self._tracks.get(fid)
+        if tr is None:
+            tr = _Track(int(self._a["origin"][i]), float(self._a["t0"][i]), self.p.gap_memory)
+            self._tracks[fid] = tr
+        return tr
+
+    def _series(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Flow i's recent reads, oldest first: (times, counters)."""
+        order = (np.arange(_RING) + self._kw + 1) % _RING
+        ts, cs = self._ring_t[order], self._a["ring"][i, order]
+        ok = (cs >= 0) & np.isfinite(ts)
+        return ts[ok], cs[ok]
+
+    def _presight(self, i: int, tr: _Track, recs: list) -> None:
+        """Records that arrived before the flow's first read: their bytes end at the
+        first counter value and count into the current iteration."""
+        a = self._a
+        origin = int(a["acked"][i]) - sum(r[2] for r in recs)
+        for name in ("base", "jmax", "origin"):
+            a[name][i] = origin
+        tr.rec_pos, tr.t0 = origin, -INF
+        for rec in sorted(recs):
+            self._record(i, tr, *rec)
+
+    def _record(self, i: int, tr: _Track, s: float, e: float, b: int) -> None:
+        a, p = self._a, self.p
+        if s < tr.last_e:
+            self.records_dropped += 1
+            return
+        if tr.first_ok is None:
+            tr.first_ok = s >= tr.t0
+        if s < tr.t0:  # started before first sight: only the part after it is in our accounting
+            before = 1.0 if e <= tr.t0 else (tr.t0 - s) / (e - s)
+            b -= int(round(b * before))
+        start = tr.rec_pos
+        end = start + b
+        ts, cs = self._series(i)
+        k = int(np.searchsorted(ts, e, side="right"))  # reads at or before e: ts[:k]
+        if k > 0:
+            end = max(end, int(cs[k - 1]))
+        k2 = int(np.searchsorted(ts, e, side="left"))  # first read at or after e
+        if k2 < len(ts):
+            end = min(end, int(cs[k2]))
+        start = min(start, end)
+        if tr.last_e > -INF:
+            g = s - tr.last_e
+            if g + EPS >= p.phase_gap_s:
+                tr.gaps.append(g)
+                tr.thr = gap_threshold(tr.gaps, p.gap_ratio)
+        for j in tr.junctions:  # the burst before this one now knows when the flow resumed
+            if j.pos == start and j.s_lo != j.s_hi:
+                j.s_lo = j.s_hi = max(s, j.e_lo)
+        if start == a["base"][i] and end > start:
+            a["start"][i] = s
+        if end > a["base"][i]:
+            j = next((j for j in tr.junctions if j.pos == end), None)
+            if j is None:
+                k3 = int(np.searchsorted(cs, end, side="right"))  # reads past the end: cs[k3:]
+                s_lo = float(ts[k3 - 1]) if k3 > 0 else -INF
+                s_hi = float(ts[k3]) if k3 < len(ts) else INF
+                j = _Junction(end, e, e, s_lo, s_hi)
+                tr.junctions.append(j)
+                tr.junctions.sort(key=lambda x: x.pos)
+            j.e_lo = j.e_hi = e
+            if j.s_lo != j.s_hi:
+                j.s_lo = max(j.s_lo, e + p.kernel_gap_s)
+            a["jmax"][i] = max(int(a["jmax"][i]), end)
+        tr.ends.append((end, e))
+        tr.rec_pos, tr.last_e = end, e
+
+    def _settle(self, i: int, tr: _Track) -> None:
+        """Decide the flow's junctions in order (module docstring, rules 2-5)."""
+        a, p = self._a, self.p
+        h = self._hints.get(a["job"][i])
+        driven = h is not None and h.driven
+        js = sorted(tr.junctions, key=lambda x: x.pos)
+        keep: list[_Junction] = []
+        for n, j in enumerate(js):
+            if keep:  # blocked behind an undecided junction
+                keep.append(j)
+                continue
+            if j.pos <= a["base"][i] or driven:
+                continue
+            lo, hi = j.bounds()
+            lo, hi = lo + EPS, hi + EPS
+            phase = True if lo >= p.phase_gap_s else (False if hi < p.phase_gap_s else None)
+            if phase is False:
+                continue
+            est = self._e_eff[i]
+            if not math.isnan(est) and j.pos - a["base"][i] < p.min_fraction * est:
+                continue
+            thr = tr.thr
+            long_ = True if (math.isnan(thr) or lo >= thr) else (False if hi < thr else None)
+            if long_ is False:
+                continue
+            if phase and long_:
+                self._commit(i, tr, j.pos, j.s_lo)
+                continue
+            if 0 <= j.blocked_at < self._nobs:  # forced: take the gap at its proven lower bound
+                if lo >= p.phase_gap_s and (math.isnan(thr) or lo >= thr):
+                    self._commit(i, tr, j.pos, j.s_lo)
+                continue
+            if j.blocked_at < 0 and any(x.bounds()[0] + EPS >= p.phase_gap_s for x in js[n + 1:]):
+                j.blocked_at = self._nobs
+            keep.append(j)
+        tr.junctions = keep
+        a["busy"][i] = bool(keep)
+
+    def _commit(self, i: int, tr: _Track, pos: int, next_start: float) -> None:
+        """End the current iteration of flow i at counter position pos."""
+        a = self._a
+        nbytes = int(pos) - int(a["base"][i])
+        first = a["iters"][i] == 0
+        a["iters"][i] += 1
+        a["done"][i] += nbytes
+        if not first or a["origin"][i] <= 1 or tr.first_ok:
+            k = int(a["hist_n"][i])
+            a["hist"][i, k % self.p.history] = nbytes
+            a["hist_n"][i] = k + 1
+            a["est"][i] = float(np.median(a["hist"][i, : min(k + 1, self.p.history)]))
+            h = self._hints.get(a["job"][i])
+            if h is None or h.bytes_per_iter is None:
+                self._e_eff[i] = a["est"][i]
+        a["base"][i] = pos
+        a["jmax"][i] = max(int(a["jmax"][i]), int(pos))
+        a["start"][i] = next_start if a["acked"][i] > pos else NAN
+
+    def _apply_starts(self, job: str, h: _Hint) -> None:
+        a = self._a
+        rows = np.flatnonzero(a["job"] == job).tolist() if len(a["job"]) else []
+        while h.pending and h.pending[0] <= self._t:
+            t = h.pending.pop(0)
+            h.applied = t
+            for i in rows:
+                tr = self._track(i)
+                if t <= a["t0"][i]:  # seen after that start: already in that iteration
+                    if math.isnan(a["start"][i]):
+                        a["start"][i] = t
+                    continue
+                pos = min(max(self._pos_at(i, tr, t), int(a["base"][i])), int(a["acked"][i]))
+                if a["iters"][i] > 0 or pos > a["base"][i]:  # nothing sent yet: nothing to close
+                    self._commit(i, tr, pos, t)
+                a["start"][i] = t
+                tr.junctions = [j for j in tr.junctions if j.pos > pos]
+                a["busy"][i] = bool(tr.junctions)
+
+    def _pos_at(self, i: int, tr: _Track, t: float) -> int:
+        """Counter position at time t: bytes read by then plus bursts known to have ended by then."""
+        ts, cs = self._series(i)
+        k = int(np.searchsorted(ts, t, side="right"))
+        if k == 0:
+            return int(self._a["base"][i])
+        pos, nxt = int(cs[k - 1]), int(cs[k]) if k < len(cs) else int(cs[-1])
+        for end, e in list(tr.ends) + [(j.pos, j.e_hi) for j in tr.junctions]:
+            if e <= t and end <= nxt:
+                pos = max(pos, int(end))
+        return pos
+
+
+def _empty_stats() -> FlowStats:
+    z = np.zeros(0)
+    zi = np.zeros(0, dtype=np.int64)
+    return FlowStats(zi, np.zeros(0, dtype=object), zi, z, z, zi, zi, z, z, np.zeros(0, dtype=bool), zi)
+
+
+def synth_trace(
+    bursts: Sequence[tuple[float, int, float]],
+    *,
+    slot_s: float = 0.060,
+    t_end: float | None = None,
+    t0: float = 0.0,
+    kernel_gap_s: float = 0.002,
+    emit: str = "next",
+) -> list[tuple[float, int, tuple[tuple[float, float, int], ...]]]:
+    """What the daemon would read for one flow sending ``bursts`` [(start_s, bytes, duration_s)].
+
+    Bytes are acked uniformly over each burst (the counter is floor(bytes * elapsed
+    fraction), so the kernel sees a burst from its first byte to its end). As in
+    hc_pace.c, progress separated by at most kernel_gap_s is one kernel burst. A record (start_s, end_s, bytes) is emitted
+    at the flow's next progress (``emit="next"``, hc_pace.c: the last burst is never
+    reported) or as soon as the gap has passed (``emit="end"``: end_s + kernel_gap_s).
+    Returns one (t_s, acked_bytes, records) per read at t0 + k*slot_s <= t_end (default:
+    0.5 s after the last burst); records are those emitted in (previous read, t_s].
+    """
+    if emit not in ("next", "end"):
+        raise ValueError(f"emit must be 'next' or 'end', got {emit!r}")
+    bs = sorted((float(s), int(b), float(d)) for s, b, d in bursts if b > 0)
+    for (s1, _, d1), (s2, _, _) in zip(bs, bs[1:]):
+        if s2 < s1 + d1:
+            raise ValueError("bursts overlap")
+    groups: list[list] = []  # [first progress, last progress, bytes]
+    for s, b, d in bs:
+        first = s + d / b  # the counter shows the first byte then
+        if groups and first - groups[-1][1] <= kernel_gap_s:
+            groups[-1][1] = s + d
+            groups[-1][2] += b
+        else:
+            groups.append([first, s + d, b])
+    if emit == "end":
+        emitted = [(g[1] + kernel_gap_s, g) for g in groups]
+    else:
+        emitted = [(nxt[0], g) for g, nxt in zip(groups, groups[1:])]
+    if t_end is None:
+        t_end = (groups[-1][1] if groups else t0) + 0.5
+    starts = np.array([x[0] for x in bs])
+    sizes = np.array([x[1] for x in bs], dtype=np.int64)
+    durs = np.array([x[2] for x in bs])
+
+    def acked(t: float) -> int:
+        if not len(bs):
+            return 0
+        full = t >= starts + durs
+        part = ~full & (t > starts)
+        frac = (t - starts[part]) / durs[part]
+        return int(sizes[full].sum() + np.floor(sizes[part] * frac).astype(np.int64).sum())
+
+    out = []
+    prev = -INF
+    k = 0
+    while (t := t0 + k * slot_s) <= t_end + 1e-12:
+        recs = tuple((g[0], g[1], g[2]) for when, g in emitted if prev < when <= t)
+        out.append((t, acked(t), recs))
+        prev = t
+        k += 1
+    return out

@@ -1,0 +1,538 @@
+"""The pacing datapath: bpf/hc_pace.c (sock_ops) loaded with bcc, attached to one
+cgroup v2 (the daemon's *scope*), its program and maps pinned so that ``hostctl
+clean`` can undo a crashed daemon.
+
+Scope and names:
+  scope        a cgroup v2 directory; its id is the directory's inode
+  pins         <bpffs>/hostctl/cg<id>/{hc_pace, hp_flows, hp_rates, ...}
+  owner record /run/hostctl/pace/cg<id>.json: pid, cgroup path, pin folder, netns
+One daemon per scope: a second one is refused while the owner lives.
+
+Where the filesystems are: ``ip netns exec`` gives its command a private mount
+namespace with a fresh /sys, where neither cgroup2 nor bpffs is mounted (and a bpffs
+mounted there would be a private instance whose pins nobody else sees). The daemon
+then refuses with the fix: enter only the network namespace, with
+``nsenter --net=/run/netns/NAME``.
+
+Teardown (orderly stop, ``hostctl clean`` after a crash: one function, ``release``):
+  1. set HP_CTL_RELEASE: every callback from now on restores the flow's original rate;
+  2. flows still throttled (idle ones get no callback) get their original rate back
+     from user space, through a duplicate of the socket (sockreset.py);
+  3. detach the program from the cgroup, unpin everything, drop the owner record.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import json
+import logging
+import os
+import time
+
+from hostctl import consts
+from hostctl.core.pace import PaceTable
+from hostctl.core.types import FlowKey
+from hostctl.datapath import Burst, FlowRecord, bpfsys
+from hostctl.datapath.classifier import bpf_dir, import_bcc
+from hostctl.datapath.journal import daemon_alive
+from hostctl.errors import DatapathError, ProbeError
+
+log = logging.getLogger("hostctl.datapath")
+
+PROG_NAME = "hc_pace"
+MAP_NAMES = ("hp_flows", "hp_rates", "hp_sel_flows", "hp_sel_ports", "hp_slot_rate", "hp_ctl", "hp_bursts")
+HP_MAX_FLOWS = 16384
+HP_MAX_PORTS = 4096
+HP_MAX_SLOTS = 1024
+HP_RINGBUF_PAGES = 64
+UNLIMITED = 0xFFFFFFFF
+MAX_RATE_BPS_BYTES = UNLIMITED - 1  # the largest settable rate, bytes/s (~34 Gbit/s)
+MIN_RATE_BYTES = 12_500  # 100 kbit/s: a rate of 0 would stall TCP; never go below this
+
+HP_F_CLOSED = 1
+HP_F_SETOPT_ERR = 2
+HP_CTL_TRACK_ALL = 1
+HP_CTL_RELEASE = 2
+# hp_ctl has two entries: the daemon's control words and the program's counters (so that
+# a heartbeat, which writes its entry whole, never overwrites a counter increment)
+HP_CTL_KEY_CONTROL = 0
+HP_CTL_KEY_COUNTERS = 1
+CTL_COUNTERS = ("flows_full", "failopen_events", "bursts_lost", "setopt_errors")
+SIDE = {"local": 0, "remote": 1}
+
+OWNER_DIR = os.path.join(consts.RUN_DIR, "pace")
+
+
+# -- C struct mirrors (tests/unit/test_bpf_layout.py checks them against hc_pace.c) --------
+class FlowKeyC(ctypes.Structure):
+    _fields_ = [("laddr", ctypes.c_uint8 * 16), ("raddr", ctypes.c_uint8 * 16),
+                ("lport", ctypes.c_uint16), ("rport", ctypes.c_uint16), ("pad", ctypes.c_uint32)]
+
+
+class PortKeyC(ctypes.Structure):
+    _fields_ = [("port", ctypes.c_uint16), ("side", ctypes.c_uint8), ("pad", ctypes.c_uint8)]
+
+
+class RateC(ctypes.Structure):
+    _fields_ = [("rate_Bps", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
+
+
+class FlowC(ctypes.Structure):
+    _fields_ = [("bytes_acked", ctypes.c_uint64), ("bytes_sent", ctypes.c_uint64),
+                ("first_ns", ctypes.c_uint64), ("last_ns", ctypes.c_uint64),
+                ("burst_start_ns", ctypes.c_uint64), ("burst_base_acked", ctypes.c_uint64),
+                ("bursts", ctypes.c_uint64), ("callbacks", ctypes.c_uint64),
+                ("slot", ctypes.c_uint32), ("rate_Bps", ctypes.c_uint32), ("orig_rate_Bps", ctypes.c_uint32),
+                ("srtt_us", ctypes.c_uint32), ("snd_cwnd", ctypes.c_uint32), ("total_retrans", ctypes.c_uint32),
+                ("flags", ctypes.c_uint32), ("setopt_errors", ctypes.c_uint32)]
+
+
+class BurstC(ctypes.Structure):
+    _fields_ = [("key", FlowKeyC), ("start_ns", ctypes.c_uint64), ("end_ns", ctypes.c_uint64),
+                ("bytes", ctypes.c_uint64), ("slot", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
+
+
+class CtlC(ctypes.Structure):
+    _fields_ = [("heartbeat_ns", ctypes.c_uint64), ("lease_ns", ctypes.c_uint64), ("gap_ns", ctypes.c_uint64),
+                ("flags", ctypes.c_uint64), ("flows_full", ctypes.c_uint64), ("failopen_events", ctypes.c_uint64),
+                ("bursts_lost", ctypes.c_uint64), ("setopt_errors", ctypes.c_uint64)]
+
+
+MIRRORS = {"hc_flow_key": FlowKeyC, "hp_port_key": PortKeyC, "hp_rate": RateC, "hp_flow": FlowC,
+           "hp_burst": BurstC, "hp_ctl": CtlC}
+
+
+def cflags(max_flows: int = HP_MAX_FLOWS) -> list[str]:
+    return [f"-DHP_MAX_FLOWS={max_flows}", f"-DHP_MAX_PORTS={HP_MAX_PORTS}", f"-DHP_MAX_SLOTS={HP_MAX_SLOTS}",
+            f"-DHP_RINGBUF_PAGES={HP_RINGBUF_PAGES}", "-w"]
+
+
+def key_bytes(f: FlowKey) -> FlowKeyC:
+    k = FlowKeyC()
+    for dst, addr in ((k.laddr, f.laddr), (k.raddr, f.raddr)):
+        ip = ipaddress.ip_address(addr)
+        raw = (b"\0" * 10 + b"\xff\xff" + ip.packed) if ip.version == 4 else ip.packed
+        ctypes.memmove(dst, raw, 16)
+    k.lport, k.rport = f.lport, f.rport
+    return k
+
+
+def key_of(k: FlowKeyC) -> FlowKey:
+    def addr(a) -> str:
+        ip = ipaddress.IPv6Address(bytes(a))
+        return str(ip.ipv4_mapped) if ip.ipv4_mapped else str(ip)
+
+    return FlowKey(addr(k.laddr), int(k.lport), addr(k.raddr), int(k.rport))
+
+
+# -- where cgroup2 and bpffs are ------------------------------------------------------------
+def _mountinfo(pid: str = "self") -> list[tuple[str, str]]:
+    """(mount point, fs type) of a process's mount namespace."""
+    out = []
+    try:
+        with open(f"/proc/{pid}/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                out.append((left.split()[4], right.split()[0]))
+    except OSError:
+        pass
+    return out
+
+
+NSENTER_HINT = ("`ip netns exec` gives its command a fresh /sys without the host's cgroup2 and bpf "
+                "filesystems; run the daemon with `nsenter --net=/run/netns/NAME hostctl ...` instead")
+
+
+def _in_private_sysfs() -> bool:
+    """True under `ip netns exec`: /sys is a fresh sysfs with nothing mounted below it."""
+    return not any(mnt.startswith("/sys/") for mnt, _t in _mountinfo())
+
+
+def cgroup2_root() -> str:
+    """Mount point of the cgroup v2 hierarchy."""
+    for mnt, fstype in _mountinfo():
+        if fstype == "cgroup2" and os.path.exists(os.path.join(mnt, "cgroup.procs")):
+            return mnt
+    if _in_private_sysfs():
+        raise ProbeError(f"no cgroup v2 hierarchy is visible: {NSENTER_HINT}")
+    raise ProbeError("no cgroup v2 hierarchy is mounted: mount one with `mount -t cgroup2 none /sys/fs/cgroup/unified`")
+
+
+def resolve_cgroup(spec: str) -> str:
+    """A cgroup v2 path ('/' = the root, '/hostctl-testbed/tb/h0', or a full path under the
+    v2 mount) -> its directory."""
+    root = cgroup2_root()
+    rel = spec[len(root):] if spec.startswith(root + "/") else spec
+    path = os.path.normpath(os.path.join(root, rel.lstrip("/")))
+    if not os.path.isfile(os.path.join(path, "cgroup.procs")):
+        raise DatapathError(f"cgroup {spec!r} does not exist under the cgroup v2 hierarchy {root}: "
+                            "give --cgroup a cgroup v2 path such as / or /system.slice")
+    return path
+
+
+def bpffs_root() -> str:
+    """The host's bpf filesystem; mounted at /sys/fs/bpf when missing (systemd does that at boot)."""
+    path = "/sys/fs/bpf"
+    if bpfsys.is_bpffs(path):
+        return path
+    if _in_private_sysfs():  # a bpffs mounted here would be a private instance: pins nobody else sees
+        raise ProbeError(f"the bpf filesystem is not visible: {NSENTER_HINT}")
+    try:
+        bpfsys.mount_bpffs(path)
+    except OSError as e:
+        raise ProbeError(f"cannot mount the bpf filesystem at {path} ({e.strerror}): "
+                         f"mount it with `mount -t bpf bpf {path}`") from None
+    log.info("mounted the bpf filesystem at %s", path)
+    return path
+
+
+def scope_id(cgroup_path: str) -> str:
+    return f"cg{os.stat(cgroup_path).st_ino}"
+
+
+def cgroup_pids(cgroup_path: str) -> list[int]:
+    pids = []
+    for dirpath, _dirs, files in os.walk(cgroup_path):
+        if "cgroup.procs" in files:
+            try:
+                with open(os.path.join(dirpath, "cgroup.procs")) as f:
+                    pids += [int(x) for x in f.read().split()]
+            except OSError:
+                continue
+    return pids
+
+
+def _record(key: FlowKeyC, v: FlowC) -> FlowRecord:
+    return FlowRecord(key_of(key), int(v.slot), int(v.bytes_acked), int(v.bytes_sent), int(v.first_ns),
+                      int(v.last_ns), int(v.bursts), int(v.callbacks), int(v.rate_Bps), int(v.orig_rate_Bps),
+                      int(v.srtt_us), int(v.snd_cwnd), int(v.total_retrans), int(v.flags), int(v.setopt_errors))
+
+
+# -- owner records ------------------------------------------------------------------------------
+def owner_path(scope: str) -> str:
+    return os.path.join(OWNER_DIR, f"{scope}.json")
+
+
+def load_owner(scope: str) -> dict | None:
+    try:
+        with open(owner_path(scope)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def all_owners() -> list[dict]:
+    try:
+        names = sorted(n for n in os.listdir(OWNER_DIR) if n.endswith(".json"))
+    except FileNotFoundError:
+        return []
+    return [o for n in names if (o := load_owner(n[:-5])) is not None]
+
+
+class Pacer:
+    """The loaded program, attached and pinned; its maps kept equal to a PaceTable."""
+
+    def __init__(self, cgroup: str = "/", *, lease_s: float = 1.0, gap_s: float = 0.020,
+                 max_flows: int = HP_MAX_FLOWS, track_all: bool = True) -> None:
+        """track_all: give every flow of the cgroup RTT callbacks from the start, so that a
+        flow can be selected by its 4-tuple after it is established (the daemon learns
+        client flows by discovery, after they exist). The program can only act on a flow
+        whose ESTABLISHED callback asked for later callbacks: with track_all=False a flow
+        established while the table had no 4-tuple selector can never be paced. Turn it
+        off only when every flow is selected by port."""
+        self.cgroup_spec = cgroup
+        self.cgroup = resolve_cgroup(cgroup)
+        self.scope = scope_id(self.cgroup)
+        self.pin_dir = os.path.join(bpffs_root(), "hostctl", self.scope)
+        self.lease_ns = int(lease_s * 1e9)
+        self.gap_ns = int(gap_s * 1e9)
+        self.max_flows = max_flows
+        self._claim()
+        self.bpf = None
+        self.attached = False
+        self._cg_fd = -1
+        self._current = PaceTable()
+        self.track_all = track_all
+        self._flags = HP_CTL_TRACK_ALL if track_all else 0
+        self._bursts: list[Burst] = []
+        try:
+            self._load()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- setup ---------------------------------------------------------------------------
+    def _claim(self) -> None:
+        old = load_owner(self.scope)
+        if old is not None:
+            if old.get("pid") != os.getpid() and daemon_alive(int(old.get("pid", 0))):
+                raise DatapathError(
+                    f"hostctl (pid {old['pid']}) already paces cgroup {old.get('cgroup')}; stop it first "
+                    "with `hostctl stop` in its network namespace")
+            log.warning("found the pinned pacer of a hostctl that died (pid %s); releasing it first", old.get("pid"))
+            log.info("%s", release_scope(old))
+        os.makedirs(OWNER_DIR, mode=0o700, exist_ok=True)
+        tmp = owner_path(self.scope) + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"pid": os.getpid(), "scope": self.scope, "cgroup": self.cgroup, "pin_dir": self.pin_dir,
+                       "netns": consts.netns_id()}, f)
+        os.replace(tmp, owner_path(self.scope))
+
+    def _load(self) -> None:
+        bcc = import_bcc()
+        src = bpf_dir() / "hc_pace.c"
+        if not src.exists():
+            raise ProbeError(f"BPF source {src} is missing; set {consts.BPF_DIR_ENV} to the bpf/ folder")
+        try:
+            self.bpf = bcc.BPF(src_file=str(src).encode(), cflags=cflags(self.max_flows))
+        except Exception as e:  # bcc raises a bare Exception on compile errors
+            raise ProbeError(f"cannot compile {src.name} with bcc ({e}); kernel headers must be at "
+                             "/lib/modules/$(uname -r)/build (scripts/setup.sh links them)") from e
+        try:
+            self.fn = self.bpf.load_func(PROG_NAME.encode(), bcc.BPF.SOCK_OPS)
+        except Exception as e:
+            raise ProbeError(f"the kernel refused {src.name} ({e}); it needs BPF_PROG_TYPE_SOCK_OPS and "
+                             "CONFIG_CGROUP_BPF (docs/operations.md)") from e
+        self.maps = {n: self.bpf[n.encode()] for n in MAP_NAMES if n != "hp_bursts"}
+        self._write_ctl(self._flags)
+        self.bpf[b"hp_bursts"].open_ring_buffer(self._on_burst)
+        os.makedirs(self.pin_dir, mode=0o700, exist_ok=True)
+        bpfsys.obj_pin(self.fn.fd, os.path.join(self.pin_dir, PROG_NAME))
+        for n in MAP_NAMES:
+            bpfsys.obj_pin(self.bpf[n.encode()].map_fd, os.path.join(self.pin_dir, n))
+        self._cg_fd = os.open(self.cgroup, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            bpfsys.prog_attach(self._cg_fd, self.fn.fd, bpfsys.BPF_CGROUP_SOCK_OPS, bpfsys.BPF_F_ALLOW_MULTI)
+        except OSError as e:
+            raise DatapathError(f"cannot attach the sock_ops program to cgroup {self.cgroup}: {e.strerror} "
+                                "(another program attached there without BPF_F_ALLOW_MULTI?)") from None
+        self.attached = True
+
+    # -- control --------------------------------------------------------------------------
+    def _write_ctl(self, flags: int) -> None:
+        m = self.maps["hp_ctl"]
+        k = m.Key(HP_CTL_KEY_CONTROL)  # the program never writes this entry: no update is lost
+        v = m[k]
+        v.heartbeat_ns = time.monotonic_ns()  # CLOCK_MONOTONIC == bpf_ktime_get_ns()
+        v.lease_ns = self.lease_ns
+        v.gap_ns = self.gap_ns
+        v.flags = flags
+        m[k] = v
+
+    def heartbeat(self) -> None:
+        self._write_ctl(self._flags)
+
+    def ctl(self) -> dict[str, int]:
+        m = self.maps["hp_ctl"]
+        return _ctl_dict(m[m.Key(HP_CTL_KEY_CONTROL)], m[m.Key(HP_CTL_KEY_COUNTERS)])
+
+    def apply(self, table: PaceTable) -> int:
+        """Diff against what is loaded and write only the changes. New selectors and rates
+        first, removals last, so that a flow never loses its rate while it is selected."""
+        cur = self._current
+        writes = 0
+        want_flags = HP_CTL_TRACK_ALL if (self.track_all or table.flows) else 0
+        if want_flags != self._flags:
+            self._flags = want_flags
+            self._write_ctl(self._flags)
+            writes += 1
+        sr = self.maps["hp_slot_rate"]
+        for slot, rate in table.slot_rates.items():
+            if cur.slot_rates.get(slot) != rate:
+                sr[sr.Key(slot)] = sr.Leaf(clamp_rate(rate), 0)
+                writes += 1
+        rates = self.maps["hp_rates"]
+        for flow, rate in table.flow_rates.items():
+            if cur.flow_rates.get(flow) != rate:
+                rates[key_bytes(flow)] = RateC(clamp_rate(rate), 0)
+                writes += 1
+        ports = self.maps["hp_sel_ports"]
+        for (port, side), slot in table.ports.items():
+            if cur.ports.get((port, side)) != slot:
+                ports[PortKeyC(port, SIDE[side], 0)] = ports.Leaf(slot)
+                writes += 1
+        flows = self.maps["hp_sel_flows"]
+        for flow, slot in table.flows.items():
+            if cur.flows.get(flow) != slot:
+                flows[key_bytes(flow)] = flows.Leaf(slot)
+                writes += 1
+        for m, gone, mk in ((flows, cur.flows.keys() - table.flows.keys(), key_bytes),
+                            (ports, cur.ports.keys() - table.ports.keys(),
+                             lambda ps: PortKeyC(ps[0], SIDE[ps[1]], 0)),
+                            (rates, cur.flow_rates.keys() - table.flow_rates.keys(), key_bytes)):
+            for item in gone:
+                try:
+                    del m[mk(item)]
+                except KeyError:
+                    pass
+                writes += 1
+        for slot in cur.slot_rates.keys() - table.slot_rates.keys():
+            sr[sr.Key(slot)] = sr.Leaf(0, 0)
+            writes += 1
+        self._current = table
+        return writes
+
+    # -- reading ----------------------------------------------------------------------------
+    def flows(self) -> list[FlowRecord]:
+        """One batched read of every selected flow."""
+        m = self.maps["hp_flows"]
+        try:
+            items = list(m.items_lookup_batch())
+        except Exception:  # kernels without batch ops on hash maps
+            items = list(m.items())
+        return [_record(k, v) for k, v in items]
+
+    def forget(self, keys: list[FlowKey]) -> None:
+        """Delete closed flows' entries (after their last counters were read)."""
+        m = self.maps["hp_flows"]
+        for k in keys:
+            try:
+                del m[key_bytes(k)]
+            except KeyError:
+                pass
+
+    def _on_burst(self, _ctx, data, _size) -> None:
+        b = ctypes.cast(data, ctypes.POINTER(BurstC)).contents
+        self._bursts.append(Burst(key_of(b.key), int(b.slot), int(b.start_ns), int(b.end_ns), int(b.bytes)))
+
+    def bursts(self) -> list[Burst]:
+        """Completed bursts since the last call (drains the ring buffer, never blocks)."""
+        if self.bpf is not None:
+            self.bpf.ring_buffer_consume()
+        out, self._bursts = self._bursts, []
+        return out
+
+    @property
+    def prog_fd(self) -> int:
+        return self.fn.fd
+
+    # -- teardown ---------------------------------------------------------------------------
+    def close(self) -> str:
+        """Release every flow, detach, unpin, drop the owner record. Idempotent."""
+        msg = ""
+        owner = load_owner(self.scope)
+        if owner is not None and owner.get("pid") == os.getpid():
+            msg = release_scope(owner)
+        if self._cg_fd >= 0:
+            os.close(self._cg_fd)
+            self._cg_fd = -1
+        if self.bpf is not None:
+            try:
+                self.bpf.cleanup()
+            except Exception:
+                pass
+            self.bpf = None
+        self.attached = False
+        return msg
+
+
+def clamp_rate(rate_Bps: int) -> int:
+    """A settable SO_MAX_PACING_RATE: at least MIN_RATE_BYTES, at most 2^32-2 (not 'unlimited')."""
+    return int(min(max(rate_Bps, MIN_RATE_BYTES), MAX_RATE_BPS_BYTES))
+
+
+def _ctl_dict(control, counters) -> dict[str, int]:
+    """hp_ctl's two entries as one dict: control words from the first, counters from the second."""
+    return {n: int(getattr(counters if n in CTL_COUNTERS else control, n)) for n, _t in CtlC._fields_}
+
+
+def pinned_ctl(pin_dir: str) -> dict[str, int]:
+    """ctl() of a pacer from its pinned hp_ctl (e.g. a crashed daemon's)."""
+    fd = bpfsys.obj_get(os.path.join(pin_dir, "hp_ctl"))
+    try:
+        entries = []
+        for key in (HP_CTL_KEY_CONTROL, HP_CTL_KEY_COUNTERS):
+            raw = bpfsys.map_lookup(fd, key.to_bytes(4, "little"), ctypes.sizeof(CtlC))
+            entries.append(CtlC.from_buffer_copy(raw) if raw else CtlC())
+    finally:
+        os.close(fd)
+    return _ctl_dict(*entries)
+
+
+def _pinned_flows(pin_dir: str) -> list[FlowRecord]:
+    fd = bpfsys.obj_get(os.path.join(pin_dir, "hp_flows"))
+    try:
+        ksz, vsz = ctypes.sizeof(FlowKeyC), ctypes.sizeof(FlowC)
+        out = []
+        for kb in bpfsys.map_keys(fd, ksz):
+            vb = bpfsys.map_lookup(fd, kb, vsz)
+            if vb is not None:
+                out.append(_record(FlowKeyC.from_buffer_copy(kb), FlowC.from_buffer_copy(vb)))
+        return out
+    finally:
+        os.close(fd)
+
+
+def _set_release(pin_dir: str) -> None:
+    fd = bpfsys.obj_get(os.path.join(pin_dir, "hp_ctl"))
+    try:
+        key = HP_CTL_KEY_CONTROL.to_bytes(4, "little")
+        raw = bpfsys.map_lookup(fd, key, ctypes.sizeof(CtlC))
+        ctl = CtlC.from_buffer_copy(raw) if raw else CtlC()
+        ctl.flags |= HP_CTL_RELEASE
+        bpfsys.map_update(fd, key, bytes(ctl))
+    finally:
+        os.close(fd)
+
+
+def release_scope(owner: dict) -> str:
+    """Undo one pacer from its pins and owner record: release the flows, detach, unpin."""
+    from hostctl.datapath.sockreset import reset_rates
+
+    pin_dir, cgroup, scope = owner["pin_dir"], owner["cgroup"], owner["scope"]
+    if _in_private_sysfs():
+        raise ProbeError(f"cannot reach pacer {scope}: {NSENTER_HINT}")
+    parts = []
+    if os.path.isdir(pin_dir):
+        try:
+            _set_release(pin_dir)
+            stuck = {r.key: r.orig_rate_Bps for r in _pinned_flows(pin_dir) if r.throttled}
+            if stuck:
+                done, missing = reset_rates(stuck, cgroup_pids(cgroup) if os.path.isdir(cgroup) else [])
+                parts.append(f"released {done} throttled flow(s)" + (f", {len(missing)} gone" if missing else ""))
+        except OSError as e:
+            parts.append(f"could not release flows ({e.strerror})")
+        prog = os.path.join(pin_dir, PROG_NAME)
+        if os.path.exists(prog) and os.path.isdir(cgroup):
+            pfd = bpfsys.obj_get(prog)
+            cfd = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                bpfsys.prog_detach(cfd, pfd, bpfsys.BPF_CGROUP_SOCK_OPS)
+                parts.append(f"detached from {cgroup}")
+            except OSError as e:
+                if e.errno not in (2,):  # ENOENT: not attached any more
+                    parts.append(f"detach failed ({e.strerror})")
+            finally:
+                os.close(cfd)
+                os.close(pfd)
+        for n in (PROG_NAME, *MAP_NAMES):
+            try:
+                os.unlink(os.path.join(pin_dir, n))
+            except FileNotFoundError:
+                pass
+        try:
+            os.rmdir(pin_dir)
+        except OSError:
+            pass
+        parts.append("unpinned")
+    try:
+        os.unlink(owner_path(scope))
+    except FileNotFoundError:
+        pass
+    return f"pacer {scope}: " + (", ".join(parts) or "nothing pinned")
+
+
+def clean_pacers(only_dead: bool = True) -> list[str]:
+    """``hostctl clean``: release the pacers whose daemon is gone (all of them with only_dead=False)."""
+    out = []
+    owners = all_owners()
+    if owners and _in_private_sysfs():
+        return [f"pacers ({len(owners)}): not reachable from here; {NSENTER_HINT}"]
+    for owner in owners:
+        pid = int(owner.get("pid", 0))
+        if only_dead and pid != os.getpid() and daemon_alive(pid):
+            out.append(f"pacer {owner.get('scope')}: owned by running hostctl pid {pid}; left alone")
+            continue
+        out.append(release_scope(owner))
+    return out

@@ -1,0 +1,162 @@
+"""The per-slot pacing control of the daemon (policies that pace flows: ``cap``).
+
+Every slot (60 ms by default) the daemon's loop calls ``PaceControl.tick``:
+  1. one batched read of the kernel's flow table and the completed bursts;
+  2. the monitor (hostctl.core.monitor, pure) turns them into per-flow slot bytes,
+     rates, the 4-slot max rate B_i, iteration counts and bytes left;
+  3. the policy turns jobs and flows into a PaceTable (selectors + rates), which the
+     datapath diffs into its maps; then the heartbeat that keeps the lease alive.
+Everything here runs in the loop's thread; hints from the control socket are queued
+and applied at the next tick (the monitor is not thread-safe).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Mapping
+
+import numpy as np
+
+from hostctl.config import Config
+from hostctl.core.monitor import FlowMonitor, MonitorParams
+from hostctl.core.pace import PaceTable, cap_rates, selectors
+from hostctl.core.plan import MAX_JOB_SLOTS, allocate_slots
+from hostctl.core.types import FlowKey, Job
+from hostctl.datapath import UNLIMITED_BPS_BYTES, FlowRecord
+
+log = logging.getLogger("hostctl")
+
+
+def _num(x: float) -> float | None:
+    """JSON-friendly: nan -> None."""
+    return None if x is None or x != x else float(x)
+
+
+class PaceControl:
+    def __init__(self, config: Config, datapath) -> None:
+        self.config = config
+        self.datapath = datapath
+        self.monitor = FlowMonitor(MonitorParams(slot_s=config.slot_s, phase_gap_s=config.phase_gap_s))
+        self.slots: dict[str, int] = {}
+        self.table = PaceTable()
+        self._ids: dict[FlowKey, int] = {}
+        self._next_id = 0
+        self._records: dict[FlowKey, FlowRecord] = {}
+        self._flow_job: dict[FlowKey, str] = {}
+        self._hints: list[tuple[str, int | None, float | None]] = []
+        self._hint_lock = threading.Lock()
+        self.ctl: dict[str, int] = {}
+        self.ticks = 0
+        self.errors = 0
+        self.tick_ms: deque[float] = deque(maxlen=200)
+        self.full_warned = 0
+
+    # -- from other threads -----------------------------------------------------------
+    def hint(self, job: str, bytes_per_iter: int | None, iteration_start_mono: float | None) -> None:
+        with self._hint_lock:
+            self._hints.append((job, bytes_per_iter, iteration_start_mono))
+
+    # -- the slot ------------------------------------------------------------------------
+    def _flow_id(self, key: FlowKey) -> int:
+        fid = self._ids.get(key)
+        if fid is None:
+            fid = self._ids[key] = self._next_id
+            self._next_id += 1
+        return fid
+
+    def caps_Bps(self, jobs: Mapping[str, Job]) -> dict[str, int]:
+        per_job = self.config.job_caps_bps()
+        out = {}
+        for jid in jobs:
+            bps = per_job.get(jid, self.config.cap_bps)
+            if bps:
+                out[jid] = bps // 8
+        return out
+
+    def tick(self, now: float, jobs: Mapping[str, Job]) -> None:
+        self.ticks += 1
+        with self._hint_lock:
+            hints, self._hints = self._hints, []
+        for job, size, start in hints:
+            self.monitor.hint(job, size, start)
+
+        self.slots, _dropped = allocate_slots(sorted(jobs), self.slots, MAX_JOB_SLOTS)
+        slot_job = {s: j for j, s in self.slots.items()}
+        readout = self.datapath.read_pacing()
+        self.ctl = readout.ctl
+        if readout.ctl.get("flows_full", 0) > self.full_warned:
+            log.warning("pacing flow table full: %d flow(s) are neither counted nor paced",
+                        readout.ctl["flows_full"])
+            self.full_warned = readout.ctl["flows_full"]
+        live = [r for r in readout.flows if r.slot in slot_job]
+        self._records = {r.key: r for r in live}
+        self._flow_job = {r.key: slot_job[r.slot] for r in live}
+        if readout.bursts:
+            known = [b for b in readout.bursts if b.key in self._ids]
+            if known:
+                self.monitor.bursts(np.array([self._ids[b.key] for b in known], dtype=np.int64),
+                                    np.array([b.start_ns / 1e9 for b in known]),
+                                    np.array([b.end_ns / 1e9 for b in known]),
+                                    np.array([b.bytes for b in known], dtype=np.int64))
+        ids = np.array([self._flow_id(r.key) for r in live], dtype=np.int64)
+        self.monitor.observe(now, ids, [self._flow_job[r.key] for r in live],
+                             np.array([r.bytes_acked for r in live], dtype=np.int64))
+        closed = [r.key for r in readout.flows if r.closed or r.slot not in slot_job]
+        if closed:
+            self.datapath.forget(closed)
+            for k in closed:
+                self._ids.pop(k, None)
+
+        self.table = self.plan(jobs)
+        self.datapath.pace(self.table)
+        self.datapath.heartbeat()
+
+    def plan(self, jobs: Mapping[str, Job]) -> PaceTable:
+        """Selectors for every job; rates from the policy (cap)."""
+        ports, flows = selectors(list(jobs.values()), self.slots)
+        stats = self.monitor.flow_stats()
+        recent = {int(i) for i, r in zip(stats.flow_id, stats.max_rate_Bps) if r > 0}
+        job_flows: dict[str, list[FlowKey]] = {}
+        for key, job in self._flow_job.items():
+            if not self._records[key].closed:
+                job_flows.setdefault(job, []).append(key)
+        active = {k for k in self._flow_job if self._ids.get(k) in recent}
+        flow_rates, job_rates = cap_rates(self.caps_Bps(jobs), job_flows, active)
+        slot_rates = {self.slots[j]: r for j, r in job_rates.items() if j in self.slots}
+        return PaceTable(ports, flows, flow_rates, slot_rates)
+
+    # -- status ------------------------------------------------------------------------------
+    def status(self) -> dict:
+        stats = self.monitor.flow_stats()
+        row_of = {int(fid): i for i, fid in enumerate(stats.flow_id)}
+        flows = []
+        for key, rec in sorted(self._records.items()):
+            i = row_of.get(self._ids.get(key, -1))
+            target = self.table.flow_rates.get(key)
+            flows.append({
+                "flow": str(key), "job": self._flow_job.get(key),
+                "target_bps": target * 8 if target else None,
+                "applied_bps": None if rec.rate_Bps == UNLIMITED_BPS_BYTES else rec.rate_Bps * 8,
+                "rate_bps": float(stats.rate_Bps[i]) * 8 if i is not None else 0.0,
+                "max_rate_bps": float(stats.max_rate_Bps[i]) * 8 if i is not None else 0.0,
+                "iter_bytes": int(stats.iter_bytes[i]) if i is not None else 0,
+                "iterations": int(stats.iterations[i]) if i is not None else 0,
+                "bytes_per_iter": _num(stats.bytes_per_iter[i]) if i is not None else None,
+                "bytes_left": _num(stats.bytes_left[i]) if i is not None else None,
+                "bytes_acked": rec.bytes_acked, "srtt_us": rec.srtt_us, "cwnd": rec.snd_cwnd,
+                "retrans": rec.total_retrans, "closed": rec.closed,
+            })
+        caps = {j: c * 8 for j, c in self.caps_Bps({j: None for j in self.slots}).items()}
+        jobs = {}
+        for jid, js in self.monitor.jobs().items():
+            jobs[jid] = {"flows": js.flows, "iterations": js.iterations, "bytes_per_iter": _num(js.bytes_per_iter),
+                         "iter_bytes": js.iter_bytes, "bytes_left": _num(js.bytes_left), "source": js.source,
+                         "cap_bps": caps.get(jid)}
+        ms = sorted(self.tick_ms)
+        return {
+            "slot_s": self.config.slot_s, "flows": flows, "jobs": jobs, "ticks": self.ticks,
+            "tick_ms_p50": ms[len(ms) // 2] if ms else None, "tick_ms_p90": ms[int(len(ms) * 0.9)] if ms else None,
+            "kernel": dict(self.ctl),
+        }

@@ -1,0 +1,174 @@
+"""`hostctl start --policy cap` on real veths, cgroups and TCP: flows paced to the cap,
+status per flow, hints over the control socket, kill -9 failing open, `hostctl clean`
+after it, and two daemons in two namespaces and cgroups side by side."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from hostctl.datapath import pacer
+from tests.conftest import HOSTCTL, PY, wait_for
+
+pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf]
+
+HEADER_FACTOR = 1448 / 1514  # pacing counts whole frames; goodput is payload only
+
+
+def serve(pair, host, cgroup, port):
+    """A bulk sender (PS-like: it sends to whoever connects) inside the host's cgroup."""
+    p = subprocess.Popen(host.argv_in(cgroup, PY, "-m", "hostctl.tools.bulk", "serve", "--bind", host.addr,
+                                      "--port", str(port)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pair.procs.append(p)
+    return p
+
+
+def recv(pair, host, server, port, seconds):
+    return pair.start(host, PY, "-m", "hostctl.tools.bulk", "recv", "--connect", f"{server.addr}:{port}",
+                      "--seconds", str(seconds), "--bucket", "0.1")
+
+
+def result(p) -> dict:
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    return json.loads(out)
+
+
+def mbit(res: dict, t0: float, t1: float) -> float:
+    b = res["bytes"][int(t0 / res["bucket_s"]):int(t1 / res["bucket_s"])]
+    return sum(b) * 8 / (len(b) * res["bucket_s"]) / 1e6
+
+
+def start_cap(pair, host, cgroup, port, cap, *extra):
+    d = subprocess.Popen(host.nsenter(HOSTCTL, "start", "--policy", "cap", "--cap", cap, "--iface", host.dev,
+                                      "--link-rate", "1gbit", "--ports", str(port), "--cgroup", cgroup,
+                                      "--rescan", "0.5", *extra),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pair.procs.append(d)
+
+    def ready():
+        if d.poll() is not None:
+            raise AssertionError(f"daemon exited: {d.stderr.read()}")
+        r = host.hostctl("status", "--json")
+        if r.returncode != 0:
+            return None
+        st = json.loads(r.stdout)
+        return st if st["jobs"] and st.get("pacing") else None
+
+    wait_for(ready, 30, 0.2, "cap daemon ready")
+    return d
+
+
+def status(host) -> dict:
+    r = host.hostctl("status", "--json", check=True)
+    return json.loads(r.stdout)
+
+
+def test_cap_paces_the_job_and_status_shows_the_flow(pair, cgroup):
+    serve(pair, pair.ps, cgroup, 5201)
+    start_cap(pair, pair.ps, cgroup, 5201, "40mbit")
+    rx = recv(pair, pair.wk, pair.ps, 5201, 4)
+    wait_for(lambda: status(pair.ps)["pacing"]["flows"], 10, 0.2, "the flow in status")
+    st = wait_for(lambda: (s := status(pair.ps)) and s["pacing"]["flows"][0]["rate_bps"] > 0 and s, 10, 0.2,
+                  "a measured rate")
+    res = result(rx)
+    got = mbit(res, 1.0, 4.0)
+    assert got == pytest.approx(40 * HEADER_FACTOR, rel=0.06), got
+    (row,) = st["pacing"]["flows"]
+    assert row["target_bps"] == 40_000_000 and row["applied_bps"] == 40_000_000
+    assert row["rate_bps"] == pytest.approx(40e6 * HEADER_FACTOR, rel=0.25)  # one slot, noisy
+    text = " ".join(pair.ps.hostctl("status", check=True).stdout.split())
+    assert "decision p90" in text and "fail-open rate changes 0" in text
+
+
+def test_hint_reaches_the_monitor(pair, cgroup):
+    serve(pair, pair.ps, cgroup, 5201)
+    start_cap(pair, pair.ps, cgroup, 5201, "100mbit", "--config", "/dev/null")
+    job = status(pair.ps)["jobs"][0]["job_id"]
+    rx = recv(pair, pair.wk, pair.ps, 5201, 3)  # the monitor lists jobs that have flows
+    wait_for(lambda: status(pair.ps)["pacing"]["flows"], 10, 0.1, "the flow in status")
+    code = f"from hostctl.client import hint; hint({job!r}, bytes_per_iter=123456789)"
+    pair.ps.run(PY, "-c", code)
+    st = wait_for(lambda: (s := status(pair.ps)) and s["pacing"]["jobs"].get(job, {}).get("source") == "hint" and s,
+                  5, 0.1, "the hint applied")
+    assert st["pacing"]["jobs"][job]["bytes_per_iter"] == 123456789
+    assert st["pacing"]["jobs"][job]["source"] == "hint"
+    bad = pair.ps.run(PY, "-c", "from hostctl.client import hint; hint('nope', bytes_per_iter=1)", check=False)
+    assert bad.returncode != 0 and "no job 'nope'" in bad.stderr
+    result(rx)
+
+
+def test_kill_9_fails_open_and_clean_removes_the_pacer(pair, cgroup):
+    serve(pair, pair.ps, cgroup, 5201)
+    d = start_cap(pair, pair.ps, cgroup, 5201, "20mbit")
+    scope = pacer.scope_id(cgroup)
+    assert os.path.isdir(f"/sys/fs/bpf/hostctl/{scope}") and pacer.load_owner(scope)["pid"] == d.pid
+    rx = recv(pair, pair.wk, pair.ps, 5201, 6)
+    wait_for(lambda: status(pair.ps)["pacing"]["flows"], 10, 0.1, "the flow in status")
+    import time
+
+    time.sleep(1.0)
+    d.send_signal(signal.SIGKILL)
+    d.wait(5)
+    t_kill = time.time()
+    res = result(rx)
+    t_rel = t_kill - res["start"]
+    before = mbit(res, max(0.2, t_rel - 1.0), t_rel)
+    after = mbit(res, t_rel + 1.5, 6.0)  # lease 1 s + an RTT + measurement slack
+    assert before == pytest.approx(20 * HEADER_FACTOR, rel=0.15), before
+    assert after > 5 * before, (before, after)
+    # the dead daemon's pacer is still pinned and attached until clean
+    assert os.path.isdir(f"/sys/fs/bpf/hostctl/{scope}")
+    via_ip_netns = pair.ps.hostctl("clean", check=True).stdout
+    assert "nsenter" in via_ip_netns  # can't reach the host's bpffs from there: says how
+    out = subprocess.run(pair.ps.nsenter(HOSTCTL, "clean"), capture_output=True, text=True, check=True).stdout
+    assert f"pacer {scope}" in out and "detached" in out
+    assert not os.path.exists(f"/sys/fs/bpf/hostctl/{scope}")
+    assert pacer.load_owner(scope) is None
+    fd = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        from hostctl.datapath import bpfsys
+
+        assert bpfsys.prog_query(fd, bpfsys.BPF_CGROUP_SOCK_OPS) == []
+    finally:
+        os.close(fd)
+
+
+def test_two_daemons_in_two_namespaces_and_cgroups(pair, make_cgroup):
+    cg_ps, cg_wk = make_cgroup(), make_cgroup()
+    serve(pair, pair.ps, cg_ps, 5201)
+    serve(pair, pair.wk, cg_wk, 5202)
+    start_cap(pair, pair.ps, cg_ps, 5201, "30mbit")
+    start_cap(pair, pair.wk, cg_wk, 5202, "90mbit")
+    a = recv(pair, pair.wk, pair.ps, 5201, 4)  # ps -> wk, paced by ps's daemon
+    b = recv(pair, pair.ps, pair.wk, 5202, 4)  # wk -> ps, paced by wk's daemon
+    fa = wait_for(lambda: status(pair.ps)["pacing"]["flows"], 10, 0.1, "ps's flow")
+    fb = wait_for(lambda: status(pair.wk)["pacing"]["flows"], 10, 0.1, "wk's flow")
+    ra, rb = result(a), result(b)
+    assert mbit(ra, 1.0, 4.0) == pytest.approx(30 * HEADER_FACTOR, rel=0.08)
+    assert mbit(rb, 1.0, 4.0) == pytest.approx(90 * HEADER_FACTOR, rel=0.08)
+    assert {f["flow"].split("->")[0].rsplit(":", 1)[1] for f in fa} == {"5201"}
+    assert {f["flow"].split("->")[0].rsplit(":", 1)[1] for f in fb} == {"5202"}
+
+
+def test_stop_restores_rates_and_removes_everything(pair, cgroup):
+    serve(pair, pair.ps, cgroup, 5201)
+    d = start_cap(pair, pair.ps, cgroup, 5201, "20mbit")
+    scope = pacer.scope_id(cgroup)
+    rx = recv(pair, pair.wk, pair.ps, 5201, 5)
+    wait_for(lambda: status(pair.ps)["pacing"]["flows"], 10, 0.1, "the flow in status")
+    import time
+
+    time.sleep(1.0)
+    pair.ps.hostctl("stop", check=True)
+    d.wait(10)
+    t_stop = time.time()
+    res = result(rx)
+    t_rel = t_stop - res["start"]
+    assert mbit(res, t_rel + 0.5, 5.0) > 5 * 20 * HEADER_FACTOR
+    assert not os.path.exists(f"/sys/fs/bpf/hostctl/{scope}") and pacer.load_owner(scope) is None
+    assert "stopped" in d.stderr.read()

@@ -144,7 +144,10 @@ def start(
     server = control.ControlServer({})  # binds first: a second daemon fails before touching anything
     try:
         datapath = LinuxDatapath(the_iface, policy=cfg.policy, lease_s=cfg.lease_s,
-                                 pace_cgroup=cfg.cgroup if cfg.pacing else None, phase_gap_s=cfg.phase_gap_s)
+                                 pace_cgroup=cfg.cgroup if cfg.pacing else None, phase_gap_s=cfg.phase_gap_s,
+                                 # port-selected flows are picked at connection time; flows of jobs
+                                 # found by pid/command line only later, by 4-tuple
+                                 track_all=any(s.pids or s.match for s in cfg.jobs))
         daemon = Daemon(cfg, plan, datapath, discovery)
 
         def _stop(_req: dict) -> dict:

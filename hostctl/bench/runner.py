@@ -128,11 +128,11 @@ class Run:
     log: list[str] = field(default_factory=list)
 
     # --- processes ------------------------------------------------------------
-    def _start(self, host: str, argv: list[str], tag: str) -> subprocess.Popen:
+    def _start(self, host: str, argv: list[str], tag: str, net_only: bool = False) -> subprocess.Popen:
         assert self.tb is not None
         err = open(os.path.join(self.raw_dir, f"{tag}.err"), "w")
         try:
-            return self.tb.popen(host, argv, stdout=subprocess.PIPE, stderr=err, text=True)
+            return self.tb.popen(host, argv, stdout=subprocess.PIPE, stderr=err, text=True, net_only=net_only)
         finally:
             err.close()
 
@@ -157,7 +157,7 @@ class Run:
                 argv += ["--config", cfg]
             if pol == "cap":  # the pacer watches this host's cgroup only
                 argv += ["--cap", hs.cap or "", "--cgroup", tb.host(h).cgroup]
-            self.daemons[h] = self._start(h, argv, f"hostctl-{h}")
+            self.daemons[h] = self._start(h, argv, f"hostctl-{h}", net_only=pol == "cap")
             self.daemon_policy[h] = pol
 
     def daemon_status(self, host: str) -> dict | None:

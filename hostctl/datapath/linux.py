@@ -80,12 +80,13 @@ def nic_speed_bps(iface: str) -> int | None:
 class LinuxDatapath:
     def __init__(self, iface: str, *, policy: str = "", lease_s: float = consts.DEFAULT_LEASE_S,
                  state_dir: str | None = None, pace_cgroup: str | None = None,
-                 phase_gap_s: float = consts.DEFAULT_PHASE_GAP_S) -> None:
+                 phase_gap_s: float = consts.DEFAULT_PHASE_GAP_S, track_all: bool = True) -> None:
         self.iface = iface
         self.policy = policy
         self.lease_s = lease_s
         self.pace_cgroup = pace_cgroup  # None: no pacing datapath
         self.phase_gap_s = phase_gap_s
+        self.track_all = track_all  # jobs found by pid/command line: their flows are selected late
         self.pacer = None
         self.state_dir = state_dir or consts.state_dir()
         self.ifindex, self.link_type = link_info(iface)
@@ -108,7 +109,8 @@ class LinuxDatapath:
         if self.pace_cgroup is not None and self.pacer is None:
             from hostctl.datapath.pacer import Pacer
 
-            self.pacer = Pacer(self.pace_cgroup, lease_s=self.lease_s, gap_s=self.phase_gap_s)
+            self.pacer = Pacer(self.pace_cgroup, lease_s=self.lease_s, gap_s=self.phase_gap_s,
+                               track_all=self.track_all)
             log.info("pacing flows of cgroup %s (pinned at %s)", self.pacer.cgroup, self.pacer.pin_dir)
         # classes of an older plan that the new one no longer has (fewer bands)
         if self.plan is not None:
@@ -307,8 +309,8 @@ def clean_all(state_dir: str | None = None, iface: str | None = None) -> list[st
     done = clean_pacers()
     if iface:
         return done + [clean_interface(iface, state_dir)]
-    done += [clean_interface(j.iface, state_dir) for j in Journal.all(state_dir)]
-    return done or ["nothing journalled in this network namespace"]
+    tc = [clean_interface(j.iface, state_dir) for j in Journal.all(state_dir)]
+    return done + (tc or ["nothing journalled in this network namespace"])
 
 
 def require_root() -> None:

@@ -35,7 +35,6 @@ from hostctl.core.pace import PaceTable
 from hostctl.core.types import FlowKey
 from hostctl.datapath import Burst, FlowRecord, bpfsys
 from hostctl.datapath.classifier import bpf_dir, import_bcc
-from hostctl.datapath.journal import daemon_alive
 from hostctl.errors import DatapathError, ProbeError
 
 log = logging.getLogger("hostctl.datapath")
@@ -62,6 +61,10 @@ CTL_COUNTERS = ("flows_full", "failopen_events", "bursts_lost", "setopt_errors")
 SIDE = {"local": 0, "remote": 1}
 
 OWNER_DIR = os.path.join(consts.RUN_DIR, "pace")
+# Scopes held by a Pacer of this process that is not closed yet. The owner record cannot
+# tell them apart from a dead daemon's record with the same pid (a daemon restarted in a
+# fresh PID namespace gets its old pid back), so they are tracked here.
+_LIVE_SCOPES: set[str] = set()
 
 
 # -- C struct mirrors (tests/unit/test_bpf_layout.py checks them against hc_pace.c) --------
@@ -210,6 +213,22 @@ def _record(key: FlowKeyC, v: FlowC) -> FlowRecord:
 
 
 # -- owner records ------------------------------------------------------------------------------
+def proc_start(pid: int) -> int:
+    """Start time of a process (clock ticks since boot; /proc/PID/stat field 22), 0 if gone.
+    With the PID it identifies a process for good: a reused PID has another start time."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def owner_alive(owner: dict) -> bool:
+    pid = int(owner.get("pid", 0))
+    start = proc_start(pid) if pid > 0 else 0
+    return start != 0 and start == int(owner.get("start", start))
+
+
 def owner_path(scope: str) -> str:
     return os.path.join(OWNER_DIR, f"{scope}.json")
 
@@ -248,6 +267,7 @@ class Pacer:
         self.lease_ns = int(lease_s * 1e9)
         self.gap_ns = int(gap_s * 1e9)
         self.max_flows = max_flows
+        self._claimed = False
         self._claim()
         self.bpf = None
         self.attached = False
@@ -264,9 +284,12 @@ class Pacer:
 
     # -- setup ---------------------------------------------------------------------------
     def _claim(self) -> None:
+        if self.scope in _LIVE_SCOPES:
+            raise DatapathError(f"this hostctl (pid {os.getpid()}) already paces cgroup {self.cgroup}; "
+                                "close that pacer first")
         old = load_owner(self.scope)
         if old is not None:
-            if old.get("pid") != os.getpid() and daemon_alive(int(old.get("pid", 0))):
+            if old.get("pid") != os.getpid() and owner_alive(old):
                 raise DatapathError(
                     f"hostctl (pid {old['pid']}) already paces cgroup {old.get('cgroup')}; stop it first "
                     "with `hostctl stop` in its network namespace")
@@ -275,9 +298,11 @@ class Pacer:
         os.makedirs(OWNER_DIR, mode=0o700, exist_ok=True)
         tmp = owner_path(self.scope) + ".tmp"
         with open(tmp, "w") as f:
-            json.dump({"pid": os.getpid(), "scope": self.scope, "cgroup": self.cgroup, "pin_dir": self.pin_dir,
+            json.dump({"pid": os.getpid(), "start": proc_start(os.getpid()), "scope": self.scope, "cgroup": self.cgroup, "pin_dir": self.pin_dir,
                        "netns": consts.netns_id()}, f)
         os.replace(tmp, owner_path(self.scope))
+        _LIVE_SCOPES.add(self.scope)
+        self._claimed = True
 
     def _load(self) -> None:
         bcc = import_bcc()
@@ -411,9 +436,12 @@ class Pacer:
     def close(self) -> str:
         """Release every flow, detach, unpin, drop the owner record. Idempotent."""
         msg = ""
-        owner = load_owner(self.scope)
-        if owner is not None and owner.get("pid") == os.getpid():
-            msg = release_scope(owner)
+        if self._claimed:
+            owner = load_owner(self.scope)
+            if owner is not None and owner.get("pid") == os.getpid():
+                msg = release_scope(owner)
+            _LIVE_SCOPES.discard(self.scope)
+            self._claimed = False
         if self._cg_fd >= 0:
             os.close(self._cg_fd)
             self._cg_fd = -1
@@ -525,14 +553,8 @@ def release_scope(owner: dict) -> str:
 
 def clean_pacers(only_dead: bool = True) -> list[str]:
     """``hostctl clean``: release the pacers whose daemon is gone (all of them with only_dead=False)."""
-    out = []
-    owners = all_owners()
+    owners = [o for o in all_owners()
+              if not only_dead or (int(o.get("pid", 0)) != os.getpid() and not owner_alive(o))]
     if owners and _in_private_sysfs():
-        return [f"pacers ({len(owners)}): not reachable from here; {NSENTER_HINT}"]
-    for owner in owners:
-        pid = int(owner.get("pid", 0))
-        if only_dead and pid != os.getpid() and daemon_alive(pid):
-            out.append(f"pacer {owner.get('scope')}: owned by running hostctl pid {pid}; left alone")
-            continue
-        out.append(release_scope(owner))
-    return out
+        return [f"pacers of dead daemons ({len(owners)}): not reachable from here; {NSENTER_HINT}"]
+    return [release_scope(o) for o in owners]

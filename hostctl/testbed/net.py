@@ -239,16 +239,22 @@ class Testbed:
         return removed
 
     # --- use ----------------------------------------------------------------
-    def command(self, host: str, argv: list[str]) -> list[str]:
-        """argv run on `host`: joins the host's cgroup, then its network namespace."""
+    def command(self, host: str, argv: list[str], *, net_only: bool = False) -> list[str]:
+        """argv run on `host`: joins the host's cgroup, then its network namespace.
+        With net_only, only the network namespace is entered (nsenter): the command keeps
+        the host's /sys mounts (cgroup2, bpffs), which the pacing daemon needs and which
+        `ip netns exec` replaces with a fresh sysfs."""
         h = self.host(host)
+        if net_only:
+            return ["sh", "-c", 'ns=$1; shift; echo $$ > "$0/cgroup.procs" && exec nsenter --net="/run/netns/$ns" "$@"',
+                    h.cgroup, h.ns, *argv]
         return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec ip netns exec "$@"', h.cgroup, h.ns, *argv]
 
-    def popen(self, host: str, argv: list[str], **kw) -> subprocess.Popen:
+    def popen(self, host: str, argv: list[str], *, net_only: bool = False, **kw) -> subprocess.Popen:
         kw.setdefault("stdin", subprocess.DEVNULL)
         if self.topology.tcp_cc:
             kw["env"] = {**(kw.get("env") or os.environ), TCP_CC_ENV: self.topology.tcp_cc}
-        p = subprocess.Popen(self.command(host, argv), **kw)
+        p = subprocess.Popen(self.command(host, argv, net_only=net_only), **kw)
         self.procs.append(p)
         return p
 

@@ -130,6 +130,45 @@ def test_tiny_bench_writes_complete_json_and_plots(tmp_path):
     assert not {n for n in after - before if n.startswith(NS_PREFIX)}, "bench left namespaces behind"
 
 
+@pytest.mark.bpf
+def test_cap_bench_paces_ps_jobs_in_the_testbed(tmp_path):
+    """policy cap through the whole harness: the daemon on h0 (entered with nsenter, in
+    h0's cgroup scope) holds each PS job to 20 Mbit/s of a 100 Mbit/s link, so the jobs take
+    at least their bytes at the cap."""
+    path = tmp_path / "cap.toml"
+    path.write_text(textwrap.dedent("""
+        name = "capped"
+        [testbed]
+        hosts = 3
+        link = "100mbit"
+        [hostctl]
+        cap = "20mbit"
+        rescan = 0.2
+        hosts = ["h0"]
+        [bench]
+        policies = ["cap"]
+        repeat = 1
+        timeout = 120
+        [[jobs]]
+        name = "ps"
+        count = 2
+        ps = ["h0"]
+        model = "256KiB"
+        compute = 0.02
+        iterations = 6
+    """))
+    out = tmp_path / "out"
+    r = sh([HOSTCTL, "bench", str(path), "--out", str(out)], check=False, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    (run,) = json.loads((out / "capped.json").read_text())["runs"]
+    assert run["ok"], run["error"]
+    assert set(run["daemons"]["h0"]["jobs"]) == {"ps-01", "ps-02"}
+    per_job_bits = 6 * 2 * 256 * 1024 * 8  # 6 updates to 2 workers
+    for j in run["jobs"].values():
+        assert j["jct_s"] >= 0.85 * per_job_bits / 20e6, j["jct_s"]  # paced: at the cap or slower
+        assert j["jct_s"] < 3 * per_job_bits / 20e6 + 2.0, j["jct_s"]
+
+
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                     reason="torch is not installed: pip install -e '.[torch]' runs the PyTorch job test")
 def test_pytorch_job_runs_through_hostctl(tmp_path):

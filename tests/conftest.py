@@ -141,25 +141,14 @@ def make_cgroup(request):
     made: list[str] = []
 
     def fin():
+        from hostctl.cgroups import kill_cgroup, remove_cgroup_tree
+
         for path in made:
-            for _ in range(50):
-                pids = pacer.cgroup_pids(path) if os.path.isdir(path) else []
-                if not pids:
-                    break
-                for pid in pids:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                time.sleep(0.1)
+            kill_cgroup(path, grace_s=0.0)
             for owner in pacer.all_owners():
                 if owner.get("cgroup") == path:
                     pacer.release_scope(owner)
-            for dirpath, _dirs, _files in sorted(os.walk(path), key=lambda w: -len(w[0])):
-                try:
-                    os.rmdir(dirpath)
-                except OSError:
-                    pass
+            remove_cgroup_tree(path)
 
     request.addfinalizer(fin)
 

@@ -31,6 +31,7 @@ import os
 import time
 
 from hostctl import consts
+from hostctl.cgroups import cgroup_pids  # noqa: F401  (re-exported: tests use pacer.cgroup_pids)
 from hostctl.core.pace import PaceTable
 from hostctl.core.types import FlowKey
 from hostctl.datapath import Burst, FlowRecord, bpfsys
@@ -192,18 +193,6 @@ def bpffs_root() -> str:
 
 def scope_id(cgroup_path: str) -> str:
     return f"cg{os.stat(cgroup_path).st_ino}"
-
-
-def cgroup_pids(cgroup_path: str) -> list[int]:
-    pids = []
-    for dirpath, _dirs, files in os.walk(cgroup_path):
-        if "cgroup.procs" in files:
-            try:
-                with open(os.path.join(dirpath, "cgroup.procs")) as f:
-                    pids += [int(x) for x in f.read().split()]
-            except OSError:
-                continue
-    return pids
 
 
 def _record(key: FlowKeyC, v: FlowC) -> FlowRecord:

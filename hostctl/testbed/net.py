@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 
 from hostctl import consts
 from hostctl.bench.scenario import Topology
+from hostctl.cgroups import cgroup_pids, kill_cgroup, remove_cgroup_tree
 from hostctl.errors import ConfigError, HostctlError
 from hostctl.workloads.common import TCP_CC_ENV
 
@@ -350,43 +351,6 @@ def list_states(state_dir: str = STATE_DIR) -> list[dict]:
     return out
 
 
-def _cgroup_pids(cg: str) -> list[int]:
-    pids: list[int] = []
-    for dirpath, _dirs, _files in os.walk(cg):
-        try:
-            with open(os.path.join(dirpath, "cgroup.procs")) as f:
-                pids += [int(x) for x in f.read().split()]
-        except OSError:
-            pass
-    return pids
-
-
-def _kill_cgroup(cg: str, grace_s: float) -> None:
-    """SIGTERM every process of the cgroup tree, SIGKILL what is left after grace_s."""
-    if not os.path.isdir(cg):
-        return
-    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        pids = _cgroup_pids(cg)
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and _cgroup_pids(cg):
-            time.sleep(0.05)
-
-
-def _rm_cgroup_tree(cg: str) -> None:
-    for dirpath, _dirs, _files in sorted(os.walk(cg), key=lambda x: -len(x[0])):
-        try:
-            os.rmdir(dirpath)
-        except OSError:
-            pass
-
-
 def teardown(name: str, state_dir: str = STATE_DIR, grace_s: float = 2.0) -> list[str]:
     """Remove everything of testbed `name`, from its state file or, without one, by naming scheme."""
     check_name(name)
@@ -394,7 +358,7 @@ def teardown(name: str, state_dir: str = STATE_DIR, grace_s: float = 2.0) -> lis
     cgs = {os.path.join(root, "hostctl-testbed", name) for root in CGROUP_V2_CANDIDATES}
     for cg in cgs:
         if os.path.isdir(cg):
-            _kill_cgroup(cg, grace_s)
+            kill_cgroup(cg, grace_s)
     prefix = f"{NS_PREFIX}{name}-"
     namespaces = [n for n in _list_netns() if n.startswith(prefix)]
     for ns in namespaces:
@@ -409,7 +373,7 @@ def teardown(name: str, state_dir: str = STATE_DIR, grace_s: float = 2.0) -> lis
         removed.append(f"netns {ns}")
     for cg in cgs:
         if os.path.isdir(cg):
-            _rm_cgroup_tree(cg)
+            remove_cgroup_tree(cg)
             removed.append(f"cgroup {cg}")
             try:  # the shared parent, once the last testbed is gone
                 os.rmdir(os.path.dirname(cg))
@@ -464,7 +428,7 @@ def status(state_dir: str = STATE_DIR) -> list[dict]:
         hosts = []
         for h in tb.hosts():
             hosts.append({"host": h.name, "ns": h.ns, "addr": h.addr, "rack": h.rack,
-                          "processes": len(_cgroup_pids(h.cgroup)), "up": _ns_exists(h.ns)})
+                          "processes": len(cgroup_pids(h.cgroup)), "up": _ns_exists(h.ns)})
         missing = [h["ns"] for h in hosts if not h["up"]] + ([] if _ns_exists(tb.sw_ns) else [tb.sw_ns])
         out.append({"name": name, "subnet": f"10.{tb.subnet}.0.0/16", "hosts": hosts,
                     "links": [{"link": ln.name, "rate_bps": ln.rate_bps} for ln in tb.links()],

@@ -74,7 +74,7 @@ class Daemon:
         if config.pacing:
             from hostctl.pacectl import PaceControl
 
-            self.pace = PaceControl(config, datapath)
+            self.pace = PaceControl(config, datapath, mono)
         self._status: dict = {**self._base_status(), "state": "starting"}
 
     # -- one step each ---------------------------------------------------------

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -35,10 +36,13 @@ def _num(x: float) -> float | None:
 
 
 class PaceControl:
-    def __init__(self, config: Config, datapath) -> None:
+    def __init__(self, config: Config, datapath, mono: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.datapath = datapath
-        self.monitor = FlowMonitor(MonitorParams(slot_s=config.slot_s, phase_gap_s=config.phase_gap_s))
+        self.mono = mono
+        # the kernel cuts bursts at the same gap, so each burst record proves its gap
+        self.monitor = FlowMonitor(MonitorParams(slot_s=config.slot_s, phase_gap_s=config.phase_gap_s,
+                                                 kernel_gap_s=config.phase_gap_s))
         self.slots: dict[str, int] = {}
         self.table = PaceTable()
         self._ids: dict[FlowKey, int] = {}
@@ -85,6 +89,7 @@ class PaceControl:
         self.slots, _dropped = allocate_slots(sorted(jobs), self.slots, MAX_JOB_SLOTS)
         slot_job = {s: j for j, s in self.slots.items()}
         readout = self.datapath.read_pacing()
+        t_read = self.mono()  # the monitor places boundaries by the time of the read, not of the tick
         self.ctl = readout.ctl
         if readout.ctl.get("flows_full", 0) > self.full_warned:
             log.warning("pacing flow table full: %d flow(s) are neither counted nor paced",
@@ -101,7 +106,7 @@ class PaceControl:
                                     np.array([b.end_ns / 1e9 for b in known]),
                                     np.array([b.bytes for b in known], dtype=np.int64))
         ids = np.array([self._flow_id(r.key) for r in live], dtype=np.int64)
-        self.monitor.observe(now, ids, [self._flow_job[r.key] for r in live],
+        self.monitor.observe(max(now, t_read), ids, [self._flow_job[r.key] for r in live],
                              np.array([r.bytes_acked for r in live], dtype=np.int64))
         closed = [r.key for r in readout.flows if r.closed or r.slot not in slot_job]
         if closed:

@@ -4,7 +4,9 @@ Every slot the daemon reads the cumulative bytes acked of every selected flow
 (hc_pace.c's hp_flows) and drains the burst records (hp_bursts), then calls
 ``bursts()`` and ``observe()`` (in that order preferably; the other order works,
 decisions just come one slot later). Times are the kernel's CLOCK_MONOTONIC in
-seconds, the daemon's read time for ``observe()``.
+seconds; ``observe()``'s t_s must be the time of the counter read itself (the
+bounds below trust that the counters were read then). Give ``kernel_gap_s`` the
+pacer's gap_s: every record then proves its gap, which decides most phases at once.
 
 Per flow it gives bytes and rate this slot, B_i = max rate over the last
 ``window_slots`` slots (BBR-like max filter), bytes of the current iteration,
@@ -15,9 +17,10 @@ burst record of b bytes covers [p, p + b) where p is where the previous record
 ended (the kernel's bursts tile its counter), and an iteration boundary is a
 position. ``iter_bytes`` is always ``counter - boundary``, so it stays exact when
 a record arrives a slot after its bytes were counted, or when an iteration ends
-and the next one starts between two reads. A record that cannot fit the counter
-samples around its end (a lost record, a flow first seen mid-burst) is clamped
-between them.
+and the next one starts between two reads. A record is placed where the previous
+one ended, but not below the last read before it started, and its end is clamped
+between the reads around it: after a lost record (ring buffer full) or on a flow
+first seen mid-burst, the positions are re-anchored on the counter.
 
 Junctions, phases, iterations (per flow):
 
@@ -46,15 +49,16 @@ Junctions, phases, iterations (per flow):
    are short. Example (4 buckets 30 ms apart, 200 ms compute): the first two
    iterations count one iteration per bucket, from the third on one per
    iteration; E (median of ``history``) is right from the fifth on.
-   Known limit: long pauses that recur within ``gap_memory`` phases (a checkpoint
-   every few iterations) make the normal compute gaps short; use a hint then.
+   Known limits: gaps between iterations that vary by more than gap_ratio, or
+   long pauses that recur within ``gap_memory`` phases (a checkpoint every few
+   iterations), make some compute gaps "short"; use a hint (or tune) then.
 5. Junctions are decided in order. One whose gap bounds straddle a threshold
    blocks the later ones, unless the outcome is the same either way (the volume
    rule says "continue" anyway). A blocked junction is resolved at its proven
    lower bound L (i.e. "no phase end" unless proven) once a later junction is a
-   certain phase end and one more ``observe()`` has passed; that happens with
-   hc_pace.c, which only reports a burst when the flow next makes progress, so
-   the last burst before an idle period is reported an iteration later.
+   certain phase end and one more ``observe()`` has passed. That is for
+   hc_pace.c, which only reports a burst when the flow next makes progress: the
+   last burst before an idle period is reported when the flow sends again.
 6. An iteration end counts one iteration, records its bytes (the last
    ``history`` ones give E by median) and moves the boundary. The first
    iteration of a flow goes into the history only if it was seen whole (the
@@ -93,7 +97,7 @@ class MonitorParams:
     phase_gap_s: float = 0.020  # an idle gap at least this long may end a phase (iteration)
     min_fraction: float = 0.5  # once E is known, an iteration holding < min_fraction*E bytes goes on
     history: int = 5  # completed iterations kept; E = median of them
-    gap_ratio: float = 3.0  # gap rule: a jump by this factor separates short (bucket) gaps from long ones
+    gap_ratio: float = 4.0  # gap rule: a jump by this factor separates short (bucket) gaps from long ones
     gap_memory: int = 32  # gap rule: exact phase gaps kept per flow
     kernel_gap_s: float = 0.0  # hc_pace.c's gap_ns in seconds (0 = unknown): a record proves such a gap
 
@@ -162,7 +166,9 @@ def gap_threshold(gaps: Iterable[float], ratio: float, min_long: int = _MIN_LONG
     Sorted gaps are cut at the largest jump by a factor >= ratio that leaves at
     least min_long gaps above it; the threshold is the geometric mean at the cut.
     """
-    g = sorted(x for x in gaps if x > 0)
+    g = sorted(gaps)
+    if len(g) <= min_long or g[0] <= 0 or g[-min_long] < ratio * g[0]:
+        return NAN  # no jump can reach the ratio
     best, best_r = NAN, ratio
     for k in range(len(g) - min_long):
         r = g[k + 1] / g[k]
@@ -184,19 +190,18 @@ class _Junction:
     blocked_at: int = -1  # observe() count when first blocked behind a certain phase end
 
     def bounds(self) -> tuple[float, float]:
-        return self.s_lo - self.e_hi, self.s_hi - self.e_lo
+        """[L, U] on the idle gap, widened by EPS against float rounding."""
+        return self.s_lo - self.e_hi + EPS, self.s_hi - self.e_lo + EPS
 
 
 @dataclass
 class _Track:
-    """Slow-path state of one flow: only touched for flows with records or junctions."""
+    """Slow-path state of one flow: only for flows with records or undecided junctions."""
 
     rec_pos: int  # where the next burst record starts (end of the previous one)
     t0: float  # first sight: records that started before it straddle the baseline
     gap_memory: int
     last_e: float = -INF  # end of the last record
-    first_ok: bool | None = None  # did the first record start after first sight?
-    thr: float = NAN  # gap rule threshold
     gaps: deque = field(init=False)
     junctions: list = field(default_factory=list)
     ends: deque = field(default_factory=lambda: deque(maxlen=_ENDS))
@@ -217,7 +222,7 @@ class _Hint:
         return self.last_start is not None
 
 
-# per-flow arrays: name -> (dtype, fill for a new row, extra shape key)
+# per-flow arrays: name -> (dtype, fill for a new row, extra dimension)
 _FIELDS: dict[str, tuple[type, object, str | None]] = {
     "ids": (np.int64, 0, None),
     "job": (object, None, None),
@@ -231,20 +236,25 @@ _FIELDS: dict[str, tuple[type, object, str | None]] = {
     "start": (np.float64, NAN, None),  # current iteration's start time
     "still": (np.float64, NAN, None),  # first read showing the current counter value
     "still_prev": (np.float64, NAN, None),  # the read before it
-    "t0": (np.float64, NAN, None),
+    "t0": (np.float64, NAN, None),  # first read
+    "thr": (np.float64, NAN, None),  # gap rule threshold (nan: no split)
+    "first_ok": (np.int8, -1, None),  # first record started after first sight: 1, before: 0, none yet: -1
     "hist": (np.float64, NAN, "history"),
     "hist_n": (np.int64, 0, None),
     "rates": (np.float64, 0.0, "window"),
     "ring": (np.int64, -1, "ring"),
-    "busy": (bool, False, None),  # has pending junctions
+    "busy": (bool, False, None),  # has undecided junctions
 }
 
 
 class FlowMonitor:
+    """Per-flow and per-job traffic state, updated once per slot (module docstring)."""
+
     def __init__(self, params: MonitorParams = MonitorParams()) -> None:
         self.p = params
         self._extra = {"history": params.history, "window": params.window_slots, "ring": _RING}
         self._a = {name: self._new(name, 0) for name in _FIELDS}
+        self._job_list: list = []
         self._e_eff = np.zeros(0)
         self._t: float | None = None
         self._nobs = 0
@@ -257,6 +267,7 @@ class FlowMonitor:
         self._groups: tuple[np.ndarray, np.ndarray] | None = None
         self._stats = _empty_stats()
         self.records_dropped = 0  # out-of-order or unattributable burst records
+        self.hints_ignored = 0  # iteration starts not after the job's previous one
 
     # -- per-flow arrays --------------------------------------------------------------------
     def _new(self, name: str, n: int) -> np.ndarray:
@@ -292,32 +303,36 @@ class FlowMonitor:
         ids = np.asarray(flow_id, dtype=np.int64).reshape(-1)
         acked = np.asarray(acked_bytes).astype(np.int64).reshape(-1)
         job_list = list(job)
-        if not (len(ids) == len(acked) == len(job_list)):
-            raise ValueError(
-                f"flow_id, job and acked_bytes differ in length: {len(ids)}, {len(job_list)}, {len(acked)}")
-        jobs = np.empty(len(ids), dtype=object)
-        jobs[:] = job_list
+        n = len(ids)
+        if not (n == len(acked) == len(job_list)):
+            raise ValueError(f"flow_id, job and acked_bytes differ in length: {n}, {len(job_list)}, {len(acked)}")
         if (acked < 0).any():
             raise ValueError("acked_bytes must be >= 0")
-        if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():
+        if n > 1 and not (ids[1:] > ids[:-1]).all():
             order = np.argsort(ids, kind="stable")
-            ids, acked, jobs = ids[order], acked[order], jobs[order]
+            ids, acked = ids[order], acked[order]
             if (ids[1:] == ids[:-1]).any():
                 raise ValueError("duplicate flow ids")
+            job_list = [job_list[k] for k in order.tolist()]
 
         a = self._a
-        old_ids, n_old, n = a["ids"], len(a["ids"]), len(ids)
-        if n == n_old and np.array_equal(ids, old_ids):
-            src = np.arange(n)
-            found = np.ones(n, dtype=bool)
+        old_ids, n_old = a["ids"], len(a["ids"])
+        if n == n_old and np.array_equal(ids, old_ids) and job_list == self._job_list:
+            src = None
+            cont = acked >= a["acked"]
         else:
-            src = np.searchsorted(old_ids, ids)
-            src = np.minimum(src, max(n_old - 1, 0))
-            found = (n_old > 0) & (old_ids[src] == ids) if n_old else np.zeros(n, dtype=bool)
-        cont = found.copy()
-        if found.any():
-            cont[found] = (acked[found] >= a["acked"][src[found]]) & (jobs[found] == a["job"][src[found]])
-        if not (n == n_old and cont.all()):
+            jobs = np.empty(n, dtype=object)
+            jobs[:] = job_list
+            if n_old:
+                src = np.minimum(np.searchsorted(old_ids, ids), n_old - 1)
+                cont = old_ids[src] == ids
+                cont[cont] = (acked[cont] >= a["acked"][src[cont]]) & (jobs[cont] == a["job"][src[cont]])
+            else:
+                src, cont = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+        if not cont.all() or src is not None:
+            if src is None:
+                src = np.arange(n)
+                jobs = a["job"]
             kept = np.zeros(n_old, dtype=bool)
             kept[src[cont]] = True
             for fid in old_ids[~kept].tolist():
@@ -332,34 +347,40 @@ class FlowMonitor:
                 a[name][new] = acked[new]
             a["still"][new] = t
             a["t0"][new] = t
+            self._job_list = job_list
         new = ~cont
 
         t_prev = self._t
-        bytes_slot = np.where(cont, acked - a["acked"], 0)
+        bytes_slot = acked - a["acked"]
+        bytes_slot[new] = 0
         a["acked"][:] = acked
         self._t = t
         self._nobs += 1
-        if t_prev is None:
-            rate = np.zeros(n)
-        else:
-            rate = bytes_slot / (t - t_prev)
+        rate = np.zeros(n) if t_prev is None else bytes_slot / (t - t_prev)
         self._rw = (self._rw + 1) % self.p.window_slots
         a["rates"][:, self._rw] = rate
         self._kw = (self._kw + 1) % _RING
         self._ring_t[self._kw] = t
         a["ring"][:, self._kw] = acked
         moved = bytes_slot > 0
-        a["still_prev"][moved] = a["still"][moved]
-        a["still"][moved] = t
-        if t_prev is not None:  # progress after the boundary: started after the previous read
-            m = cont & np.isnan(a["start"]) & (acked > a["base"])
-            a["start"][m] = t_prev
+        if moved.any():
+            a["still_prev"][moved] = a["still"][moved]
+            a["still"][moved] = t
+            if t_prev is not None:  # progress after the boundary: it started after the previous read
+                m = moved & np.isnan(a["start"]) & (acked > a["base"])
+                a["start"][m] = t_prev
 
         self._refresh_e_eff()
         for h_job, h in self._hints.items():
             if h.pending and h.pending[0] <= t:
                 self._apply_starts(h_job, h)
 
+        idle_new = cont & ~moved & (acked > a["jmax"])
+        if idle_new.any():
+            slow_idle = self._idle_fast(np.flatnonzero(idle_new & ~a["busy"]), t)
+            idle_new[:] = False
+            idle_new[slow_idle] = True
+            idle_new |= cont & ~moved & (acked > a["jmax"])  # busy flows
         pre_new = np.zeros(n, dtype=bool)
         if self._pre:
             for fid, recs in self._pre.items():
@@ -368,27 +389,51 @@ class FlowMonitor:
                     pre_new[k] = True
                 else:
                     self.records_dropped += len(recs)
-        idle_new = cont & ~moved & (acked > a["jmax"])
         for i in np.flatnonzero(idle_new | a["busy"] | pre_new).tolist():
             tr = self._track(i)
+            changed = bool(pre_new[i] or idle_new[i])
             if pre_new[i]:
                 self._presight(i, tr, self._pre[int(ids[i])])
-            for j in tr.junctions:
+            c = int(acked[i])
+            for j in tr.junctions:  # what this read tells about when each flow resumed
                 if j.s_lo != j.s_hi:
-                    if acked[i] <= j.pos:
-                        j.s_lo = max(j.s_lo, t)
+                    if c <= j.pos:
+                        j.s_lo, changed = max(j.s_lo, t), True
                     elif j.s_hi == INF:
-                        j.s_hi = t
+                        j.s_hi, changed = t, True
+                if j.blocked_at >= 0:
+                    changed = True  # may be forced now
             if idle_new[i]:
-                pos = int(acked[i])
                 e_lo = float(a["still_prev"][i])
-                tr.junctions.append(_Junction(pos, -INF if math.isnan(e_lo) else e_lo, float(a["still"][i]), t, INF))
-                a["jmax"][i] = pos
-            self._settle(i, tr)
+                tr.junctions.append(_Junction(c, -INF if math.isnan(e_lo) else e_lo, float(a["still"][i]), t, INF))
+                a["jmax"][i] = c
+            if changed:
+                self._settle(i, tr)
         self._pre = {}
 
         self._stats = self._snapshot(bytes_slot, rate)
         return self._stats
+
+    def _idle_fast(self, rows: np.ndarray, t: float) -> np.ndarray:
+        """Flows that stopped moving and have no undecided junction: decide the new
+        junction (rules 2-4) with arrays. Returns the rows left undecided."""
+        if not len(rows):
+            return rows
+        a, p = self._a, self.p
+        pos = a["acked"][rows]
+        lo = t - a["still"][rows] + EPS  # idle since the first read at this value at least; U = inf
+        phase = lo >= p.phase_gap_s
+        est = self._e_eff[rows]
+        volume = np.isnan(est) | (pos - a["base"][rows] >= p.min_fraction * est)
+        thr = a["thr"][rows]
+        long_ = np.isnan(thr) | (lo >= thr)
+        driven = self._job_mask(rows, lambda h: h.driven)
+        a["jmax"][rows] = pos
+        live = volume & ~driven
+        done = live & phase & long_
+        if done.any():
+            self._commit_rows(rows[done], pos[done], np.full(int(done.sum()), NAN))
+        return rows[live & ~done]
 
     def bursts(self, flow_id: np.ndarray, start_s: np.ndarray, end_s: np.ndarray, nbytes: np.ndarray) -> None:
         """Completed bursts reported by the kernel since the last call, in any order.
@@ -407,23 +452,20 @@ class FlowMonitor:
         if len(ids) == 0:
             return
         order = np.lexsort((e, s, ids))
-        a = self._a
-        live_ids = a["ids"]
-        touched: dict[int, _Track] = {}
-        for r in order.tolist():
-            fid = int(ids[r])
-            rec = (float(s[r]), float(e[r]), int(b[r]))
-            k = int(np.searchsorted(live_ids, fid))
-            if k < len(live_ids) and live_ids[k] == fid:
-                tr = touched.get(k) or self._track(k)
-                touched[k] = tr
-                self._record(k, tr, *rec)
-            elif self._t is None or rec[1] > self._t:
-                self._pre.setdefault(fid, []).append(rec)
+        ids, s, e, b = ids[order], s[order], e[order], b[order]
+        live_ids = self._a["ids"]
+        if len(live_ids):
+            k = np.minimum(np.searchsorted(live_ids, ids), len(live_ids) - 1)
+            live = live_ids[k] == ids
+        else:
+            k, live = np.zeros(len(ids), dtype=np.int64), np.zeros(len(ids), dtype=bool)
+        for r in np.flatnonzero(~live).tolist():
+            if self._t is None or e[r] > self._t:
+                self._pre.setdefault(int(ids[r]), []).append((float(s[r]), float(e[r]), int(b[r])))
             else:
                 self.records_dropped += 1
-        for k, tr in touched.items():
-            self._settle(k, tr)
+        if live.any():
+            self._records(k[live], s[live], e[live], b[live])
 
     def hint(self, job: str, bytes_per_iter: int | None = None, iteration_start_s: float | None = None) -> None:
         """Exact information from a framework hook about a job.
@@ -431,10 +473,11 @@ class FlowMonitor:
         bytes_per_iter: the job's bytes per iteration; replaces the estimate for its
         flows (shares in proportion to their own estimates, equal when some are unknown).
         iteration_start_s: a new iteration started then: every flow of the job closes
-        its iteration at that time (counted even if empty, except a flow's first one
-        before it sent anything) and from then on the job's
-        iterations are counted by these hints only. Times must increase per job; a time
-        after the last observe() is applied by the next observe() that reaches it.
+        its iteration at that time (counted even if empty, except before the flow's
+        first bytes and at the first hinted start) and from then on the job's
+        iterations are counted by these hints only. A start not after the job's previous one is ignored (counted
+        in hints_ignored); a start after the last observe() is applied by the next
+        observe() that reaches it. Bad values raise ValueError.
         """
         if not isinstance(job, str) or not job:
             raise ValueError(f"job must be a non-empty string, got {job!r}")
@@ -450,13 +493,14 @@ class FlowMonitor:
             ts = iteration_start_s
             if isinstance(ts, bool) or not isinstance(ts, numbers.Real) or not math.isfinite(ts):
                 raise ValueError(f"iteration_start_s must be a finite time, got {ts!r}")
-            if h.last_start is not None and not ts > h.last_start:
-                raise ValueError(f"iteration_start_s must increase per job: {ts!r} after {h.last_start!r}")
         self._hints[job] = h
         if bytes_per_iter is not None:
             h.bytes_per_iter = float(bytes_per_iter)
             self._refresh_e_eff()
         if iteration_start_s is not None:
+            if h.last_start is not None and not iteration_start_s > h.last_start:
+                self.hints_ignored += 1  # a repeat, or late: that iteration is already open
+                return
             h.last_start = float(iteration_start_s)
             h.pending.append(h.last_start)
             if self._t is not None and h.last_start <= self._t:
@@ -482,10 +526,8 @@ class FlowMonitor:
         flows = np.bincount(inv, minlength=m)
         iters = np.zeros(m, dtype=np.int64)
         np.maximum.at(iters, inv, a["iters"])
-        ib = np.zeros(m, dtype=np.int64)
-        np.add.at(ib, inv, np.maximum(a["acked"] - a["base"], 0))
-        bpi = np.zeros(m)
-        np.add.at(bpi, inv, self._e_eff)  # nan if any flow's estimate is unknown
+        ib = np.bincount(inv, weights=np.maximum(a["acked"] - a["base"], 0), minlength=m)
+        bpi = np.bincount(inv, weights=self._e_eff, minlength=m)  # nan if any flow's estimate is unknown
         start = np.full(m, INF)
         np.fmin.at(start, inv, a["start"])
         out = {}
@@ -498,8 +540,9 @@ class FlowMonitor:
                 b, source = h.bytes_per_iter, "hint"
             if h is not None and h.applied is not None:
                 s = h.applied
-            left = NAN if math.isnan(b) else max(b - int(ib[k]), 0.0)
-            out[name] = JobStats(name, int(flows[k]), int(iters[k]), b, int(ib[k]), left, s, source)
+            it_bytes = int(round(ib[k]))
+            left = NAN if math.isnan(b) else max(b - it_bytes, 0.0)
+            out[name] = JobStats(name, int(flows[k]), int(iters[k]), b, it_bytes, left, s, source)
         return out
 
     # -- internals ---------------------------------------------------------------------------
@@ -507,10 +550,13 @@ class FlowMonitor:
         a = self._a
         iter_bytes = np.maximum(a["acked"] - a["base"], 0)
         bpi = self._e_eff.copy()
+        rates = a["rates"]
+        max_rate = rates[:, 0].copy()
+        for c in range(1, rates.shape[1]):
+            np.maximum(max_rate, rates[:, c], out=max_rate)
         arrays = dict(
             flow_id=a["ids"].copy(), job=a["job"].copy(), bytes_slot=bytes_slot, rate_Bps=rate,
-            max_rate_Bps=a["rates"].max(axis=1) if len(rate) else np.zeros(0),
-            iter_bytes=iter_bytes, iterations=a["iters"].copy(), bytes_per_iter=bpi,
+            max_rate_Bps=max_rate, iter_bytes=iter_bytes, iterations=a["iters"].copy(), bytes_per_iter=bpi,
             bytes_left=np.maximum(bpi - iter_bytes, 0.0), active=bytes_slot > 0, done_bytes=a["done"].copy(),
         )
         for v in arrays.values():
@@ -521,6 +567,14 @@ class FlowMonitor:
         if self._groups is None:
             self._groups = np.unique(self._a["job"], return_inverse=True)
         return self._groups
+
+    def _job_mask(self, rows: np.ndarray, pred) -> np.ndarray:
+        """Rows whose job has a hint satisfying pred."""
+        names = [j for j, h in self._hints.items() if pred(h)]
+        if not names or not len(rows):
+            return np.zeros(len(rows), dtype=bool)
+        uniq, inv = self._job_groups()
+        return np.isin(uniq, names)[inv[rows]]
 
     def _refresh_e_eff(self) -> None:
         est = self._a["est"]
@@ -546,12 +600,12 @@ class FlowMonitor:
             self._tracks[fid] = tr
         return tr
 
-    def _series(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """Flow i's recent reads, oldest first: (times, counters)."""
+    def _reads(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Recent reads of the given flows, oldest first: times (R,), counters and validity (n, R)."""
         order = (np.arange(_RING) + self._kw + 1) % _RING
-        ts, cs = self._ring_t[order], self._a["ring"][i, order]
-        ok = (cs >= 0) & np.isfinite(ts)
-        return ts[ok], cs[ok]
+        ts = self._ring_t[order]
+        cs = self._a["ring"][rows][:, order]
+        return ts, cs, (cs >= 0) & np.isfinite(ts)
 
     def _presight(self, i: int, tr: _Track, recs: list) -> None:
         """Records that arrived before the flow's first read: their bytes end at the
@@ -561,118 +615,181 @@ class FlowMonitor:
         for name in ("base", "jmax", "origin"):
             a[name][i] = origin
         tr.rec_pos, tr.t0 = origin, -INF
-        for rec in sorted(recs):
-            self._record(i, tr, *rec)
+        recs = sorted(recs)
+        self._records(np.full(len(recs), i), *(np.array(x) for x in zip(*recs)), settle=False)
 
-    def _record(self, i: int, tr: _Track, s: float, e: float, b: int) -> None:
+    def _records(self, rows: np.ndarray, s: np.ndarray, e: np.ndarray, b: np.ndarray, settle: bool = True) -> None:
+        """Burst records of live flows (rows), sorted by flow then time.
+
+        Places each record on the counter: it starts where the previous one ended (but
+        not below the read before its start), its end is clamped between the reads
+        around its end time; then updates the junctions and the gap rule."""
         a, p = self._a, self.p
-        if s < tr.last_e:
-            self.records_dropped += 1
-            return
-        if tr.first_ok is None:
-            tr.first_ok = s >= tr.t0
-        if s < tr.t0:  # started before first sight: only the part after it is in our accounting
-            before = 1.0 if e <= tr.t0 else (tr.t0 - s) / (e - s)
-            b -= int(round(b * before))
-        start = tr.rec_pos
-        end = start + b
-        ts, cs = self._series(i)
-        k = int(np.searchsorted(ts, e, side="right"))  # reads at or before e: ts[:k]
-        if k > 0:
-            end = max(end, int(cs[k - 1]))
-        k2 = int(np.searchsorted(ts, e, side="left"))  # first read at or after e
-        if k2 < len(ts):
-            end = min(end, int(cs[k2]))
-        start = min(start, end)
-        if tr.last_e > -INF:
-            g = s - tr.last_e
-            if g + EPS >= p.phase_gap_s:
-                tr.gaps.append(g)
-                tr.thr = gap_threshold(tr.gaps, p.gap_ratio)
-        for j in tr.junctions:  # the burst before this one now knows when the flow resumed
-            if j.pos == start and j.s_lo != j.s_hi:
-                j.s_lo = j.s_hi = max(s, j.e_lo)
-        if start == a["base"][i] and end > start:
-            a["start"][i] = s
-        if end > a["base"][i]:
-            j = next((j for j in tr.junctions if j.pos == end), None)
-            if j is None:
-                k3 = int(np.searchsorted(cs, end, side="right"))  # reads past the end: cs[k3:]
-                s_lo = float(ts[k3 - 1]) if k3 > 0 else -INF
-                s_hi = float(ts[k3]) if k3 < len(ts) else INF
-                j = _Junction(end, e, e, s_lo, s_hi)
-                tr.junctions.append(j)
-                tr.junctions.sort(key=lambda x: x.pos)
-            j.e_lo = j.e_hi = e
-            if j.s_lo != j.s_hi:
-                j.s_lo = max(j.s_lo, e + p.kernel_gap_s)
-            a["jmax"][i] = max(int(a["jmax"][i]), end)
-        tr.ends.append((end, e))
-        tr.rec_pos, tr.last_e = end, e
+        ts, cs, ok = self._reads(rows)
+        c_start = np.where(ok & (ts <= s[:, None]), cs, -1).max(axis=1)  # read before it started
+        c_lo = np.where(ok & (ts <= e[:, None]), cs, -1).max(axis=1)
+        c_hi = np.where(ok & (ts >= e[:, None]), cs, np.iinfo(np.int64).max).min(axis=1)
+        n = len(rows)
+        starts, ends, use = [0] * n, [0] * n, [False] * n
+        tracks: dict[int, _Track] = {}
+        thr: dict[int, float] = {}
+        first_ok = a["first_ok"][rows].tolist()
+        rl, sl, el, bl = rows.tolist(), s.tolist(), e.tolist(), b.tolist()
+        st_l, lo_l, hi_l = c_start.tolist(), c_lo.tolist(), c_hi.tolist()
+        for r in range(n):
+            i = rl[r]
+            tr = tracks.get(i) or self._track(i)
+            tracks[i] = tr
+            si, ei, bi = sl[r], el[r], bl[r]
+            if si < tr.last_e:
+                self.records_dropped += 1
+                continue
+            if first_ok[r] < 0 and tr.last_e == -INF:
+                a["first_ok"][i] = 1 if si >= tr.t0 else 0
+            if si < tr.t0:  # started before first sight: only the part after it is in our accounting
+                part = 1.0 if ei <= tr.t0 else (tr.t0 - si) / (ei - si)
+                bi -= int(round(bi * part))
+            start = max(tr.rec_pos, st_l[r])  # bytes read before it started are not in it
+            end = min(max(start + bi, lo_l[r]), hi_l[r])
+            starts[r], ends[r], use[r] = min(start, end), end, True
+            tr.rec_pos = end
+            if tr.last_e > -INF and si - tr.last_e + EPS >= p.phase_gap_s:
+                tr.gaps.append(si - tr.last_e)
+                thr[i] = gap_threshold(tr.gaps, p.gap_ratio)
+            tr.last_e = ei
+        for i, v in thr.items():
+            a["thr"][i] = v
+        # when each record's flow next moved past its end, from the reads
+        past = cs > np.array(ends, dtype=np.int64)[:, None]
+        s_lo = np.where(ok & ~past, ts, -INF).max(axis=1).tolist()
+        s_hi = np.where(ok & past, ts, INF).min(axis=1).tolist()
+        base_l = a["base"][rows].tolist()
+        jmax: dict[int, int] = {}
+        for r in range(n):
+            if not use[r]:
+                continue
+            i, si, ei, start, end = rl[r], sl[r], el[r], starts[r], ends[r]
+            tr = tracks[i]
+            for j in tr.junctions:  # the burst before this one now knows when the flow resumed
+                if j.pos == start and j.s_lo != j.s_hi:
+                    j.s_lo = j.s_hi = max(si, j.e_lo)
+            base = base_l[r]
+            if start == base and end > start:
+                a["start"][i] = si
+            if end > base:
+                for j in tr.junctions:
+                    if j.pos == end:
+                        break
+                else:
+                    j = _Junction(end, ei, ei, s_lo[r], s_hi[r])
+                    tr.junctions.append(j)
+                j.e_lo = j.e_hi = ei
+                if j.s_lo != j.s_hi:
+                    j.s_lo = max(j.s_lo, ei + p.kernel_gap_s)
+                jmax[i] = max(jmax.get(i, end), end)
+            tr.ends.append((end, ei))
+        if jmax:
+            k = np.fromiter(jmax, dtype=np.int64, count=len(jmax))
+            a["jmax"][k] = np.maximum(a["jmax"][k], np.fromiter(jmax.values(), dtype=np.int64, count=len(jmax)))
+        if settle:
+            for i, tr in tracks.items():
+                self._settle(i, tr)
 
     def _settle(self, i: int, tr: _Track) -> None:
         """Decide the flow's junctions in order (module docstring, rules 2-5)."""
         a, p = self._a, self.p
         h = self._hints.get(a["job"][i])
-        driven = h is not None and h.driven
-        js = sorted(tr.junctions, key=lambda x: x.pos)
+        if h is not None and h.driven:  # hints count this job's iterations
+            tr.junctions = []
+            a["busy"][i] = False
+            return
+        if len(tr.junctions) > 1:
+            tr.junctions.sort(key=lambda x: x.pos)
+        js = tr.junctions
+        base = int(a["base"][i])
+        est = float(self._e_eff[i])
+        thr = float(a["thr"][i])
+        gap, need = p.phase_gap_s, p.min_fraction * est
         keep: list[_Junction] = []
         for n, j in enumerate(js):
             if keep:  # blocked behind an undecided junction
                 keep.append(j)
                 continue
-            if j.pos <= a["base"][i] or driven:
+            if j.pos <= base:
                 continue
             lo, hi = j.bounds()
-            lo, hi = lo + EPS, hi + EPS
-            phase = True if lo >= p.phase_gap_s else (False if hi < p.phase_gap_s else None)
-            if phase is False:
+            phase = True if lo >= gap else (False if hi < gap else None)
+            if phase is False or j.pos - base < need:  # (need is nan while E is unknown)
                 continue
-            est = self._e_eff[i]
-            if not math.isnan(est) and j.pos - a["base"][i] < p.min_fraction * est:
-                continue
-            thr = tr.thr
-            long_ = True if (math.isnan(thr) or lo >= thr) else (False if hi < thr else None)
+            long_ = True if (thr != thr or lo >= thr) else (False if hi < thr else None)
             if long_ is False:
                 continue
-            if phase and long_:
-                self._commit(i, tr, j.pos, j.s_lo)
-                continue
-            if 0 <= j.blocked_at < self._nobs:  # forced: take the gap at its proven lower bound
-                if lo >= p.phase_gap_s and (math.isnan(thr) or lo >= thr):
-                    self._commit(i, tr, j.pos, j.s_lo)
-                continue
-            if j.blocked_at < 0 and any(x.bounds()[0] + EPS >= p.phase_gap_s for x in js[n + 1:]):
-                j.blocked_at = self._nobs
-            keep.append(j)
+            if not (phase and long_):
+                if 0 <= j.blocked_at < self._nobs:  # forced: take the gap at its proven lower bound
+                    if not (lo >= gap and (thr != thr or lo >= thr)):
+                        continue
+                else:
+                    if j.blocked_at < 0 and any(x.bounds()[0] >= gap for x in js[n + 1:]):
+                        j.blocked_at = self._nobs
+                    keep.append(j)
+                    continue
+            self._commit(i, j.pos, j.s_lo)
+            base, need = j.pos, p.min_fraction * float(self._e_eff[i])
         tr.junctions = keep
         a["busy"][i] = bool(keep)
 
-    def _commit(self, i: int, tr: _Track, pos: int, next_start: float) -> None:
-        """End the current iteration of flow i at counter position pos."""
-        a = self._a
+    def _commit(self, i: int, pos: int, next_start: float) -> None:
+        """End flow i's current iteration at counter position pos (scalar twin of
+        _commit_rows, for the slow path); next_start: when the next one started."""
+        a, hn = self._a, self.p.history
         nbytes = int(pos) - int(a["base"][i])
         first = a["iters"][i] == 0
         a["iters"][i] += 1
         a["done"][i] += nbytes
-        if not first or a["origin"][i] <= 1 or tr.first_ok:
+        if not first or a["origin"][i] <= 1 or a["first_ok"][i] == 1:
             k = int(a["hist_n"][i])
-            a["hist"][i, k % self.p.history] = nbytes
+            a["hist"][i, k % hn] = nbytes
             a["hist_n"][i] = k + 1
-            a["est"][i] = float(np.median(a["hist"][i, : min(k + 1, self.p.history)]))
+            m = min(k + 1, hn)
+            v = sorted(a["hist"][i, :m].tolist())
+            a["est"][i] = est = (v[(m - 1) // 2] + v[m // 2]) / 2
             h = self._hints.get(a["job"][i])
             if h is None or h.bytes_per_iter is None:
-                self._e_eff[i] = a["est"][i]
+                self._e_eff[i] = est
         a["base"][i] = pos
-        a["jmax"][i] = max(int(a["jmax"][i]), int(pos))
+        if pos > a["jmax"][i]:
+            a["jmax"][i] = pos
         a["start"][i] = next_start if a["acked"][i] > pos else NAN
+
+    def _commit_rows(self, rows: np.ndarray, pos: np.ndarray, next_start: np.ndarray) -> None:
+        """End the current iteration of the flows at counter positions pos; next_start:
+        when the next iteration started (used if the counter is already past pos)."""
+        a, hn = self._a, self.p.history
+        nbytes = pos - a["base"][rows]
+        first = a["iters"][rows] == 0
+        a["iters"][rows] += 1
+        a["done"][rows] += nbytes
+        seen_whole = ~first | (a["origin"][rows] <= 1) | (a["first_ok"][rows] == 1)
+        r = rows[seen_whole]
+        if len(r):
+            k = a["hist_n"][r]
+            a["hist"][r, k % hn] = nbytes[seen_whole]
+            a["hist_n"][r] = k + 1
+            m = np.minimum(k + 1, hn)[:, None]
+            v = np.sort(a["hist"][r], axis=1)  # nan (unused) last
+            a["est"][r] = (np.take_along_axis(v, (m - 1) // 2, 1) + np.take_along_axis(v, m // 2, 1))[:, 0] / 2
+            plain = ~self._job_mask(r, lambda h: h.bytes_per_iter is not None)
+            self._e_eff[r[plain]] = a["est"][r[plain]]
+        a["base"][rows] = pos
+        a["jmax"][rows] = np.maximum(a["jmax"][rows], pos)
+        a["start"][rows] = np.where(a["acked"][rows] > pos, next_start, NAN)
 
     def _apply_starts(self, job: str, h: _Hint) -> None:
         a = self._a
         rows = np.flatnonzero(a["job"] == job).tolist() if len(a["job"]) else []
         while h.pending and h.pending[0] <= self._t:
             t = h.pending.pop(0)
-            h.applied = t
+            driven_before, h.applied = h.applied is not None, t
             for i in rows:
                 tr = self._track(i)
                 if t <= a["t0"][i]:  # seen after that start: already in that iteration
@@ -680,15 +797,18 @@ class FlowMonitor:
                         a["start"][i] = t
                     continue
                 pos = min(max(self._pos_at(i, tr, t), int(a["base"][i])), int(a["acked"][i]))
-                if a["iters"][i] > 0 or pos > a["base"][i]:  # nothing sent yet: nothing to close
-                    self._commit(i, tr, pos, t)
+                # an empty iteration counts only between two hinted starts (not before the
+                # flow's first bytes, nor right after an iteration the monitor closed itself)
+                if pos > a["base"][i] or (driven_before and a["iters"][i] > 0):
+                    self._commit(i, pos, t)
                 a["start"][i] = t
                 tr.junctions = [j for j in tr.junctions if j.pos > pos]
                 a["busy"][i] = bool(tr.junctions)
 
     def _pos_at(self, i: int, tr: _Track, t: float) -> int:
         """Counter position at time t: bytes read by then plus bursts known to have ended by then."""
-        ts, cs = self._series(i)
+        ts, cs, ok = self._reads(np.array([i]))
+        ts, cs = ts[ok[0]], cs[0][ok[0]]
         k = int(np.searchsorted(ts, t, side="right"))
         if k == 0:
             return int(self._a["base"][i])
@@ -718,9 +838,10 @@ def synth_trace(
 
     Bytes are acked uniformly over each burst (the counter is floor(bytes * elapsed
     fraction), so the kernel sees a burst from its first byte to its end). As in
-    hc_pace.c, progress separated by at most kernel_gap_s is one kernel burst. A record (start_s, end_s, bytes) is emitted
-    at the flow's next progress (``emit="next"``, hc_pace.c: the last burst is never
-    reported) or as soon as the gap has passed (``emit="end"``: end_s + kernel_gap_s).
+    hc_pace.c, progress separated by at most kernel_gap_s is one kernel burst. A
+    record (start_s, end_s, bytes) is emitted at the flow's next progress
+    (``emit="next"``, hc_pace.c: the last burst is never reported) or as soon as the
+    gap has passed (``emit="end"``: end_s + kernel_gap_s).
     Returns one (t_s, acked_bytes, records) per read at t0 + k*slot_s <= t_end (default:
     0.5 s after the last burst); records are those emitted in (previous read, t_s].
     """

@@ -477,6 +477,21 @@ def bench(
     _run_bench(scenario, policies, repeat, iterations, out)
 
 
+@app.command("bench-pacing")
+def bench_pacing(
+    out: str = typer.Option("results/pacing", "--out", help="Folder for pacing.json and the plots."),
+    quick: bool = typer.Option(False, "--quick", help="A short version (about 30 s)."),
+    repeat: Optional[int] = typer.Option(None, "--repeat", "-r", help="Repeats of the overhead comparison."),
+) -> None:
+    """Measure the pacing datapath: rate accuracy, step response at 60 ms slots, 200 flows,
+    map full, overhead (two namespaces on this machine, as root)."""
+    from hostctl.bench.pacing import run
+    from hostctl.datapath.linux import require_root
+
+    require_root()
+    run(out, quick=quick, repeat=repeat)
+
+
 @app.command()
 def demo(
     repeat: int = typer.Option(1, "--repeat", "-r", help="Repeats per policy."),

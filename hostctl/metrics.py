@@ -37,6 +37,30 @@ class StatusCollector:
         yield CounterMetricFamily("hostctl_errors", "Errors (discovery, map writes, counters)", value=stats.get("errors", 0))
         yield CounterMetricFamily("hostctl_failopen_packets", "Packets left unclassified because the daemon's lease expired", value=st.get("failopen_pkts", 0))
         yield GaugeMetricFamily("hostctl_jobs", "DL jobs found on this host", value=len(st.get("jobs", [])))
+        pc = st.get("pacing")
+        if pc:
+            yield from _pacing_metrics(pc, stats)
+
+
+def _pacing_metrics(pc: dict, stats: dict):
+    target = GaugeMetricFamily("hostctl_flow_target_bps", "Pacing rate the daemon asks for, bits/s", labels=["flow", "job"])
+    rate = GaugeMetricFamily("hostctl_flow_rate_bps", "Measured rate over the last slot, bits/s", labels=["flow", "job"])
+    iters = CounterMetricFamily("hostctl_flow_iterations", "Completed iterations seen on the flow", labels=["flow", "job"])
+    for f in pc.get("flows", []):
+        lab = [f["flow"], f["job"] or ""]
+        if f["target_bps"] is not None:
+            target.add_metric(lab, f["target_bps"])
+        rate.add_metric(lab, f["rate_bps"])
+        iters.add_metric(lab, f["iterations"])
+    yield from (target, rate, iters)
+    yield CounterMetricFamily("hostctl_slots", "Pacing slots run", value=stats.get("slots", 0))
+    yield CounterMetricFamily("hostctl_slot_overruns", "Pacing slots whose work overran the slot", value=stats.get("slot_overruns", 0))
+    if pc.get("tick_ms_p90") is not None:
+        yield GaugeMetricFamily("hostctl_slot_decision_p90_ms", "p90 time of one slot's work (last 200), ms", value=pc["tick_ms_p90"])
+    k = pc.get("kernel", {})
+    yield CounterMetricFamily("hostctl_pacing_flows_not_tracked", "Selected flows left alone because the flow map was full", value=k.get("flows_full", 0))
+    yield CounterMetricFamily("hostctl_pacing_failopen_events", "Flow rates restored because the lease expired or on release", value=k.get("failopen_events", 0))
+    yield CounterMetricFamily("hostctl_pacing_setsockopt_errors", "Failed bpf_setsockopt calls", value=k.get("setopt_errors", 0))
 
 
 def serve(port: int, status: Callable[[], dict], addr: str = "127.0.0.1"):

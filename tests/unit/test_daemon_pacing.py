@@ -155,3 +155,21 @@ def test_cap_policy_needs_a_rate():
         Config(policy="cap", jobs=(JobSpec(ports=(1,)),)).validate()
     with pytest.raises(ConfigError, match="outside what TCP pacing"):
         Config(policy="cap", cap_bps=10, jobs=(JobSpec(ports=(1,)),)).validate()
+
+
+def test_pacing_metrics_are_exported():
+    from prometheus_client.core import CollectorRegistry
+    from prometheus_client.exposition import generate_latest
+
+    from hostctl.metrics import StatusCollector
+
+    d, dp, mono = make()
+    tick(d, mono)
+    dp.connect(flow(9000))
+    tick(d, mono)
+    d.refresh_status()
+    reg = CollectorRegistry()
+    reg.register(StatusCollector(lambda: d.status(max_age_s=1e9)))
+    text = generate_latest(reg).decode()
+    assert 'hostctl_flow_target_bps{flow="10.0.0.1:9000->10.0.0.2:40000",job="a"} 8e+07' in text
+    assert "hostctl_slots_total 2.0" in text and "hostctl_pacing_flows_not_tracked_total 0.0" in text

@@ -239,6 +239,12 @@ int hc_pace(struct bpf_sock_ops *skops)
         return 1;
     __u64 now = bpf_ktime_get_ns();
     struct hp_flow *f = hp_flows.lookup(&key);
+    if (f && (op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)) {
+        /* A row found at ESTABLISHED belongs to an earlier connection with the same
+         * 4-tuple (closed, not yet forgotten by the daemon): start this one afresh. */
+        hp_flows.delete(&key);
+        f = 0;
+    }
     if (!f) {
         if (op == BPF_SOCK_OPS_STATE_CB)
             return 1;

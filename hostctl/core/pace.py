@@ -35,13 +35,19 @@ class PaceTable:
         }
 
 
+MAX_FLOW_SELECTORS = 16384  # = HP_MAX_FLOWS: hp_sel_flows holds no more
+MAX_PORT_SELECTORS = 4096  # = HP_MAX_PORTS
+
+
 def selectors(jobs: Sequence[Job], slots: Mapping[str, int], *, remote_ports: Mapping[str, Sequence[int]] = {},
+              max_flows: int = MAX_FLOW_SELECTORS, max_ports: int = MAX_PORT_SELECTORS,
               ) -> tuple[dict[tuple[int, str], int], dict[FlowKey, int]]:
     """Port and 4-tuple selectors for the jobs that have a slot.
 
     A job's served ports select its flows at connection time (no 4-tuple needed); the
     flows that are not on a served port (the job connects out) are selected by 4-tuple,
-    plus by remote port when the caller knows the ports the job connects to."""
+    plus by remote port when the caller knows the ports the job connects to. At most
+    max_flows / max_ports entries (the kernel maps' sizes): later ones are left out."""
     ports: dict[tuple[int, str], int] = {}
     flows: dict[FlowKey, int] = {}
     for job in sorted(jobs, key=lambda j: j.job_id):
@@ -49,11 +55,14 @@ def selectors(jobs: Sequence[Job], slots: Mapping[str, int], *, remote_ports: Ma
         if slot is None:
             continue
         for p in job.listen_ports:
-            ports.setdefault((p, "local"), slot)
+            if len(ports) < max_ports:
+                ports.setdefault((p, "local"), slot)
         for p in remote_ports.get(job.job_id, ()):
-            ports.setdefault((p, "remote"), slot)
+            if len(ports) < max_ports:
+                ports.setdefault((p, "remote"), slot)
         for f in job.client_flows():
-            flows.setdefault(f, slot)
+            if len(flows) < max_flows:  # beyond: not selected (the maps are full), like the classifier
+                flows.setdefault(f, slot)
     return ports, flows
 
 

@@ -179,6 +179,7 @@ import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1)
 c, _ = s.accept()
+time.sleep(0.5)  # set-up time: the daemon sees the new flow at 0 bytes, as with a real job
 for i in range(int(sys.argv[3])):
     c.sendall(b"x" * int(sys.argv[4]))
     time.sleep(0.3)

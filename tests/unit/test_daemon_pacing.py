@@ -173,3 +173,13 @@ def test_pacing_metrics_are_exported():
     text = generate_latest(reg).decode()
     assert 'hostctl_flow_target_bps{flow="10.0.0.1:9000->10.0.0.2:40000",job="a"} 8e+07' in text
     assert "hostctl_slots_total 2.0" in text and "hostctl_pacing_flows_not_tracked_total 0.0" in text
+
+
+def test_selectors_never_exceed_the_map_sizes():
+    from hostctl.core.pace import selectors
+
+    jobs = [Job(f"j{i}", "pid", flows=tuple(FlowKey(PS, 30000 + k, "10.0.0.2", 9000) for k in range(10 * i, 10 * i + 10)),
+                listen_ports=(8000 + i,)) for i in range(5)]
+    ports, flows = selectors(jobs, {f"j{i}": i for i in range(5)}, max_flows=25, max_ports=3)
+    assert len(flows) == 25 and len(ports) == 3
+    assert set(flows.values()) == {0, 1, 2}

@@ -100,35 +100,47 @@ def _kill(p: subprocess.Popen) -> None:
 
 
 @pytest.fixture
-def pair(request):
-    """Two namespaces ("PS host" 10.77.0.1, "worker host" 10.77.0.2) joined by a veth."""
-    tag = uuid.uuid4().hex[:6]
-    ps = Host(f"hct-{tag}-ps", f"hcp{tag}", "10.77.0.1")
-    wk = Host(f"hct-{tag}-wk", f"hcw{tag}", "10.77.0.2")
-    pr = Pair(ps, wk)
+def make_pair(request):
+    """Factory of namespace pairs ("PS host" 10.77.0.1, "worker host" 10.77.0.2, joined by a
+    veth; each pair has its own unique names, so several pairs coexist). Everything a pair
+    made (processes, namespaces, hostctl's journals for them) is removed at teardown."""
 
-    def fin():
-        for p in reversed(pr.procs):
-            _kill(p)
+    def make() -> Pair:
+        tag = uuid.uuid4().hex[:6]
+        ps = Host(f"hct-{tag}-ps", f"hcp{tag}", "10.77.0.1")
+        wk = Host(f"hct-{tag}-wk", f"hcw{tag}", "10.77.0.2")
+        pr = Pair(ps, wk)
+
+        def fin():
+            for p in reversed(pr.procs):
+                _kill(p)
+            for h in (ps, wk):
+                # processes the test started in its own namespace (e.g. a daemon left by a failure)
+                pids = sh(["ip", "netns", "pids", h.ns], check=False).stdout.split()
+                for pid in pids:
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except (ProcessLookupError, ValueError):
+                        pass
+                delete_netns(h.ns)  # with hostctl's journals for it (a kill -9 test leaves one)
+
+        request.addfinalizer(fin)
         for h in (ps, wk):
-            # processes the test started in its own namespace (e.g. a daemon left by a failure)
-            pids = sh(["ip", "netns", "pids", h.ns], check=False).stdout.split()
-            for pid in pids:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-            delete_netns(h.ns)  # with hostctl's journals for it (a kill -9 test leaves one)
+            sh(["ip", "netns", "add", h.ns])
+        sh(["ip", "link", "add", ps.dev, "netns", ps.ns, "type", "veth", "peer", "name", wk.dev, "netns", wk.ns])
+        for h in (ps, wk):
+            h.run("ip", "addr", "add", f"{h.addr}/24", "dev", h.dev)
+            h.run("ip", "link", "set", h.dev, "up")
+            h.run("ip", "link", "set", "lo", "up")
+        return pr
 
-    request.addfinalizer(fin)
-    for h in (ps, wk):
-        sh(["ip", "netns", "add", h.ns])
-    sh(["ip", "link", "add", ps.dev, "netns", ps.ns, "type", "veth", "peer", "name", wk.dev, "netns", wk.ns])
-    for h in (ps, wk):
-        h.run("ip", "addr", "add", f"{h.addr}/24", "dev", h.dev)
-        h.run("ip", "link", "set", h.dev, "up")
-        h.run("ip", "link", "set", "lo", "up")
-    return pr
+    return make
+
+
+@pytest.fixture
+def pair(make_pair):
+    """Two namespaces joined by a veth (see make_pair)."""
+    return make_pair()
 
 
 @pytest.fixture

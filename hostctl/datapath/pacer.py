@@ -528,10 +528,11 @@ def release_scope(owner: dict) -> str:
                 os.unlink(os.path.join(pin_dir, n))
             except FileNotFoundError:
                 pass
-        try:
-            os.rmdir(pin_dir)
-        except OSError:
-            pass
+        for d in (pin_dir, os.path.dirname(pin_dir)):  # the scope's folder, then hostctl/ if now empty
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
         parts.append("unpinned")
     try:
         os.unlink(owner_path(scope))

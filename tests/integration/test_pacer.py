@@ -22,7 +22,6 @@ import signal
 import subprocess
 import threading
 import time
-import uuid
 
 import pytest
 
@@ -30,8 +29,7 @@ from hostctl.core.pace import PaceTable
 from hostctl.core.types import FlowKey
 from hostctl.datapath import bpfsys, pacer
 from hostctl.errors import DatapathError
-from hostctl.testbed.net import delete_netns
-from tests.conftest import PY, Host, Pair, sh
+from tests.conftest import PY, Host
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf]
 
@@ -335,53 +333,15 @@ def driver(request):
 
 
 @pytest.fixture
-def extra_pair(request):
+def extra_pair(make_pair):
     """A second pair of namespaces (the same addresses as ``pair``, other unique names)."""
-    tag = uuid.uuid4().hex[:6]
-    ps = Host(f"hct-{tag}-ps", f"hcp{tag}", "10.77.0.1")
-    wk = Host(f"hct-{tag}-wk", f"hcw{tag}", "10.77.0.2")
-
-    def fin():
-        for h in (ps, wk):
-            for pid in sh(["ip", "netns", "pids", h.ns], check=False).stdout.split():
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
-            delete_netns(h.ns)
-
-    request.addfinalizer(fin)
-    for h in (ps, wk):
-        sh(["ip", "netns", "add", h.ns])
-    sh(["ip", "link", "add", ps.dev, "netns", ps.ns, "type", "veth", "peer", "name", wk.dev, "netns", wk.ns])
-    for h in (ps, wk):
-        h.run("ip", "addr", "add", f"{h.addr}/24", "dev", h.dev)
-        h.run("ip", "link", "set", h.dev, "up")
-        h.run("ip", "link", "set", "lo", "up")
-    return Pair(ps, wk)
+    return make_pair()
 
 
 @pytest.fixture
-def extra_cgroup(request):
-    """A second fresh cgroup (same clean-up as conftest's ``cgroup``)."""
-    path = os.path.join(pacer.cgroup2_root(), f"hostctl-test-{uuid.uuid4().hex[:8]}")
-
-    def fin():
-        for _ in range(50):
-            pids = pacer.cgroup_pids(path) if os.path.isdir(path) else []
-            if not pids:
-                break
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.1)
-        for owner in pacer.all_owners():
-            if owner.get("cgroup", "").removeprefix("/proc/1/root") == path:
-                pacer.release_scope(owner)
-        with contextlib.suppress(OSError):
-            os.rmdir(path)
-
-    request.addfinalizer(fin)
-    os.makedirs(path)
-    return path
+def extra_cgroup(make_cgroup):
+    """A second fresh cgroup (see conftest's make_cgroup)."""
+    return make_cgroup()
 
 
 # -- helpers -------------------------------------------------------------------------------

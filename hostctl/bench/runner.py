@@ -233,7 +233,8 @@ class Run:
                   str(j.compute_s), "--model-bytes", str(j.model_bytes), "--out", out]
         if j.kind == "ps":
             ps = ",".join(f"{self._addr(h)}:{p}" for h, p in zip(j.ps_hosts, j.ports))
-            return [PY, "-m", "hostctl.workloads.ps", "worker", "--ps", ps, *common]
+            overlap = ["--backward", str(j.backward), "--buckets", str(j.buckets)] if j.buckets > 1 else []
+            return [PY, "-m", "hostctl.workloads.ps", "worker", "--ps", ps, *common, *overlap]
         if j.kind == "allreduce":
             prev = (k - 1) % j.workers
             return [PY, "-m", "hostctl.workloads.allreduce", "worker", "--world", str(j.workers), "--bind",
@@ -422,7 +423,7 @@ def scenario_json(sc: Scenario) -> dict:
                         "hosts": list(sc.policy_hosts()), "workers": sc.hostctl.workers},
             "jobs": [{"name": j.name, "kind": j.kind, "ps": list(j.ps_hosts), "workers": list(j.worker_hosts),
                       "model_bytes": j.model_bytes, "compute_s": j.compute_s, "iterations": j.iterations,
-                      "arrival_s": j.arrival_s} for j in sc.jobs],
+                      "arrival_s": j.arrival_s, "backward": j.backward, "buckets": j.buckets} for j in sc.jobs],
             "cross": [{"name": c.name, "src": c.src, "dst": c.dst, "start_s": c.start_s,
                        "duration_s": c.duration_s, "flows": c.flows} for c in sc.cross]}
 

@@ -31,6 +31,10 @@ and hostctl settings, parsed into frozen dataclasses (no I/O but reading the fil
     workers = "others"             # or a list of hosts, one worker each
     model = "1MiB"
     compute = 0.1                  # seconds per iteration
+    backward = 0.67                # ps: share of compute that is the backward pass (default 0)
+    buckets = 8                    # ps: the gradient leaves in this many buckets during the
+                                   #   backward pass, as TF/PyTorch send it (default 1: one
+                                   #   burst after compute)
     iterations = 10
     arrival = 0.0                  # seconds after the start
     arrival_step = 0.0             # added per replica
@@ -69,7 +73,7 @@ _SYSCTL = re.compile(r"net\.(ipv4|ipv6|core)\.[a-z0-9_.]+")
 HOSTCTL_KEYS = {"rr_interval", "bands", "other_rate", "rescan", "hosts", "workers", "cap"}
 BENCH_KEYS = {"policies", "repeat", "timeout"}
 JOB_KEYS = {"name", "count", "kind", "ps", "servers", "workers", "model", "compute", "iterations",
-            "arrival", "arrival_step"}
+            "arrival", "arrival_step", "backward", "buckets"}
 CROSS_KEYS = {"name", "src", "dst", "start", "duration", "flows"}
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,32}")
 
@@ -101,6 +105,8 @@ class JobDef:
     iterations: int
     arrival_s: float
     ports: tuple[int, ...]  # ps: one per server; allreduce: one per rank; torch: (master port,)
+    backward: float = 0.0  # ps: share of compute_s that is the backward pass
+    buckets: int = 1  # ps: gradient buckets sent during the backward pass (1 = one burst after compute)
 
     @property
     def workers(self) -> int:
@@ -293,6 +299,16 @@ def _jobs(items: Any, topo: Topology) -> tuple[JobDef, ...]:
         iterations = int(_num(d, "iterations", ctx, 10, 1, 100_000, integer=True))
         arrival = float(_num(d, "arrival", ctx, 0.0, 0.0, 3600.0))
         step = float(_num(d, "arrival_step", ctx, 0.0, 0.0, 600.0))
+        backward = float(_num(d, "backward", ctx, 0.0, 0.0, 1.0))
+        buckets = int(_num(d, "buckets", ctx, 1, 1, 4096, integer=True))
+        if kind != "ps" and ("backward" in d or "buckets" in d):
+            raise ConfigError(f"{ctx}: backward and buckets are only for kind = \"ps\" (the ring jobs "
+                              "all-reduce after compute)")
+        if (buckets > 1) != (backward > 0):
+            raise ConfigError(f"{ctx}: set backward (0 < backward <= 1) and buckets (> 1) together, e.g. "
+                              "backward = 0.67 and buckets = 8; or neither, for one gradient burst after compute")
+        if kind == "ps" and buckets > model // servers:
+            raise ConfigError(f"{ctx}.buckets = {buckets} is more than the bytes of a shard ({model // servers})")
         if kind == "ps":
             if "ps" not in d:
                 raise ConfigError(f"{ctx}.ps is required for a ps job: the PS hosts, e.g. ps = [\"h0\"]")
@@ -318,7 +334,7 @@ def _jobs(items: Any, topo: Topology) -> tuple[JobDef, ...]:
             nports = servers if kind == "ps" else (len(workers) if kind == "allreduce" else 1)
             out.append(JobDef(name=jname, kind=kind, ps_hosts=ps_hosts, worker_hosts=workers, model_bytes=model,
                               compute_s=compute, iterations=iterations, arrival_s=arrival + r * step,
-                              ports=tuple(range(port, port + nports))))
+                              ports=tuple(range(port, port + nports)), backward=backward, buckets=buckets))
             port += nports
     names = [j.name for j in out]
     dup = {x for x in names if names.count(x) > 1}

@@ -13,7 +13,10 @@ a set of concurrent flows (src, dst, bytes):
 - ``ps`` with P servers and W workers, model M bytes: shard i is M // P bytes
   (the last shard also gets the remainder). Phase "update": every server i ->
   every worker, shard_i bytes; then compute_s; then phase "gradient": every
-  worker -> every server i, shard_i bytes.
+  worker -> every server i, shard_i bytes. With ``buckets`` B > 1 the gradient
+  overlaps the backward pass (the last ``backward`` share of compute_s): bucket
+  b of B is ready, and sent, after b/B of the backward pass, so only the last
+  bucket waits for the end of compute.
 - ``allreduce`` and ``torch`` (a ring all-reduce): compute_s first, then
   2(W - 1) sequential steps; in each step rank k sends ceil(M / W) bytes to
   rank (k + 1) mod W.
@@ -53,6 +56,8 @@ class JobTraffic:
     iterations: int = 1
     arrival_s: float = 0.0
     name: str = ""
+    backward: float = 0.0  # ps: share of compute_s that is the backward pass
+    buckets: int = 1  # ps: gradient buckets sent during the backward pass
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,10 @@ def standalone_s(job: JobLike, net: Network) -> float:
     then that worker computes and sends its gradient (>= min g_k); the first gradient
     starts >= min u_k + compute and all gradients need G; and every worker's own chain
     is u_k + compute + g_k. Per iteration: the largest of the three.
+    With B > 1 buckets over a backward share b of compute c, only the last bucket
+    (1/B of the gradient) follows the end of compute, and the first bucket is ready
+    after c(1 - b) + cb/B: the three terms become U + c + min g_k/B,
+    min u_k + c(1 - b) + cb/B + G and max(u_k + c + g_k/B). (B = 1 gives the above.)
     ring (allreduce, torch): each rank sends its 2(W - 1) chunks one after the other
     after its compute, so rank k needs >= compute + 2(W - 1) x (its chunk alone on its
     path) per iteration; the slowest rank bounds the job."""
@@ -215,7 +224,10 @@ def standalone_s(job: JobLike, net: Network) -> float:
         u = [_flows_time_s(fl, net) for fl in own]
         g = [_flows_time_s([(w, srv, b) for srv, w, b in fl], net) for fl in own]
         big_u, big_g = phase_time_s(update, net), phase_time_s(gradient, net)
-        per_iter = max(big_u + c + min(g), min(u) + c + big_g, max(a + c + b for a, b in zip(u, g)))
+        nb = max(1, int(getattr(job, "buckets", 1)))
+        bw = float(getattr(job, "backward", 0.0)) if nb > 1 else 0.0
+        first = c * (1.0 - bw) + c * bw / nb  # when the first gradient bucket is ready
+        per_iter = max(big_u + c + min(g) / nb, min(u) + first + big_g, max(a + c + b / nb for a, b in zip(u, g)))
         return job.iterations * per_iter
     steps = len(phases)
     per_rank = max(_flows_time_s([f], net) for f in phases[0].flows)

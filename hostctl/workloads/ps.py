@@ -4,7 +4,7 @@
          --shard-bytes B [--job NAME] [--out FILE] [--connect-timeout 60] [--io-timeout 300]
   python -m hostctl.workloads.ps worker --job NAME --rank K --ps ADDR:PORT[,ADDR:PORT...]
          --iterations N --compute SECONDS --model-bytes B --out FILE
-         [--connect-timeout 60] [--io-timeout 300]
+         [--backward SHARE --buckets B] [--connect-timeout 60] [--io-timeout 300]
 
 The model of B bytes is split into P shards, one per server in --ps order:
 shard i has B // P bytes, the last one also gets the remainder.
@@ -36,9 +36,13 @@ Worker, per iteration i: receive header + shard from every server concurrently
 of iteration i (for i = 0 the job start, for i >= 1 the release of barrier
 i-1); then sleep --compute seconds; then send the gradient shards to all
 servers concurrently (``gradient_sent[i]`` = when all those sends returned,
-i.e. the kernel took the bytes); barrier_enter[i] = the latest ``t_grad`` the
-servers report with the next header (when the last of this worker's gradient
-shards had arrived: a worker is in the barrier once its gradient is delivered,
+i.e. the kernel took the bytes). With --buckets B > 1 the gradient overlaps the
+backward pass, as TensorFlow's per-variable sends and PyTorch's gradient buckets
+do: the last --backward share of the compute time is the backward pass, and
+after each B-th of it one bucket (a B-th of every shard, shards() split) is
+ready and sent, so only the last bucket follows the end of compute.
+barrier_enter[i] = the latest ``t_grad`` the servers report with the next header
+(when the last of this worker's gradient shards had arrived: a worker is in the barrier once its gradient is delivered,
 as a TensorFlow worker is once its push returns). After the last iteration
 barrier_exit[N] = arrival of the last DONE header (= t_end). Barrier wait i =
 barrier_exit[i+1] - barrier_enter[i], and iter_end[i] = barrier_exit[i+1] (the
@@ -65,6 +69,17 @@ from hostctl.workloads.common import (
     hostport_list, install_sigterm, listen, new_record, nonneg_int, now, pos_float,
     pos_int, port_number, run_parallel, run_recorded, shutdown_links,
 )
+
+
+def _share(text: str) -> float:
+    """argparse type: a number within 0..1."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not 0.0 <= v <= 1.0:  # also NaN
+        raise argparse.ArgumentTypeError(f"expected a share within 0..1, got {text!r}")
+    return v
 
 PROG = "hostctl.workloads.ps"
 DONE = 2**64 - 1
@@ -211,8 +226,31 @@ def _release(rec: dict, got: list[tuple[float, float]]) -> None:
         rec["barrier_wait_s"].append(t_exit - t_enter)
 
 
+def _compute_and_push(links: list[Link], sizes: list[int], a: argparse.Namespace, abort) -> None:
+    """--compute seconds of compute, and the gradient to every server: in one burst after it
+    (--buckets 1), or bucket by bucket as the backward pass (its last --backward share)
+    produces them: bucket b of B is sent once b/B of the backward pass is done."""
+    if a.buckets <= 1:
+        time.sleep(a.compute)
+        run_parallel([partial(lk.send_blob, n) for lk, n in zip(links, sizes)], abort)
+        return
+    t0 = now()
+    forward_s = a.compute * (1.0 - a.backward)
+    step_s = a.compute * a.backward / a.buckets
+
+    def push(link: Link, nbytes: int) -> None:
+        for b, part in enumerate(shards(nbytes, a.buckets)):
+            wait = t0 + forward_s + (b + 1) * step_s - now()
+            if wait > 0:
+                time.sleep(wait)
+            link.send_blob(part)
+
+    run_parallel([partial(push, lk, n) for lk, n in zip(links, sizes)], abort)
+
+
 def run_worker(a: argparse.Namespace) -> int:
     rec = new_record(a.job, "ps", a.rank)
+    rec.update(backward=a.backward, buckets=a.buckets)
     rec["gradient_sent"] = []
     sizes = shards(a.model_bytes, len(a.ps))
     links: list[Link] = []
@@ -225,8 +263,7 @@ def run_worker(a: argparse.Namespace) -> int:
         rec["t_start"] = now()
         for i in range(a.iterations):
             _release(rec, run_parallel([partial(_recv_update, lk, i, n) for lk, n in zip(links, sizes)], abort))
-            time.sleep(a.compute)
-            run_parallel([partial(lk.send_blob, n) for lk, n in zip(links, sizes)], abort)
+            _compute_and_push(links, sizes, a, abort)
             rec["gradient_sent"].append(now())
         _release(rec, run_parallel([partial(_recv_update, lk, DONE, 0) for lk in links], abort))
         rec["t_end"] = rec["barrier_exit"][-1]
@@ -259,6 +296,11 @@ def _parser() -> ArgParser:
     w = sub.add_parser("worker", help="one worker")
     w.add_argument("--ps", type=hostport_list, required=True, metavar="ADDR:PORT[,ADDR:PORT...]")
     add_job_args(w)
+    w.add_argument("--backward", type=_share, default=0.0,
+                   help="share of --compute that is the backward pass (with --buckets > 1)")
+    w.add_argument("--buckets", type=pos_int, default=1,
+                   help="send the gradient in this many buckets during the backward pass (default 1: "
+                        "one burst after compute)")
     return ap
 
 
@@ -268,6 +310,10 @@ def main(argv: list[str] | None = None) -> int:
     check_out_path(ap, a.out)
     if a.cmd == "worker" and a.model_bytes < len(a.ps):
         ap.error(f"--model-bytes {a.model_bytes} is smaller than the number of servers ({len(a.ps)})")
+    if a.cmd == "worker" and (a.buckets > 1) != (a.backward > 0):
+        ap.error("give --backward (> 0) and --buckets (> 1) together, e.g. --backward 0.67 --buckets 8")
+    if a.cmd == "worker" and a.buckets > a.model_bytes // len(a.ps):
+        ap.error(f"--buckets {a.buckets} is more than the bytes of a shard ({a.model_bytes // len(a.ps)})")
     install_sigterm()
     return run_server(a) if a.cmd == "server" else run_worker(a)
 

@@ -77,6 +77,33 @@ def test_ps_standalone_and_link_work_by_hand():
          "h3:up": 2.0, "h3:down": 2.0})
 
 
+def test_ps_bucketed_gradient_standalone_by_hand():
+    # The job above with the gradient in 4 buckets over a backward pass of the whole compute
+    # (0.5 s): the first bucket is ready at 0.125 s. Terms per iteration: U + c + min g/B =
+    # 3 + 0.5 + 0.25; min u + c/B + G = 1 + 0.125 + 3 = 4.125; max(u + c + g/B) = 1 + 0.5 + 0.25.
+    # So 2 x 4.125 = 8.25 s, below the 9 s of one burst after compute.
+    job = JobTraffic("ps", ("h0",), ("h1", "h2", "h3"), MB, compute_s=0.5, iterations=2,
+                     backward=1.0, buckets=4)
+    assert traffic.standalone_s(job, net1()) == pytest.approx(8.25)
+    # Half the compute is backward: first bucket at 0.25 + 0.0625 -> 1 + 0.3125 + 3 = 4.3125.
+    half = JobTraffic("ps", ("h0",), ("h1", "h2", "h3"), MB, compute_s=0.5, iterations=2,
+                      backward=0.5, buckets=4)
+    assert traffic.standalone_s(half, net1()) == pytest.approx(8.625)
+    # The update-bound term dominates with a long compute: U + c + g/B = 3 + 4 + 0.25.
+    slow = JobTraffic("ps", ("h0",), ("h1", "h2", "h3"), MB, compute_s=4.0, iterations=1,
+                      backward=1.0, buckets=4)
+    assert traffic.standalone_s(slow, net1()) == pytest.approx(7.25)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(0.0, 2.0), st.floats(0.01, 1.0), st.integers(2, 64))
+def test_buckets_never_raise_the_standalone_bound(compute, backward, buckets):
+    base = JobTraffic("ps", ("h0",), ("h1", "h2", "h3"), MB, compute_s=compute, iterations=3)
+    bucketed = JobTraffic("ps", ("h0",), ("h1", "h2", "h3"), MB, compute_s=compute, iterations=3,
+                          backward=backward, buckets=buckets)
+    assert traffic.standalone_s(bucketed, net1()) <= traffic.standalone_s(base, net1()) + 1e-9
+
+
 def test_ps_repeated_server_host_and_local_flows():
     # two shards on h0 (0.5 MB each) and a worker on h0 itself: its flows cross no link.
     job = JobTraffic("ps", ("h0", "h0"), ("h0", "h1"), MB)

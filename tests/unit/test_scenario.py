@@ -86,6 +86,12 @@ def test_cross_traffic_ports_follow_jobs():
     ({"jobs": [{"name": "a", "ps": ["h0"], "iterations": 0}]}, "iterations = 0 is out of range"),
     ({"jobs": [{"name": "a", "ps": ["h0"], "compute": "fast"}]}, "must be a number"),
     ({"jobs": [{"name": "bad name", "ps": ["h0"]}]}, "name must be"),
+    ({"jobs": [{"name": "a", "ps": ["h0"], "buckets": 8}]}, "set backward (0 < backward <= 1) and buckets"),
+    ({"jobs": [{"name": "a", "ps": ["h0"], "backward": 0.5}]}, "set backward (0 < backward <= 1) and buckets"),
+    ({"jobs": [{"name": "a", "ps": ["h0"], "backward": 1.5, "buckets": 2}]}, "backward = 1.5 is out of range"),
+    ({"jobs": [{"name": "a", "ps": ["h0"], "backward": 0.5, "buckets": 0}]}, "buckets = 0 is out of range"),
+    ({"jobs": [{"name": "a", "ps": ["h0"], "model": "1KiB", "backward": 0.5, "buckets": 2000}]}, "more than the bytes"),
+    ({"jobs": [{"name": "a", "kind": "allreduce", "backward": 0.5, "buckets": 2}]}, "only for kind = \"ps\""),
     ({"bench": {"policies": ["fifo", "best"]}}, "unknown policy 'best'"),
     ({"cross": [{"src": "h1", "dst": "h1", "duration": 3}]}, "src and dst are the same"),
     ({"cross": [{"src": "h1", "dst": "h2"}]}, "cross[0].duration is required"),
@@ -100,6 +106,13 @@ def test_mistakes_name_the_key(over, fragment):
     with pytest.raises(ConfigError) as e:
         sc(**over)
     assert fragment in str(e.value)
+
+
+def test_gradient_buckets():
+    j = sc(jobs=[{"name": "a", "ps": ["h0"], "model": "1MiB", "backward": 0.67, "buckets": 8}]).jobs[0]
+    assert (j.backward, j.buckets) == (0.67, 8)
+    plain = sc().jobs[0]
+    assert (plain.backward, plain.buckets) == (0.0, 1)
 
 
 def test_overrides():

@@ -27,7 +27,7 @@ app = typer.Typer(
            "  hostctl status\n\n  hostctl clean",
 )
 
-PolicyOpt = typer.Option(None, "--policy", "-p", help="fifo, one (static priority), rr (rotating) or cap (pace each job to --cap). Default rr.")
+PolicyOpt = typer.Option(None, "--policy", "-p", help="fifo, one (static priority), rr (rotating), cap (pace each job to --cap) or mlcc (plan every flow's rate per slot). Default rr.")
 IfaceOpt = typer.Option(None, "--iface", "-i", help="Egress interface. Default: the default route's.")
 PortsOpt = typer.Option(None, "--ports", help="DL listening ports, e.g. 9000-9005,9100: each port is one job.")
 PidsOpt = typer.Option(None, "--pids", help="Process ids, e.g. 1234,5678: each with its children is one job.")
@@ -83,6 +83,9 @@ def start(
     cap: Optional[str] = typer.Option(None, "--cap", help="Policy cap: each job's rate cap, e.g. 2gbit (split over its flows)."),
     cgroup: Optional[str] = typer.Option(None, "--cgroup", help="Pacing scope: cgroup v2 path whose flows are paced (default /)."),
     slot: Optional[float] = typer.Option(None, "--slot", help="Pacing slot, seconds (default 0.06)."),
+    switch: Optional[str] = typer.Option(None, "--switch", help="mlcc: switchemu endpoints, e.g. tcp://10.0.0.9:5555[,...]. Default: local mode (this host's NIC only)."),
+    curve_keys: Optional[str] = typer.Option(None, "--curve-keys", help="mlcc: folder with client.key_secret and server.key (switchemu keygen)."),
+    horizon: Optional[int] = typer.Option(None, "--horizon", help="mlcc: slots planned ahead, K (default 10)."),
     metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help="Address for --metrics-port."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (qdisc, classes, classifier entries) and exit."),
     log_level: str = typer.Option("INFO", "--log-level"),
@@ -97,7 +100,8 @@ def start(
     _setup_logging(log_level)
     cfg = build_config(config, policy=policy, iface=iface, link_rate=link_rate, other_rate=other_rate,
                        ports=ports, pids=pids, match=match, bands=bands, rr_interval=rr_interval,
-                       rescan=rescan, lease=lease, metrics_port=metrics_port, cap=cap, cgroup=cgroup, slot=slot)
+                       rescan=rescan, lease=lease, metrics_port=metrics_port, cap=cap, cgroup=cgroup, slot=slot,
+                       switch=switch, curve_keys=curve_keys, horizon=horizon)
     the_iface = _resolve_iface(cfg)
     from hostctl.datapath.linux import link_info
 
@@ -125,8 +129,12 @@ def start(
             ports_sel, flows_sel = selectors(jobs, slots)
             caps = cfg.job_caps_bps()
             pacing = {"cgroup": cfg.cgroup, "slot_s": cfg.slot_s, "slots": slots,
-                      "caps_bps": {j.job_id: caps.get(j.job_id, cfg.cap_bps) for j in jobs},
                       "selectors": PaceTable(ports_sel, flows_sel).to_dict()}
+            if cfg.policy == "cap":
+                pacing["caps_bps"] = {j.job_id: caps.get(j.job_id, cfg.cap_bps) for j in jobs}
+            else:
+                pacing["mlcc"] = {"switch": list(cfg.switch), "mode": "switch" if cfg.switch else "local",
+                                  "horizon": cfg.horizon, "nic_capacity_Bps": rate // 8}
         typer.echo(json.dumps({"plan": plan.to_dict(), "assignment": assignment,
                                "classifier": table.to_dict() if plan.classify else None,
                                "pacing": pacing}, indent=2))
@@ -141,6 +149,12 @@ def start(
         from hostctl.datapath.classifier import import_bcc
 
         import_bcc()
+    switch_client = None
+    if cfg.switch:
+        from hostctl.switchclient import CurveClientKeys, SwitchClient
+
+        keys = CurveClientKeys.from_dir(cfg.curve_keys) if cfg.curve_keys else None
+        switch_client = SwitchClient(list(cfg.switch), curve=keys, horizon=cfg.horizon)
     server = control.ControlServer({})  # binds first: a second daemon fails before touching anything
     try:
         datapath = LinuxDatapath(the_iface, policy=cfg.policy, lease_s=cfg.lease_s,
@@ -148,7 +162,8 @@ def start(
                                  # port-selected flows are picked at connection time; flows of jobs
                                  # found by pid/command line only later, by 4-tuple
                                  track_all=any(s.pids or s.match for s in cfg.jobs))
-        daemon = Daemon(cfg, plan, datapath, discovery)
+        daemon = Daemon(cfg, plan, datapath, discovery, switch=switch_client)
+        switch_client = None  # the daemon closes it
 
         def _stop(_req: dict) -> dict:
             daemon.request_stop()
@@ -173,6 +188,8 @@ def start(
         daemon.run()
     finally:
         server.close()
+        if switch_client is not None:
+            switch_client.close()
 
 
 def _owns_job(daemon, job, uid: int) -> bool:
@@ -251,13 +268,30 @@ def _print_pacing(con, pc: dict, s: dict) -> None:
     def size(v):
         return "-" if v is None else format_bytes(int(v))
 
-    t = Table("flow", "job", "target", "applied", "measured", "max (4 slots)", "iter bytes", "iters",
-              "bytes/iter", "left", "srtt")
+    ml = pc.get("mlcc")
+    cols = ["flow", "job", "target", "applied", "measured", "max (4 slots)", "iter bytes", "iters", "bytes/iter",
+            "left", "srtt"]
+    if ml:
+        cols.append("plan: next K slots (Mbit/s), wave")
+    t = Table(*cols)
     for f in pc["flows"]:
-        t.add_row(f["flow"], f["job"] or "-", rate(f["target_bps"]), rate(f["applied_bps"]), rate(f["rate_bps"]),
-                  rate(f["max_rate_bps"]), size(f["iter_bytes"]), str(f["iterations"]), size(f["bytes_per_iter"]),
-                  size(f["bytes_left"]), f"{f['srtt_us'] / 1000:.2f} ms")
+        row = [f["flow"], f["job"] or "-", rate(f["target_bps"]), rate(f["applied_bps"]), rate(f["rate_bps"]),
+               rate(f["max_rate_bps"]), size(f["iter_bytes"]), str(f["iterations"]), size(f["bytes_per_iter"]),
+               size(f["bytes_left"]), f"{f['srtt_us'] / 1000:.2f} ms"]
+        if ml:
+            p = f.get("plan")
+            row.append("-" if not p else " ".join(f"{x * 8 / 1e6:.0f}" for x in p["schedule_Bps"])
+                       + f"  {p['kind']}" + (f" w{p['wave']}" if p["wave"] >= 0 else ""))
+        t.add_row(*row)
     con.print(t)
+    if ml:
+        def ms(v):
+            return "-" if v is None else f"{v:.2f} ms"
+        con.print(f"mlcc: {ml['mode']} mode{' (switch configured)' if ml['switch'] and ml['mode'] == 'local' else ''}, "
+                  f"K {ml['K']}, negotiation p50 {ms(ml['negotiation_ms_p50'])} p90 {ms(ml['negotiation_ms_p90'])}, "
+                  f"fallbacks {ml['fallbacks']}, recoveries {ml['recoveries']}, silent slots {ml['silent_slots']}, "
+                  f"errors {ml['errors'] or 'none'}; NIC plan (Mbit/s): "
+                  + " ".join(f"{x * 8 / 1e6:.0f}" for x in ml["nic_load_Bps"]))
     j = Table("job", "cap", "flows", "iterations", "bytes/iter", "this iteration", "left", "from")
     for name, r in sorted(pc["jobs"].items()):
         j.add_row(name, rate(r["cap_bps"]), str(r["flows"]), str(r["iterations"]), size(r["bytes_per_iter"]),

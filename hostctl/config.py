@@ -21,9 +21,11 @@ from hostctl.core.units import (
 from hostctl.errors import ConfigError
 
 TOP_KEYS = {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
-            "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot", "phase_gap"}
+            "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot", "phase_gap",
+            "switch", "curve_keys", "horizon"}
 JOB_KEYS = {"name", "ports", "pids", "match", "model_size", "cap"}
-PACING_POLICIES = ("cap",)  # policies that run the sock_ops pacing datapath and the slot loop
+PACING_POLICIES = ("cap", "mlcc")  # policies that run the sock_ops pacing datapath and the slot loop
+_ENDPOINT = re.compile(r"(tcp://[^\s,]+:\d{1,5}|ipc://[^\s,]+)")
 ALL_POLICIES = (*POLICIES, *PACING_POLICIES)
 
 
@@ -43,6 +45,9 @@ class Config:
     cgroup: str = consts.DEFAULT_CGROUP  # pacing scope (cgroup v2 path)
     slot_s: float = consts.DEFAULT_SLOT_S
     phase_gap_s: float = consts.DEFAULT_PHASE_GAP_S
+    switch: tuple[str, ...] = ()  # mlcc: switchemu endpoints; () = local mode only
+    curve_keys: str | None = None  # mlcc: folder with client.key_secret and server.key (switchemu keygen)
+    horizon: int = consts.DEFAULT_HORIZON  # mlcc: K, slots planned ahead
 
     @property
     def pacing(self) -> bool:
@@ -87,6 +92,14 @@ class Config:
         for what, bps in [("cap", self.cap_bps), *((f"cap of job {n}", c) for n, c in self.job_caps_bps().items())]:
             if bps is not None and not 100_000 <= bps <= 8 * 0xFFFFFFFE:
                 raise ConfigError(f"{what} {bps}bit/s is outside what TCP pacing can enforce (100kbit .. 34gbit)")
+        for ep in self.switch:
+            if not _ENDPOINT.fullmatch(ep):
+                raise ConfigError(f"bad switch endpoint {ep!r}: give tcp://HOST:PORT or ipc://PATH, "
+                                  "e.g. --switch tcp://10.0.0.9:5555")
+        if self.policy == "mlcc" and self.curve_keys and not self.switch:
+            raise ConfigError("curve_keys needs switch endpoints (--switch)")
+        if not 1 <= self.horizon <= 64:
+            raise ConfigError(f"horizon must be within 1..64 slots (MLCC uses 10), got {self.horizon}")
         if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics_port must be within 1..65535, got {self.metrics_port}")
         if self.iface is not None and not re.fullmatch(r"[^/\s]{1,15}", self.iface):
@@ -204,6 +217,18 @@ def load_file(path: str) -> dict[str, Any]:
         kw["slot_s"] = _num(data, "slot", float, path)
     if "phase_gap" in data:
         kw["phase_gap_s"] = _num(data, "phase_gap", float, path)
+    if "switch" in data:
+        v = data["switch"]
+        if isinstance(v, str):
+            v = [v]
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise ConfigError(f"{path}: switch must be an endpoint string or a list of them, e.g. "
+                              "[\"tcp://10.0.0.9:5555\"]")
+        kw["switch"] = tuple(v)
+    if "curve_keys" in data:
+        kw["curve_keys"] = _str(data, "curve_keys", path)
+    if "horizon" in data:
+        kw["horizon"] = _num(data, "horizon", int, path)
     specs: list[JobSpec] = []
     if "ports" in data:
         specs.append(JobSpec(ports=_ports_value(data["ports"], path)))
@@ -256,6 +281,9 @@ def build_config(file: str | None = None, **flags: Any) -> Config:
     if flags.get("cap") is not None:
         kw["cap_bps"] = parse_rate_bps(flags.pop("cap"), what="--cap")
     flags.pop("cap", None)
+    if flags.get("switch") is not None:
+        kw["switch"] = tuple(x.strip() for x in flags.pop("switch").split(",") if x.strip())
+    flags.pop("switch", None)
     names = {"rr_interval": "rr_interval_s", "rescan": "rescan_s", "lease": "lease_s", "slot": "slot_s",
              "phase_gap": "phase_gap_s"}
     for k, v in flags.items():

@@ -17,6 +17,7 @@ DEFAULT_OTHER_SHARE = "10%"  # guaranteed to non-DL traffic
 DEFAULT_LEASE_S = 1.0  # the BPF programs fail open when the daemon's heartbeat is older
 HEARTBEAT_S = 0.25
 DEFAULT_SLOT_S = 0.060  # pacing policies: one rate decision per flow per slot (MLCC)
+DEFAULT_HORIZON = 10  # mlcc: K, slots planned ahead
 DEFAULT_PHASE_GAP_S = 0.020  # no ACK progress this long may end a flow's communication phase
 DEFAULT_CGROUP = "/"  # pacing scope: the cgroup v2 whose sockets are monitored/paced
 STATUS_REFRESH_S = 5.0  # counters for status/metrics rates, when nobody asks sooner

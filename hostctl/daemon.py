@@ -26,6 +26,7 @@ from hostctl.core.units import format_rate
 from hostctl.datapath import Counters, Datapath
 
 log = logging.getLogger("hostctl")
+SLOT_OFFSET_S = 0.001  # a slot's tick runs this long after the wall-clock slot boundary
 
 
 @dataclass
@@ -50,7 +51,8 @@ class _Rates:
 
 class Daemon:
     def __init__(self, config: Config, plan: TcPlan, datapath: Datapath, discovery,
-                 *, wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic):
+                 *, wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic,
+                 switch=None):
         self.config = config
         self.plan = plan
         self.datapath = datapath
@@ -74,7 +76,7 @@ class Daemon:
         if config.pacing:
             from hostctl.pacectl import PaceControl
 
-            self.pace = PaceControl(config, datapath, mono)
+            self.pace = PaceControl(config, datapath, mono, link_rate_bps=plan.link_rate_bps, switch=switch, wall=wall)
         self._status: dict = {**self._base_status(), "state": "starting"}
 
     # -- one step each ---------------------------------------------------------
@@ -204,7 +206,7 @@ class Daemon:
         """A framework hook's hint (control socket): exact bytes per iteration of a job and/or
         the wall-clock start of its new iteration. Raises ValueError on bad input."""
         if self.pace is None:
-            raise ValueError(f"policy {self.config.policy} does not monitor flows; hints need a pacing policy (cap)")
+            raise ValueError(f"policy {self.config.policy} does not monitor flows; hints need a pacing policy (cap or mlcc)")
         if not isinstance(job, str) or not job:
             raise ValueError("hint: job must be a non-empty string")
         if bytes_per_iter is not None and (not isinstance(bytes_per_iter, int) or isinstance(bytes_per_iter, bool)
@@ -253,6 +255,8 @@ class Daemon:
                      self.config.rescan_s)
             self.loop()
         finally:
+            if self.pace is not None:
+                self.pace.close()
             try:
                 self.datapath.teardown()
                 log.info("stopped; %s restored", self.plan.iface)
@@ -260,12 +264,20 @@ class Daemon:
                 log.error("teardown failed: %s; run `hostctl clean`", e)
                 raise
 
+    def _next_slot(self) -> float:
+        """Monotonic deadline of the next slot's tick. Slots are absolute (slot k = [k t, (k+1) t)
+        of the wall clock, MLCC's slots): every host ticks SLOT_OFFSET_S after the same boundary,
+        and the deadline is taken from the wall clock each time, so it never drifts."""
+        slot = self.config.slot_s
+        return self.mono() + slot - self.wall() % slot + SLOT_OFFSET_S
+
     def loop(self) -> None:
         period = self.config.rescan_s
         slot = self.config.slot_s
         next_scan = self.mono()
         next_hb = self.mono()
-        next_slot = self.mono()
+        next_slot = self._next_slot()
+        last_slot = None
         while not self.stop.is_set():
             now = self.mono()
             scanned = now >= next_scan
@@ -279,11 +291,12 @@ class Daemon:
             if changed or self.epoch != self.current_epoch():
                 self.reassign()
             if self.pace is not None and now >= next_slot:
+                k = int(self.wall() // slot)
+                if last_slot is not None and k - last_slot > 1:  # slots missed: the last tick overran
+                    self.stats.slot_overruns += k - last_slot - 1
+                last_slot = k
                 self.pace_tick(now)
-                next_slot += slot
-                if next_slot <= self.mono():  # the tick overran its slot: skip, don't burst
-                    self.stats.slot_overruns += 1
-                    next_slot = self.mono() + slot
+                next_slot = self._next_slot()
             if now >= next_hb:
                 self.datapath.heartbeat()
                 next_hb += consts.HEARTBEAT_S

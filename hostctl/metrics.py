@@ -61,6 +61,33 @@ def _pacing_metrics(pc: dict, stats: dict):
     yield CounterMetricFamily("hostctl_pacing_flows_not_tracked", "Selected flows left alone because the flow map was full", value=k.get("flows_full", 0))
     yield CounterMetricFamily("hostctl_pacing_failopen_events", "Flow rates restored because the lease expired or on release", value=k.get("failopen_events", 0))
     yield CounterMetricFamily("hostctl_pacing_setsockopt_errors", "Failed bpf_setsockopt calls", value=k.get("setopt_errors", 0))
+    ml = pc.get("mlcc")
+    if ml:
+        yield from _mlcc_metrics(ml, pc)
+
+
+def _mlcc_metrics(ml: dict, pc: dict):
+    mode = GaugeMetricFamily("hostctl_mlcc_switch_mode", "1: planning with switchemu feedback, 0: local mode")
+    mode.add_metric([], 1 if ml["mode"] == "switch" else 0)
+    yield mode
+    yield CounterMetricFamily("hostctl_mlcc_fallbacks", "Changes to local mode (switches silent 3 slots)", value=ml["fallbacks"])
+    yield CounterMetricFamily("hostctl_mlcc_recoveries", "Changes back to switch mode", value=ml["recoveries"])
+    for q in ("p50", "p90"):
+        v = ml.get(f"negotiation_ms_{q}")
+        if v is not None:
+            yield GaugeMetricFamily(f"hostctl_mlcc_negotiation_{q}_ms", f"{q} switch fetch round trip (last 200 slots), ms", value=v)
+    err = CounterMetricFamily("hostctl_mlcc_switch_errors", "Error replies from the switches, by code", labels=["code"])
+    for code, n in sorted(ml.get("errors", {}).items()):
+        err.add_metric([code], n)
+    yield err
+    plan = GaugeMetricFamily("hostctl_flow_plan_bps", "Planned rate of a flow per future slot, bits/s",
+                             labels=["flow", "job", "slot"])
+    for f in pc.get("flows", []):
+        p = f.get("plan")
+        if p:
+            for k, r in enumerate(p["schedule_Bps"]):
+                plan.add_metric([f["flow"], f["job"] or "", str(k)], r * 8)
+    yield plan
 
 
 def serve(port: int, status: Callable[[], dict], addr: str = "127.0.0.1"):

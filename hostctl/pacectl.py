@@ -1,4 +1,4 @@
-"""The per-slot pacing control of the daemon (policies that pace flows: ``cap``).
+"""The per-slot pacing control of the daemon (policies that pace flows: ``cap``, ``mlcc``).
 
 Every slot (60 ms by default) the daemon's loop calls ``PaceControl.tick``:
   1. one batched read of the kernel's flow table and the completed bursts;
@@ -6,6 +6,8 @@ Every slot (60 ms by default) the daemon's loop calls ``PaceControl.tick``:
      rates, the 4-slot max rate B_i, iteration counts and bytes left;
   3. the policy turns jobs and flows into a PaceTable (selectors + rates), which the
      datapath diffs into its maps; then the heartbeat that keeps the lease alive.
+     ``cap``: each job's cap split over its active flows; ``mlcc``: every flow's rate planned
+     over the next K slots (hostctl.mlccctl, with or without switchemu).
 Everything here runs in the loop's thread; hints from the control socket are queued
 and applied at the next tick (the monitor is not thread-safe).
 """
@@ -36,7 +38,8 @@ def _num(x: float) -> float | None:
 
 
 class PaceControl:
-    def __init__(self, config: Config, datapath, mono: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, config: Config, datapath, mono: Callable[[], float] = time.monotonic, *,
+                 link_rate_bps: int | None = None, switch=None, wall: Callable[[], float] = time.time) -> None:
         self.config = config
         self.datapath = datapath
         self.mono = mono
@@ -56,6 +59,14 @@ class PaceControl:
         self.errors = 0
         self.tick_ms: deque[float] = deque(maxlen=200)
         self.full_warned = 0
+        self.mlcc = None
+        if config.policy == "mlcc":
+            from hostctl.mlccctl import MlccControl
+
+            rate = link_rate_bps or config.link_rate_bps
+            if not rate:
+                raise ValueError("policy mlcc needs the link rate (the NIC link's capacity)")
+            self.mlcc = MlccControl(rate // 8, config.slot_s, switch=switch, horizon=config.horizon, wall=wall)
 
     # -- from other threads -----------------------------------------------------------
     def hint(self, job: str, bytes_per_iter: int | None, iteration_start_mono: float | None) -> None:
@@ -119,9 +130,11 @@ class PaceControl:
         self.datapath.heartbeat()
 
     def plan(self, jobs: Mapping[str, Job]) -> PaceTable:
-        """Selectors for every job; rates from the policy (cap)."""
+        """Selectors for every job; rates from the policy (cap or mlcc)."""
         ports, flows = selectors(list(jobs.values()), self.slots)
         stats = self.monitor.flow_stats()
+        if self.mlcc is not None:
+            return PaceTable(ports, flows, self.mlcc.tick(self._mlcc_flows(stats)), {})
         recent = {int(i) for i, r in zip(stats.flow_id, stats.max_rate_Bps) if r > 0}
         job_flows: dict[str, list[FlowKey]] = {}
         for key, job in self._flow_job.items():
@@ -132,6 +145,28 @@ class PaceControl:
         slot_rates = {self.slots[j]: r for j, r in job_rates.items() if j in self.slots}
         return PaceTable(ports, flows, flow_rates, slot_rates)
 
+    def _mlcc_flows(self, stats) -> list:
+        """This host's open inter-host DL flows, with the monitor's view of each."""
+        from hostctl.mlccctl import FlowIn
+
+        row_of = {int(fid): i for i, fid in enumerate(stats.flow_id)}
+        out = []
+        for key, job in sorted(self._flow_job.items()):
+            rec = self._records[key]
+            if rec.closed or key.raddr == key.laddr or key.raddr.startswith("127."):
+                continue  # intra-host traffic is not scheduled (spec 2.2)
+            i = row_of.get(self._ids.get(key, -1))
+            if i is None:
+                out.append(FlowIn(key, job, float("nan"), 0.0, 0.0))
+                continue
+            out.append(FlowIn(key, job, float(stats.bytes_left[i]), float(stats.max_rate_Bps[i]),
+                              float(stats.iter_bytes[i])))
+        return out
+
+    def close(self) -> None:
+        if self.mlcc is not None:
+            self.mlcc.close()
+
     # -- status ------------------------------------------------------------------------------
     def status(self) -> dict:
         stats = self.monitor.flow_stats()
@@ -140,8 +175,9 @@ class PaceControl:
         for key, rec in sorted(self._records.items()):
             i = row_of.get(self._ids.get(key, -1))
             target = self.table.flow_rates.get(key)
+            sched = self.mlcc.schedule_of(key) if self.mlcc is not None else None
             flows.append({
-                "flow": str(key), "job": self._flow_job.get(key),
+                "flow": str(key), "job": self._flow_job.get(key), "plan": sched,
                 "target_bps": target * 8 if target else None,
                 "applied_bps": None if rec.rate_Bps == UNLIMITED_BPS_BYTES else rec.rate_Bps * 8,
                 "rate_bps": float(stats.rate_Bps[i]) * 8 if i is not None else 0.0,
@@ -163,5 +199,5 @@ class PaceControl:
         return {
             "slot_s": self.config.slot_s, "flows": flows, "jobs": jobs, "ticks": self.ticks,
             "tick_ms_p50": ms[len(ms) // 2] if ms else None, "tick_ms_p90": ms[int(len(ms) * 0.9)] if ms else None,
-            "kernel": dict(self.ctl),
+            "kernel": dict(self.ctl), "mlcc": self.mlcc.status() if self.mlcc is not None else None,
         }

@@ -529,10 +529,20 @@ def test_load_every_key(toml):
     assert isinstance(c.rr_interval_s, float)
 
 
+def test_mlcc_settings(toml):
+    c = build_config(ports="9000", policy="mlcc", switch="tcp://10.0.0.9:5555, ipc:///run/sw.sock")
+    assert c.pacing and c.band_policy == "fifo" and c.switch == ("tcp://10.0.0.9:5555", "ipc:///run/sw.sock")
+    assert c.horizon == 10
+    f = build_config(toml('policy = "mlcc"\nports = "9000"\nswitch = "tcp://127.0.0.1:5555"\nhorizon = 6\n'))
+    assert f.switch == ("tcp://127.0.0.1:5555",) and f.horizon == 6
+    with raises("switch must be an endpoint string or a list"):
+        build_config(toml('policy = "mlcc"\nports = "9000"\nswitch = 5\n'))
+
+
 def test_keys_sets_match_the_documented_ones():
     assert TOP_KEYS == {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
                         "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot",
-                        "phase_gap"}
+                        "phase_gap", "switch", "curve_keys", "horizon"}
     assert JOB_KEYS == {"name", "ports", "pids", "match", "model_size", "cap"}
 
 
@@ -545,6 +555,9 @@ def test_keys_sets_match_the_documented_ones():
     ({"policy": "cap", "cap": "50kbit"}, "outside what TCP pacing can enforce"),
     ({"policy": "cap", "cap": "40gbit"}, "outside what TCP pacing can enforce"),
     ({"cap": "fast"}, "--cap"),
+    ({"policy": "mlcc", "switch": "10.0.0.9:5555"}, "bad switch endpoint '10.0.0.9:5555'"),
+    ({"policy": "mlcc", "curve_keys": "/etc/k"}, "curve_keys needs switch endpoints"),
+    ({"policy": "mlcc", "horizon": 0}, "horizon must be within 1..64"),
 ])
 def test_pacing_settings_are_checked(kw, fragment):
     with raises(fragment):

@@ -1,0 +1,116 @@
+"""One host's MLCC slot as arrays (pure): monitor rows + load tables -> rates to apply
+and schedules to publish. The daemon (hostctl/mlccctl.py) and the simulator call this;
+the allocator itself is hostctl.core.mlcc.allocate.
+
+Which flows are planned, and how (choices the papers leave to the implementer):
+
+- **Active** flows (bytes left this iteration known and > 0, ``G > 0``) are planned by
+  ``allocate`` (Algorithms 1 and 2), in priority waves by job: the job with the fewest
+  bytes left on this host goes first (SRPT, which minimises the average completion
+  time on a shared link; ties by job order), so this host's flows of different jobs are
+  staggered over the horizon instead of sharing every slot (the paper schedules one
+  host's flows "one after another", spec 2.6 and Q-M8).
+- **Unknown-size** flows (no iteration size learnt yet: the first iteration without a
+  hint, ``G`` NaN) are planned as backlogged (``G`` = what their path carries in K
+  slots) in a last wave: they take what the known flows leave, and their schedule is
+  published like any other, so other hosts see their load.
+- **Idle** flows (``G == 0``: this iteration's bytes are all sent) are not planned; they
+  get an *idle rate*, an equal share of their tightest link among this host's flows on
+  it, so that a new iteration's burst starts at a fair rate until the next slot plans it.
+- Every flow that has bytes gets at least ``wait_floor_Bps`` (default 4 MSS per slot),
+  also in a slot where its plan says 0: the pacer changes a socket's rate only on its
+  TCP callbacks (bpf/hc_pace.c), so a flow held at ~0 would get no ACK, hence no
+  callback, and could not be released in time. The floor costs at most n x floor on a
+  link and is published as the flow's slot-0 rate.
+
+Units: bytes, bytes/s, seconds (as in core/mlcc.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hostctl.core.mlcc import MlccParams, MlccPlan, allocate
+
+MSS_BYTES = 1448
+WAIT_FLOOR_MSS_PER_SLOT = 4
+
+
+@dataclass(frozen=True)
+class HostSlot:
+    """The decision for one slot, over the host's n flows (input order)."""
+
+    rates_Bps: np.ndarray  # [n, K] schedule to publish (slot 0 = the applied rate)
+    applied_Bps: np.ndarray  # [n] rate to write to the pacer now (> 0)
+    kind: np.ndarray  # [n] str: "active", "unknown" or "idle"
+    wave: np.ndarray  # [n] int: priority wave (-1 for idle flows)
+    plan: MlccPlan | None  # the allocator's result for the planned rows (None if none)
+
+
+def wait_floor_Bps(slot_s: float) -> float:
+    return WAIT_FLOOR_MSS_PER_SLOT * MSS_BYTES / slot_s
+
+
+def job_waves(job: np.ndarray, job_left: dict[str, float]) -> np.ndarray:
+    """Wave per flow: jobs ranked by bytes left on this host, fewest first (ties: job id)."""
+    order = sorted(set(job.tolist()), key=lambda j: (job_left.get(j, float("inf")), j))
+    rank = {j: i for i, j in enumerate(order)}
+    return np.array([rank[j] for j in job.tolist()], dtype=np.int64)
+
+
+def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bps, *,
+              params: MlccParams = MlccParams(), floor_Bps: float | None = None) -> HostSlot:
+    """Plan this host's flows for the current slot.
+
+    G_bytes [n]: bytes left this iteration (NaN: unknown); B_Bps [n]: max rate over the last
+    4 slots; sent_bytes [n]: bytes of this iteration already sent; job [n]: job id per flow;
+    path [n, P]: link indices padded with -1 (every flow crosses at least its NIC link);
+    cap_Bps [L], avail_Bps [L], load_Bps [L, K]: per-link capacity, capacity available to DL
+    traffic and the load of *other* hosts' flows (see core/mlcc.allocate)."""
+    K, t = int(params.K), float(params.slot_s)
+    G = np.asarray(G_bytes, dtype=np.float64)
+    n = G.shape[0]
+    job = np.asarray(job, dtype=object)
+    pidx = np.asarray(path, dtype=np.int64).reshape(n, -1)
+    cap = np.asarray(cap_Bps, dtype=np.float64)
+    L = cap.shape[0]
+    floor = wait_floor_Bps(t) if floor_Bps is None else float(floor_Bps)
+    rates = np.zeros((n, K))
+    kind = np.full(n, "idle", dtype=object)
+    wave = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return HostSlot(rates, np.zeros(0), kind, wave, None)
+
+    valid = pidx >= 0
+    gidx = np.where(valid, pidx, L)  # padding -> an extra link of infinite capacity
+    ext_cap = np.append(cap, np.inf)
+    path_cap = ext_cap[gidx].min(axis=1)  # [n] tightest link
+    unknown = np.isnan(G)
+    active = ~unknown & (G > 0)
+    kind[active] = "active"
+    kind[unknown] = "unknown"
+
+    # idle rate: equal share of the tightest link among this host's flows on it
+    flows_on = np.append(np.bincount(pidx[valid], minlength=L), 1).astype(np.float64)
+    share = (ext_cap[gidx] / np.maximum(flows_on[gidx], 1.0)).min(axis=1)
+
+    planned = np.flatnonzero(active | unknown)
+    plan = None
+    if planned.size:
+        job_left = {}
+        for j, g in zip(job[active].tolist(), G[active].tolist()):
+            job_left[j] = job_left.get(j, 0.0) + g
+        w = job_waves(job[planned], job_left)
+        last = int(w.max()) + 1 if w.size else 0
+        w = np.where(unknown[planned], last, w)  # unknown sizes after every known one
+        wave[planned] = w
+        Gp = np.where(unknown[planned], path_cap[planned] * K * t, G[planned])
+        plan = allocate(Gp, pidx[planned], load_Bps, avail_Bps, cap, np.asarray(B_Bps, dtype=np.float64)[planned],
+                        sent_bytes=np.asarray(sent_bytes, dtype=np.float64)[planned], priority=w, params=params)
+        rates[planned] = plan.rates_Bps
+    applied = np.where(kind == "idle", share, np.maximum(rates[:, 0], floor))
+    applied = np.minimum(applied, path_cap)
+    rates[:, 0] = np.where(kind == "idle", 0.0, applied)
+    return HostSlot(rates, applied, kind, wave, plan)

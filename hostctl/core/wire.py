@@ -1,0 +1,489 @@
+"""The switchemu wire protocol, version 1: msgpack messages over ZeroMQ (spec 2.4.4; pure).
+
+Transport
+---------
+A client (``hostctl.switchclient``) talks to one emulated switch through a DEALER socket; the switch
+(``switchemu``) is a ROUTER. One ZeroMQ message carries **one or more request frames** (at most
+``MAX_PARTS``); the reply message carries exactly one reply frame per request frame, in order. So a
+host makes one round trip per switch per slot: typically [update_schedule, fetch_feedback] in one
+message, each frame batching all of the host's flows that cross that switch. A REQ-style empty
+delimiter frame in front is allowed and echoed.
+
+Every frame is one msgpack map (string keys, at most ``MAX_FRAME_BYTES``). Units: rates in bytes/s
+(``_Bps``), volumes in bytes, slots are absolute ints ``floor(unix_time / slot_s)`` (hosts are
+NTP-synchronised; the switch rejects slots outside its clock +- max skew).
+
+Requests (common keys: ``v`` = 1, ``type``, ``id`` = uint request id echoed in the reply, ``slot`` =
+the sender's current slot = the first slot of the K-slot window, ``host`` = sender host name or address,
+optional except to receive notifications)::
+
+    update_schedule  flows: [{flow, job, src, dst, seq, rates_Bps: [K numbers >= 0], links?: [link ids]}]
+                     replace each flow's schedule over [slot, slot+K); all-zero rates withdraw the flow
+    fetch_feedback   flows: [{flow, src, dst, links?}]
+                     per-link loads over [slot, slot+K) on the links of the path this switch owns,
+                     EXCLUDING the flow's own schedule (same-job flows included); plus queued
+                     notifications for ``host``
+    report_progress  flows: [{flow, job, cum_bytes, rate_Bps}]    F values (cum bytes by the end of
+                     this slot) and the rate planned for it (spec 2.8.2); the switch is a rendezvous
+    get_progress     flows: [flow ids]                             latest reported progress of those flows
+    notify           items: [{to, flow, job, F_bytes}]             receiver notification (Alg. 2 l. 13-16):
+                     "reduce the flows that depend on ``flow`` to ``F_bytes`` cumulative bytes";
+                     queued at the switch for host ``to`` and returned once in its next fetch_feedback
+
+``src``/``dst``/``to`` are host names or addresses from the switch's topology; ``links`` (optional)
+overrides the topology path. ``flow`` ids must be unique in the cluster (e.g. ``"10.0.0.1:4711>10.0.0.2:9000"``).
+
+Replies (common keys: ``v``, ``type`` (the request's, or ``"error"``), ``id``, ``status`` (0 = ok or an
+error code below), ``slot_now`` = the switch's current slot)::
+
+    error            msg: str                      the whole frame was rejected
+    update_schedule  flow_status?: [code per flow] present when a flow failed; the others were applied
+    report_progress  flow_status?
+    notify           flow_status?
+    fetch_feedback   slot, slot_s, K, caps: {link: capacity_Bps},
+                     flows: [{flow, status, links: [ids], load_Bps: [[K ints] per link], path_Bps: [K ints]}],
+                     notify: [{to, from, flow, job, F_bytes, slot}]
+    get_progress     progress: [{flow, job, cum_bytes, rate_Bps, slot, host}]   (unknown flows left out)
+
+Error codes: see ``Code``. Every decode error is one ``WireError(code, message)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+import msgpack
+
+from hostctl.errors import HostctlError
+
+WIRE_VERSION = 1
+MAX_FRAME_BYTES = 512 * 1024  # one request or reply frame
+MAX_PARTS = 16  # request frames in one ZeroMQ message
+MAX_ITEMS = 2048  # flows / items in one frame
+MAX_LINKS = 16  # explicit links of one flow
+MAX_STR = 128  # flow, job, host and link ids
+MAX_RATE_Bps = 10**12  # 8 Tbit/s
+MAX_BYTES = 2**62
+MAX_U64 = 2**64 - 1
+
+
+class Code(IntEnum):
+    OK = 0
+    MALFORMED = 1  # not msgpack, or a field of the wrong type/length/range
+    OVERSIZED = 2  # frame > MAX_FRAME_BYTES, too many parts, items or links
+    UNKNOWN_VERSION = 3
+    UNKNOWN_TYPE = 4
+    STALE_SLOT = 5  # slot older than the switch's clock - max skew
+    FUTURE_SLOT = 6  # slot newer than the switch's clock + max skew
+    UNKNOWN_HOST = 7
+    UNKNOWN_LINK = 8
+    REFUSED = 9  # the switch will not serve it (table full, shutting down)
+    REORDERED = 10  # per flow: seq older than the applied one; ignored
+    INTERNAL = 11  # a bug in the switch; logged there
+
+
+class WireError(HostctlError):
+    """A frame that cannot be accepted; ``code`` is a ``Code``."""
+
+    def __init__(self, code: Code | int, message: str, req_id: int | None = None):
+        super().__init__(message)
+        self.code = Code(code)
+        self.message = message
+        self.req_id = req_id  # the frame's request id when it could be read
+
+    def __str__(self) -> str:
+        return f"{self.code.name.lower()}: {self.message}"
+
+
+REQUEST_TYPES = ("update_schedule", "fetch_feedback", "report_progress", "get_progress", "notify")
+
+
+# ---------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True, slots=True)
+class FlowSchedule:
+    flow_id: str
+    job_id: str
+    src: str
+    dst: str
+    seq: int
+    rates_Bps: tuple[float, ...]  # K rates, bytes/s, from the message's slot on
+    links: tuple[str, ...] | None = None  # explicit path (link ids); None = from the topology
+
+
+@dataclass(frozen=True, slots=True)
+class FlowQuery:
+    flow_id: str
+    src: str
+    dst: str
+    links: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlowProgress:
+    flow_id: str
+    job_id: str
+    cum_bytes: int  # F·t̂: bytes sent by the end of the reported slot
+    rate_Bps: float  # rate planned for that slot
+    slot: int = 0  # filled in by the switch (the request's slot)
+    host: str = ""  # filled in by the switch (the reporting host)
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    to_host: str  # the receiver host whose subsequent flows should slow down
+    flow_id: str  # the predecessor flow f_i
+    job_id: str
+    f_pred_bytes: int  # F_pred: cumulative bytes of f_i after this slot's adjustment
+    slot: int = 0  # filled in by the switch
+    from_host: str = ""  # filled in by the switch
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    type: str  # one of REQUEST_TYPES
+    req_id: int
+    slot: int
+    host: str | None = None
+    flows: tuple = ()  # FlowSchedule | FlowQuery | FlowProgress | str (get_progress) | Notification (notify)
+
+
+@dataclass(frozen=True, slots=True)
+class FlowFeedback:
+    flow_id: str
+    status: int
+    links: tuple[str, ...] = ()  # the links of the path this switch owns
+    load_Bps: tuple[tuple[int, ...], ...] = ()  # per link, K values, own schedule excluded
+    path_load_Bps: tuple[int, ...] = ()  # sum over those links
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    type: str  # the request's type, or "error"
+    req_id: int | None
+    status: int
+    slot_now: int | None = None
+    message: str = ""  # error text
+    flow_status: tuple[int, ...] = ()  # per request item; empty = all ok
+    slot: int | None = None  # fetch_feedback: window start
+    slot_s: float | None = None
+    horizon: int | None = None
+    capacities_Bps: dict[str, int] = field(default_factory=dict)
+    feedback: tuple[FlowFeedback, ...] = ()
+    notifications: tuple[Notification, ...] = ()
+    progress: tuple[FlowProgress, ...] = ()
+
+
+# ---------------------------------------------------------------------- encoding
+
+
+def _pack(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def encode_request(req: Request) -> bytes:
+    m: dict[str, Any] = {"v": WIRE_VERSION, "type": req.type, "id": req.req_id, "slot": req.slot}
+    if req.host is not None:
+        m["host"] = req.host
+    t = req.type
+    if t == "update_schedule":
+        m["flows"] = [_flow_sched(f) for f in req.flows]
+    elif t == "fetch_feedback":
+        m["flows"] = [_flow_query(f) for f in req.flows]
+    elif t == "report_progress":
+        m["flows"] = [{"flow": p.flow_id, "job": p.job_id, "cum_bytes": p.cum_bytes, "rate_Bps": p.rate_Bps}
+                      for p in req.flows]
+    elif t == "get_progress":
+        m["flows"] = list(req.flows)
+    elif t == "notify":
+        m["items"] = [{"to": n.to_host, "flow": n.flow_id, "job": n.job_id, "F_bytes": n.f_pred_bytes}
+                      for n in req.flows]
+    else:
+        raise ValueError(f"unknown request type {t!r}")
+    return _pack(m)
+
+
+def _flow_sched(f: FlowSchedule) -> dict[str, Any]:
+    d = {"flow": f.flow_id, "job": f.job_id, "src": f.src, "dst": f.dst, "seq": f.seq,
+         "rates_Bps": list(f.rates_Bps)}
+    if f.links is not None:
+        d["links"] = list(f.links)
+    return d
+
+
+def _flow_query(f: FlowQuery) -> dict[str, Any]:
+    d = {"flow": f.flow_id, "src": f.src, "dst": f.dst}
+    if f.links is not None:
+        d["links"] = list(f.links)
+    return d
+
+
+def _notif(n: Notification) -> dict[str, Any]:
+    return {"to": n.to_host, "from": n.from_host, "flow": n.flow_id, "job": n.job_id,
+            "F_bytes": n.f_pred_bytes, "slot": n.slot}
+
+
+def encode_reply(r: Reply) -> bytes:
+    m: dict[str, Any] = {"v": WIRE_VERSION, "type": r.type, "id": r.req_id, "status": int(r.status),
+                         "slot_now": r.slot_now}
+    if r.type == "error":
+        m["msg"] = r.message
+        return _pack(m)
+    if r.flow_status:
+        m["flow_status"] = list(r.flow_status)
+    if r.type == "fetch_feedback":
+        m["slot"] = r.slot
+        m["slot_s"] = r.slot_s
+        m["K"] = r.horizon
+        m["caps"] = r.capacities_Bps
+        m["flows"] = [{"flow": f.flow_id, "status": f.status, "links": list(f.links),
+                       "load_Bps": [list(x) for x in f.load_Bps], "path_Bps": list(f.path_load_Bps)}
+                      for f in r.feedback]
+        m["notify"] = [_notif(n) for n in r.notifications]
+    elif r.type == "get_progress":
+        m["progress"] = [{"flow": p.flow_id, "job": p.job_id, "cum_bytes": p.cum_bytes, "rate_Bps": p.rate_Bps,
+                          "slot": p.slot, "host": p.host} for p in r.progress]
+    return _pack(m)
+
+
+def error_reply(code: Code | int, message: str, req_id: int | None = None, slot_now: int | None = None) -> bytes:
+    return encode_reply(Reply("error", req_id, int(code), slot_now, message=message[:200]))
+
+
+# ---------------------------------------------------------------------- decoding
+
+
+def unpack_frame(frame: bytes, max_bytes: int = MAX_FRAME_BYTES) -> dict[str, Any]:
+    """msgpack bytes -> a dict with str keys, or WireError (MALFORMED / OVERSIZED)."""
+    if not isinstance(frame, (bytes, bytearray, memoryview)):
+        raise WireError(Code.MALFORMED, "frame must be bytes")
+    if len(frame) > max_bytes:
+        raise WireError(Code.OVERSIZED, f"frame of {len(frame)} bytes > {max_bytes}")
+    try:
+        # the max_*_len limits default to the frame length, which bounds memory already
+        obj = msgpack.unpackb(frame, raw=False, strict_map_key=True, use_list=True)
+    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        raise WireError(Code.MALFORMED, f"not a msgpack frame ({type(e).__name__})") from None
+    if not isinstance(obj, dict):
+        raise WireError(Code.MALFORMED, "frame must be a msgpack map")
+    return obj
+
+
+def _req_id(m: dict[str, Any]) -> int | None:
+    """The request id if it is well formed (so even an error reply can be matched)."""
+    v = m.get("id")
+    return v if type(v) is int and 0 <= v <= MAX_U64 else None
+
+
+def peek_id(frame: bytes) -> int | None:
+    """Best effort: the ``id`` of a frame, for error replies. Never raises."""
+    try:
+        return _req_id(unpack_frame(frame))
+    except WireError:
+        return None
+
+
+def decode_request(frame: bytes, *, horizon: int, max_bytes: int = MAX_FRAME_BYTES) -> Request:
+    """Validate one request frame (every field) against the schema with K = ``horizon``.
+
+    Raises only ``WireError``; the error carries the request id if one could be read
+    (``e.req_id``, else None)."""
+    m = unpack_frame(frame, max_bytes)
+    rid = _req_id(m)
+    try:
+        return _decode_request(m, horizon)
+    except WireError as e:
+        e.req_id = rid
+        raise
+
+
+def _decode_request(m: dict[str, Any], k: int) -> Request:
+    v = m.get("v")
+    if type(v) is not int:
+        raise WireError(Code.MALFORMED, "field v (version) must be an int")
+    if v != WIRE_VERSION:
+        raise WireError(Code.UNKNOWN_VERSION, f"wire version {v} is not supported (this switch speaks {WIRE_VERSION})")
+    t = m.get("type")
+    if type(t) is not str:
+        raise WireError(Code.MALFORMED, "field type must be a string")
+    if t not in REQUEST_TYPES:
+        raise WireError(Code.UNKNOWN_TYPE, f"unknown message type {t[:40]!r}")
+    rid = _req_id(m)
+    if rid is None:
+        raise WireError(Code.MALFORMED, "field id must be an unsigned int")
+    slot = m.get("slot")
+    if type(slot) is not int or not 0 <= slot < 2**62:
+        raise WireError(Code.MALFORMED, "field slot must be a non-negative int (absolute slot)")
+    host = m.get("host")
+    if host is not None:
+        host = _str(host, "host")
+    if t == "notify":
+        allowed = _KEYS_NOTIFY
+        items = _list(m.get("items"), "items", MAX_ITEMS)
+        flows = tuple(_notify_item(x, i) for i, x in enumerate(items))
+    else:
+        allowed = _KEYS_FLOWS
+        items = _list(m.get("flows"), "flows", MAX_ITEMS)
+        if t == "update_schedule":
+            flows = tuple(_sched_item(x, i, k) for i, x in enumerate(items))
+        elif t == "fetch_feedback":
+            flows = tuple(_query_item(x, i) for i, x in enumerate(items))
+        elif t == "report_progress":
+            flows = tuple(_progress_item(x, i) for i, x in enumerate(items))
+        else:
+            flows = tuple(_str(x, f"flows[{i}]") for i, x in enumerate(items))
+    extra = m.keys() - allowed
+    if extra:
+        raise WireError(Code.MALFORMED, f"unknown fields {sorted(map(str, extra))[:5]}")
+    return Request(t, rid, slot, host, flows)
+
+
+_KEYS_FLOWS = frozenset({"v", "type", "id", "slot", "host", "flows"})
+_KEYS_NOTIFY = frozenset({"v", "type", "id", "slot", "host", "items"})
+_K_SCHED = frozenset({"flow", "job", "src", "dst", "seq", "rates_Bps", "links"})
+_K_QUERY = frozenset({"flow", "src", "dst", "links"})
+_K_PROG = frozenset({"flow", "job", "cum_bytes", "rate_Bps"})
+_K_NOTE = frozenset({"to", "flow", "job", "F_bytes"})
+
+
+def _str(v: Any, what: str) -> str:
+    if type(v) is not str or not v or len(v) > MAX_STR:
+        raise WireError(Code.MALFORMED, f"{what} must be a non-empty string of at most {MAX_STR} characters")
+    return v
+
+
+def _list(v: Any, what: str, limit: int) -> list:
+    if type(v) is not list:
+        raise WireError(Code.MALFORMED, f"{what} must be a list")
+    if len(v) > limit:
+        raise WireError(Code.OVERSIZED, f"{what} has {len(v)} entries > {limit}")
+    return v
+
+
+def _map(v: Any, what: str, keys: frozenset) -> dict:
+    if type(v) is not dict:
+        raise WireError(Code.MALFORMED, f"{what} must be a map")
+    if not v.keys() <= keys:
+        raise WireError(Code.MALFORMED, f"{what} has unknown fields {sorted(map(str, v.keys() - keys))[:5]}")
+    return v
+
+
+def _uint(v: Any, what: str, hi: int) -> int:
+    if type(v) is not int or not 0 <= v <= hi:
+        raise WireError(Code.MALFORMED, f"{what} must be an int within 0..{hi}")
+    return v
+
+
+def _rate(v: Any, what: str) -> float | int:
+    tv = type(v)
+    if tv is int:
+        ok = 0 <= v <= MAX_RATE_Bps
+    elif tv is float:
+        ok = 0.0 <= v <= MAX_RATE_Bps  # False for NaN; inf is > MAX
+    else:
+        ok = False
+    if not ok:
+        raise WireError(Code.MALFORMED, f"{what} must be a finite rate within 0..{MAX_RATE_Bps} bytes/s")
+    return v
+
+
+def _links(v: Any, what: str) -> tuple[str, ...] | None:
+    if v is None:
+        return None
+    lst = _list(v, what, MAX_LINKS)
+    out = tuple(_str(x, what) for x in lst)
+    if len(set(out)) != len(out):
+        raise WireError(Code.MALFORMED, f"{what} repeats a link")
+    return out
+
+
+def _sched_item(x: Any, i: int, k: int) -> FlowSchedule:
+    w = f"flows[{i}]"
+    d = _map(x, w, _K_SCHED)
+    rates = d.get("rates_Bps")
+    if type(rates) is not list or len(rates) != k:
+        raise WireError(Code.MALFORMED, f"{w}.rates_Bps must be a list of exactly K={k} rates")
+    return FlowSchedule(_str(d.get("flow"), w + ".flow"), _str(d.get("job"), w + ".job"),
+                        _str(d.get("src"), w + ".src"), _str(d.get("dst"), w + ".dst"),
+                        _uint(d.get("seq"), w + ".seq", MAX_U64),
+                        tuple(_rate(r, w + ".rates_Bps") for r in rates), _links(d.get("links"), w + ".links"))
+
+
+def _query_item(x: Any, i: int) -> FlowQuery:
+    w = f"flows[{i}]"
+    d = _map(x, w, _K_QUERY)
+    return FlowQuery(_str(d.get("flow"), w + ".flow"), _str(d.get("src"), w + ".src"),
+                     _str(d.get("dst"), w + ".dst"), _links(d.get("links"), w + ".links"))
+
+
+def _progress_item(x: Any, i: int) -> FlowProgress:
+    w = f"flows[{i}]"
+    d = _map(x, w, _K_PROG)
+    return FlowProgress(_str(d.get("flow"), w + ".flow"), _str(d.get("job"), w + ".job"),
+                        _uint(d.get("cum_bytes"), w + ".cum_bytes", MAX_BYTES), _rate(d.get("rate_Bps"), w + ".rate_Bps"))
+
+
+def _notify_item(x: Any, i: int) -> Notification:
+    w = f"items[{i}]"
+    d = _map(x, w, _K_NOTE)
+    return Notification(_str(d.get("to"), w + ".to"), _str(d.get("flow"), w + ".flow"), _str(d.get("job"), w + ".job"),
+                        _uint(d.get("F_bytes"), w + ".F_bytes", MAX_BYTES))
+
+
+# ---------------------------------------------------------------------- replies (client side)
+
+
+def decode_reply(frame: bytes, *, max_bytes: int = 16 * MAX_FRAME_BYTES) -> Reply:
+    """Validate a reply frame from a switch. Raises only ``WireError``."""
+    m = unpack_frame(frame, max_bytes)
+    try:
+        return _decode_reply(m)
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:  # shape errors in nested fields
+        raise WireError(Code.MALFORMED, f"bad reply ({type(e).__name__}: {str(e)[:80]})") from None
+
+
+def _opt_int(v: Any, what: str) -> int | None:
+    if v is None:
+        return None
+    if type(v) is not int:
+        raise WireError(Code.MALFORMED, f"reply {what} must be an int")
+    return v
+
+
+def _decode_reply(m: dict[str, Any]) -> Reply:
+    if m.get("v") != WIRE_VERSION:
+        raise WireError(Code.UNKNOWN_VERSION, f"reply version {m.get('v')!r} is not {WIRE_VERSION}")
+    t = m.get("type")
+    if t != "error" and t not in REQUEST_TYPES:
+        raise WireError(Code.UNKNOWN_TYPE, f"unknown reply type {str(t)[:40]!r}")
+    rid = _opt_int(m.get("id"), "id")
+    status = _opt_int(m.get("status"), "status")
+    if status is None:
+        raise WireError(Code.MALFORMED, "reply has no status")
+    slot_now = _opt_int(m.get("slot_now"), "slot_now")
+    if t == "error":
+        return Reply("error", rid, status, slot_now, message=str(m.get("msg", "")))
+    fs = tuple(int(x) for x in m.get("flow_status", ()))
+    if t == "fetch_feedback":
+        k = _opt_int(m.get("K"), "K")
+        caps = {str(a): int(b) for a, b in m["caps"].items()}
+        fb = []
+        for f in m["flows"]:
+            loads = tuple(tuple(int(x) for x in row) for row in f["load_Bps"])
+            if k is not None and any(len(row) != k for row in loads):
+                raise WireError(Code.MALFORMED, "reply load_Bps rows must have K values")
+            fb.append(FlowFeedback(str(f["flow"]), int(f["status"]), tuple(str(x) for x in f["links"]), loads,
+                                   tuple(int(x) for x in f["path_Bps"])))
+        notes = tuple(Notification(str(n["to"]), str(n["flow"]), str(n["job"]), int(n["F_bytes"]), int(n["slot"]),
+                                   str(n["from"])) for n in m["notify"])
+        return Reply(t, rid, status, slot_now, flow_status=fs, slot=_opt_int(m.get("slot"), "slot"),
+                     slot_s=float(m["slot_s"]), horizon=k, capacities_Bps=caps, feedback=tuple(fb),
+                     notifications=notes)
+    if t == "get_progress":
+        prog = tuple(FlowProgress(str(p["flow"]), str(p["job"]), int(p["cum_bytes"]), float(p["rate_Bps"]),
+                                  int(p["slot"]), str(p["host"])) for p in m["progress"])
+        return Reply(t, rid, status, slot_now, flow_status=fs, progress=prog)
+    return Reply(t, rid, status, slot_now, flow_status=fs)

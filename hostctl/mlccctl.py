@@ -1,0 +1,275 @@
+"""Policy ``mlcc``: the daemon's side of MLCC (spec tensorlights-mlcc.md 2.3), one call per slot.
+
+Each slot, for this host's DL flows (the host is their sender):
+  1. fetch feedback: per flow, the load of the switch-owned links on its path over the K
+     slots from now, the flow's own schedule excluded (switchemu, one round trip per switch);
+     this host's other flows' previous schedules are subtracted as well, so the allocator sees
+     only other hosts' load (Q-M8: it coordinates this host's own flows itself);
+  2. plan: hostctl.core.mlcchost.host_slot (Algorithms 1 and 2 in job waves) over the links
+     of all paths: this host's NIC link (capacity = the link rate hostctl controls, the local
+     table) plus the switch links the feedback named (capacity from the switch);
+  3. publish the new K-slot schedules (update_schedule) and return the rates to apply now.
+
+Modes: ``switch`` (``--switch`` given and answering) and ``local`` (no ``--switch``, or the
+switches silent for ``SILENT_SLOTS`` slots in a row: the paper's mode for unknown fabrics,
+only the NIC link is planned). In local mode the daemon keeps trying the switches every slot
+(a failed send costs nothing: the sockets do not queue towards a peer that is not connected)
+and goes back to switch mode at the first answer. Both changes are logged once.
+
+A late reply does not hold up the slot: the fetch waits at most ``fetch_timeout_s``
+(default a sixth of the slot), the publish at most ``publish_timeout_s``; a slot whose fetch
+did not answer plans with the last feedback received (if no older than K slots), else the
+NIC link alone. Slots are absolute, ``floor(unix time / slot)``: hosts and switches must be
+NTP-synchronised (switchemu refuses slots off by more than its --max-skew-ms).
+
+Choices (also in docs/mlcc.md): û (capacity available to DL traffic) is the capacity of
+each link, the NIC's being the link rate hostctl controls; DL flows are paced at most to
+their planned rate and TCP still shares with cross traffic, so pacing never takes more
+than TCP would. Dependencies (Algorithm 2's Delta and notifications) need the PS/ring role
+of every flow, which the daemon does not know yet: every flow has role NONE (no Delta).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hostctl.core import wire
+from hostctl.core.loadtable import LoadTable
+from hostctl.core.mlcc import MlccParams
+from hostctl.core.mlcchost import HostSlot, host_slot
+from hostctl.core.types import FlowKey
+
+log = logging.getLogger("hostctl")
+
+SILENT_SLOTS = 3  # switches silent this many slots in a row -> local mode
+NIC = "nic"  # this host's own egress link (the local table's link)
+MAX_LINKS = 4096  # links the host's own table can name (NIC + switch links on its flows' paths)
+
+
+@dataclass
+class FlowIn:
+    """One flow of this host for the slot (from the monitor)."""
+
+    key: FlowKey
+    job: str
+    G_bytes: float  # bytes left this iteration; nan = unknown
+    B_Bps: float  # max rate over the last 4 slots
+    sent_bytes: float  # bytes of this iteration so far
+
+
+def flow_id(key: FlowKey) -> str:
+    """A flow's id on the wire: its 4-tuple (unique in the fabric)."""
+    return f"{key.laddr}:{key.lport}>{key.raddr}:{key.rport}"
+
+
+class MlccControl:
+    def __init__(self, link_rate_Bps: int, slot_s: float, *, switch=None, host: str | None = None,
+                 horizon: int = 10, fetch_timeout_s: float | None = None, publish_timeout_s: float | None = None,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.params = MlccParams(K=horizon, slot_s=slot_s)
+        self.K = horizon
+        self.slot_s = slot_s
+        self.switch = switch  # a SwitchClient (or anything with its exchange()), None = local only
+        self.host = host
+        self.wall = wall
+        self.fetch_timeout_s = fetch_timeout_s if fetch_timeout_s is not None else slot_s / 6
+        self.publish_timeout_s = publish_timeout_s if publish_timeout_s is not None else slot_s / 12
+        self.link_ids: dict[str, int] = {NIC: 0}
+        self.caps: dict[str, int] = {NIC: int(link_rate_Bps)}
+        self.own = LoadTable(MAX_LINKS, horizon)  # this host's published schedules (the local table)
+        self.own_links: dict[str, tuple[int, ...]] = {}  # flow id -> own-table link indices
+        self.paths: dict[str, tuple[str, ...]] = {}  # flow id -> switch links (from the feedback)
+        self.mode = "switch" if switch is not None else "local"
+        self.silent = 0
+        self.fallbacks = 0
+        self.recoveries = 0
+        self.seq = 0
+        self.fb_slot: int | None = None
+        self.feedback: dict[str, dict[str, list[int]]] = {}  # flow id -> link id -> K loads (at fb_slot)
+        self.rtt_ms: deque[float] = deque(maxlen=200)  # fetch round trips (negotiation latency)
+        self.exchange_ms: deque[float] = deque(maxlen=200)  # fetch + publish, wall time in the slot
+        self.errors: dict[str, int] = {}
+        self.last: HostSlot | None = None
+        self.last_ids: list[str] = []
+        self.last_slot: int | None = None
+        self._warned: set[str] = set()
+
+    # ---------------------------------------------------------------- the slot
+    def slot_now(self) -> int:
+        return int(math.floor(self.wall() / self.slot_s))
+
+    def tick(self, flows: Sequence[FlowIn]) -> dict[FlowKey, int]:
+        """Plan the current slot; returns the rate to apply per flow (bytes/s, >= 1)."""
+        slot = self.slot_now()
+        ids = [flow_id(f.key) for f in flows]
+        t0 = time.perf_counter()
+        if self.switch is not None:
+            self._fetch(slot, flows, ids)
+        plan = self._plan(slot, flows, ids)
+        if self.switch is not None:
+            self._publish(slot, flows, ids, plan)
+            self.exchange_ms.append((time.perf_counter() - t0) * 1e3)
+        self._remember(slot, ids, plan)
+        return {f.key: max(1, int(r)) for f, r in zip(flows, plan.applied_Bps)}
+
+    def _fetch(self, slot: int, flows: Sequence[FlowIn], ids: list[str]) -> None:
+        q = [wire.FlowQuery(i, f.key.laddr, f.key.raddr) for i, f in zip(ids, flows)]
+        res = self.switch.exchange(slot, fetches=q, timeout_s=self.fetch_timeout_s)
+        answered = len(res.latency_s) > 0
+        if res.max_latency_s is not None:
+            self.rtt_ms.append(res.max_latency_s * 1e3)
+        for ep, code in res.error_codes.items():
+            name = wire.Code(code).name.lower() if code in wire.Code._value2member_map_ else str(code)
+            self.errors[name] = self.errors.get(name, 0) + 1
+            self._warn_once(name, f"switch {ep} refused this host's requests ({name}): "
+                                  f"{res.errors.get(ep, '')}; check NTP sync and --slot")
+        for fid, code in res.flow_status.items():
+            name = wire.Code(code).name.lower() if code in wire.Code._value2member_map_ else str(code)
+            self.errors[name] = self.errors.get(name, 0) + 1
+            if code == wire.Code.UNKNOWN_HOST:
+                self._warn_once("unknown_host", f"the switch does not know a host of flow {fid}: that flow is "
+                                                "planned on this host's NIC link only (add it to the topology)")
+        if answered:
+            self.silent = 0
+            if self.mode == "local":
+                self.mode = "switch"
+                self.recoveries += 1
+                log.warning("switches answer again: back to switch mode")
+            if res.capacities_Bps:
+                self.caps.update(res.capacities_Bps)
+            fb = {}
+            for fid, fl in res.feedback.items():
+                if fl.load_Bps:
+                    fb[fid] = fl.load_Bps
+                    self.paths[fid] = tuple(fl.load_Bps)
+            self.feedback, self.fb_slot = fb, slot
+        else:
+            self.silent += 1
+            if self.silent >= SILENT_SLOTS and self.mode == "switch":
+                self.mode = "local"
+                self.fallbacks += 1
+                why = "; ".join(f"{ep}: {e}" for ep, e in res.errors.items()) or "no reply"
+                log.warning("switches silent for %d slots (%s): local mode (this host's NIC link only) "
+                            "until they answer", self.silent, why)
+
+    def _links_of(self, fid: str) -> tuple[str, ...]:
+        if self.mode == "local":
+            return (NIC,)
+        return (NIC, *self.paths.get(fid, ()))
+
+    def _index(self, lid: str) -> int | None:
+        i = self.link_ids.get(lid)
+        if i is None:
+            if len(self.link_ids) >= MAX_LINKS:
+                self._warn_once("links", f"more than {MAX_LINKS} links on this host's paths: the rest are "
+                                         "not planned")
+                return None
+            i = self.link_ids[lid] = len(self.link_ids)
+        return i
+
+    def _plan(self, slot: int, flows: Sequence[FlowIn], ids: list[str]) -> HostSlot:
+        n, K = len(flows), self.K
+        links = [self._links_of(fid) for fid in ids]
+        used = sorted({lid for ls in links for lid in ls}, key=lambda x: (x != NIC, x))
+        col = {lid: i for i, lid in enumerate(used)}
+        L = max(1, len(used))
+        P = max((len(ls) for ls in links), default=1)
+        path = np.full((n, P), -1, dtype=np.int64)
+        for r, ls in enumerate(links):
+            path[r, :len(ls)] = [col[x] for x in ls]
+        cap = np.array([float(self.caps.get(lid, self.caps[NIC])) for lid in used] or [float(self.caps[NIC])])
+        others = np.zeros((L, K))
+        fresh = self.fb_slot is not None and 0 <= slot - self.fb_slot < K
+        if self.mode == "switch" and fresh:
+            shift = slot - self.fb_slot
+            # others' load per link: the feedback of any flow on it, minus this host's other flows
+            seen = np.zeros(L, dtype=bool)
+            for fid, fb in self.feedback.items():
+                for lid, row in fb.items():
+                    c = col.get(lid)
+                    if c is None or seen[c]:
+                        continue
+                    own_idx = self.link_ids.get(lid)
+                    mine = 0
+                    if own_idx is not None:
+                        mine = self.own.loads([own_idx], self.fb_slot, self.fb_slot, exclude=fid)[0]
+                    o = np.maximum(np.asarray(row, dtype=np.float64) - mine, 0.0)
+                    others[c, :K - shift] = o[shift:]
+                    seen[c] = True
+        return host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [f.sent_bytes for f in flows],
+                         np.array([f.job for f in flows], dtype=object), path, cap, cap, others, params=self.params)
+
+    def _publish(self, slot: int, flows: Sequence[FlowIn], ids: list[str], plan: HostSlot) -> None:
+        if self.mode != "switch":
+            return
+        self.seq += 1
+        ups = [wire.FlowSchedule(fid, f.job, f.key.laddr, f.key.raddr, self.seq,
+                                 tuple(float(x) for x in np.round(plan.rates_Bps[r])))
+               for r, (fid, f) in enumerate(zip(ids, flows))]
+        # flows that ended: withdraw their schedules (all zeros)
+        gone = set(self.last_ids) - set(ids)
+        ups += [wire.FlowSchedule(fid, "", *self._ends(fid), self.seq, (0.0,) * self.K) for fid in sorted(gone)]
+        if ups:
+            self.switch.exchange(slot, updates=ups, timeout_s=self.publish_timeout_s)
+
+    @staticmethod
+    def _ends(fid: str) -> tuple[str, str]:
+        a, b = fid.split(">", 1)
+        return a.rsplit(":", 1)[0], b.rsplit(":", 1)[0]
+
+    def _remember(self, slot: int, ids: list[str], plan: HostSlot) -> None:
+        for fid in set(self.own_links) - set(ids):
+            self.own.withdraw(fid, slot)
+            self.own_links.pop(fid, None)
+            self.paths.pop(fid, None)
+        for r, fid in enumerate(ids):
+            idx = tuple(i for i in (self._index(lid) for lid in self._links_of(fid)) if i is not None)
+            if self.own_links.get(fid) not in (None, idx):
+                self.own.withdraw(fid, slot)
+            self.own.update(fid, idx, slot, np.maximum(plan.rates_Bps[r], 0.0), slot)
+            self.own_links[fid] = idx
+        self.last, self.last_ids, self.last_slot = plan, ids, slot
+
+    def _warn_once(self, key: str, msg: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(msg)
+
+    # ---------------------------------------------------------------- status
+    def schedule_of(self, key: FlowKey) -> dict | None:
+        """Planned K-slot schedule (bytes/s), kind and wave of a flow in the last slot."""
+        if self.last is None:
+            return None
+        fid = flow_id(key)
+        try:
+            r = self.last_ids.index(fid)
+        except ValueError:
+            return None
+        return {"schedule_Bps": [int(x) for x in np.maximum(self.last.rates_Bps[r], 0)],
+                "kind": str(self.last.kind[r]), "wave": int(self.last.wave[r]),
+                "links": list(self._links_of(fid))}
+
+    def status(self) -> dict:
+        def pct(d, q):
+            s = sorted(d)
+            return s[min(len(s) - 1, int(len(s) * q))] if s else None
+        nic = self.own.loads([0], self.last_slot, self.last_slot)[0] if self.last_slot is not None else []
+        return {
+            "mode": self.mode, "switch": self.switch is not None, "slot": self.last_slot, "K": self.K,
+            "silent_slots": self.silent, "fallbacks": self.fallbacks, "recoveries": self.recoveries,
+            "negotiation_ms_p50": pct(self.rtt_ms, 0.5), "negotiation_ms_p90": pct(self.rtt_ms, 0.9),
+            "exchange_ms_p90": pct(self.exchange_ms, 0.9), "errors": dict(self.errors),
+            "nic_load_Bps": [int(x) for x in nic], "nic_capacity_Bps": self.caps[NIC],
+            "links": len(self.link_ids),
+        }
+
+    def close(self) -> None:
+        if self.switch is not None:
+            self.switch.close()

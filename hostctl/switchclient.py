@@ -1,0 +1,361 @@
+"""Client of the emulated switches (``switchemu``), for the daemon's per-slot exchange.
+
+One DEALER socket per switch endpoint. ``exchange()`` sends one ZeroMQ message per switch carrying
+all of this host's requests for the slot (update_schedule, fetch_feedback, and optionally
+report_progress / get_progress / notify, each batching every flow), then waits for the replies until
+a deadline, and returns whatever arrived. It never blocks past ``timeout_s``: sends are non-blocking
+(a switch that is down or still connecting is reported as an error for this slot, not waited for),
+replies are matched by request id and late replies of earlier slots are dropped. Reconnection after a
+switch restart is ZeroMQ's (no REQ lockstep to break).
+
+Routing: with a ``topology`` and endpoints keyed by switch name, each flow's update / fetch goes to
+the switches owning a link on its path, and a notification to the switch owning the last link towards
+its receiver (the receiver's ToR). Otherwise every request goes to every endpoint (one switch, or
+``switchemu --name all``). Progress reports go to every endpoint (the switches are rendezvous points).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import zmq
+
+from hostctl.core import wire
+from hostctl.core.topology import Topology
+from hostctl.core.wire import Code, Reply, Request, WireError
+from hostctl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class CurveClientKeys:
+    public: bytes
+    secret: bytes
+    server_public: bytes
+
+    @classmethod
+    def from_dir(cls, d: str, client: str = "client") -> CurveClientKeys:
+        """DIR/<client>.key_secret and DIR/server.key, as ``switchemu keygen DIR`` writes them."""
+        import zmq.auth
+
+        try:
+            pub, sec = zmq.auth.load_certificate(os.path.join(d, f"{client}.key_secret"))
+            spub, _ = zmq.auth.load_certificate(os.path.join(d, "server.key"))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--curve-keys {d}: needs {client}.key_secret and server.key ({e}): "
+                              f"see switchemu keygen") from None
+        if sec is None:
+            raise ConfigError(f"{d}/{client}.key_secret holds no secret key: see switchemu keygen")
+        return cls(pub, sec, spub)
+
+
+@dataclass
+class FlowLoads:
+    """Feedback for one flow, merged over the switches on its path (bytes/s, K slots)."""
+
+    flow_id: str
+    load_Bps: dict[str, list[int]] = field(default_factory=dict)  # link id -> K loads, own flow excluded
+    path_load_Bps: list[int] = field(default_factory=list)  # sum over the links above
+    complete: bool = True  # False if a switch on the path did not answer or reported an error
+
+
+@dataclass
+class ExchangeResult:
+    slot: int
+    feedback: dict[str, FlowLoads] = field(default_factory=dict)
+    capacities_Bps: dict[str, int] = field(default_factory=dict)
+    notifications: list[wire.Notification] = field(default_factory=list)
+    progress: dict[str, wire.FlowProgress] = field(default_factory=dict)
+    flow_status: dict[str, int] = field(default_factory=dict)  # non-zero statuses of updates/fetches by flow
+    latency_s: dict[str, float] = field(default_factory=dict)  # endpoint -> round trip
+    slot_now: dict[str, int] = field(default_factory=dict)  # endpoint -> the switch's slot
+    errors: dict[str, str] = field(default_factory=dict)  # endpoint -> what went wrong
+    error_codes: dict[str, int] = field(default_factory=dict)  # endpoint -> wire code of a rejected frame
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def max_latency_s(self) -> float | None:
+        return max(self.latency_s.values()) if self.latency_s else None
+
+
+@dataclass
+class ProbeResult:
+    latency_s: float = 0.0
+    slot_now: int | None = None
+    slot_s: float | None = None
+    horizon: int | None = None
+    error: str | None = None
+
+
+class SwitchClient:
+    """DEALER client for one or several switchemu endpoints (see the module docstring)."""
+
+    def __init__(self, endpoints: Sequence[str] | Mapping[str, str], *, host: str | None = None,
+                 topology: Topology | None = None, curve: CurveClientKeys | None = None,
+                 horizon: int = 10, context: zmq.Context | None = None):
+        if isinstance(endpoints, Mapping):
+            self.by_switch = dict(endpoints)
+            eps = list(dict.fromkeys(self.by_switch.values()))
+        else:
+            self.by_switch = {}
+            eps = list(dict.fromkeys(endpoints))
+        if not eps:
+            raise ConfigError("no switch endpoints given")
+        if topology is not None and not self.by_switch:
+            raise ConfigError("routing by topology needs endpoints keyed by switch name")
+        self.host = host
+        self.topo = topology
+        self.horizon = horizon
+        self.endpoints = eps
+        self._own_ctx = context is None
+        self.ctx = context or zmq.Context()
+        self._ids = itertools.count(random.getrandbits(40))
+        self.late_replies = 0  # replies that arrived after their exchange gave up
+        self.socks: dict[str, zmq.Socket] = {}
+        for ep in eps:
+            s = self.ctx.socket(zmq.DEALER)
+            s.linger = 0
+            s.setsockopt(zmq.IMMEDIATE, 1)  # no queueing towards a switch that is not connected
+            s.setsockopt(zmq.SNDHWM, 64)
+            s.setsockopt(zmq.RCVHWM, 256)
+            s.setsockopt(zmq.RECONNECT_IVL, 50)
+            s.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+            s.setsockopt(zmq.HEARTBEAT_IVL, 1000)
+            s.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3000)
+            if curve is not None:
+                s.curve_publickey = curve.public
+                s.curve_secretkey = curve.secret
+                s.curve_serverkey = curve.server_public
+            s.connect(ep)
+            self.socks[ep] = s
+        self.poller = zmq.Poller()
+        self._sock_ep = {}
+        for ep, s in self.socks.items():
+            self.poller.register(s, zmq.POLLIN)
+            self._sock_ep[s] = ep
+
+    def close(self) -> None:
+        for s in self.socks.values():
+            s.close(0)
+        self.socks.clear()
+        if self._own_ctx:
+            self.ctx.term()
+
+    def __enter__(self) -> SwitchClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ routing
+
+    def _eps_for_path(self, src: str, dst: str, links: tuple[str, ...] | None) -> list[str]:
+        if self.topo is None:
+            return self.endpoints
+        t = self.topo
+        idx = [t.link_index[x] for x in links] if links is not None else t.path(src, dst)
+        return list(dict.fromkeys(self.by_switch[t.links[i].src] for i in idx if t.links[i].src in self.by_switch))
+
+    def _eps_for_receiver(self, to_host: str) -> list[str]:
+        if self.topo is None or self.host is None:
+            return self.endpoints
+        path = self.topo.path(self.host, to_host)
+        if not path:
+            return self.endpoints
+        owner = self.topo.links[path[-1]].src
+        return [self.by_switch[owner]] if owner in self.by_switch else self.endpoints
+
+    # ------------------------------------------------------------------ exchange
+
+    def exchange(self, slot: int, *, updates: Sequence[wire.FlowSchedule] = (),
+                 fetches: Sequence[wire.FlowQuery] = (), progress: Sequence[wire.FlowProgress] = (),
+                 get_progress: Sequence[str] = (), notify: Sequence[wire.Notification] = (),
+                 timeout_s: float = 0.02) -> ExchangeResult:
+        """One round trip per switch for this slot; returns by ``timeout_s`` at the latest.
+
+        Request frames per switch, in this order: update_schedule, report_progress, notify,
+        fetch_feedback, get_progress (so a fetch already sees this host's own new schedules and the
+        others' reported progress)."""
+        deadline = time.monotonic() + timeout_s
+        per_ep: dict[str, dict[str, list]] = {}
+
+        def add(eps: list[str], kind: str, item) -> None:
+            for ep in eps:
+                per_ep.setdefault(ep, {}).setdefault(kind, []).append(item)
+
+        for u in updates:
+            add(self._eps_for_path(u.src, u.dst, u.links), "update_schedule", u)
+        for p in progress:
+            add(self.endpoints, "report_progress", p)
+        for n in notify:
+            add(self._eps_for_receiver(n.to_host), "notify", n)
+        for f in fetches:
+            add(self._eps_for_path(f.src, f.dst, f.links), "fetch_feedback", f)
+        if not fetches and self.host is not None:  # still pick up notifications
+            add(self.endpoints, "fetch_feedback", None)
+        for g in get_progress:
+            add(self.endpoints, "get_progress", g)
+
+        res = ExchangeResult(slot)
+        self._drain_late()
+        pending: dict[str, dict[int, tuple]] = {}
+        sent_at: dict[str, float] = {}
+        for ep, kinds in per_ep.items():
+            frames, ids = [], {}
+            for kind in ("update_schedule", "report_progress", "notify", "fetch_feedback", "get_progress"):
+                items = [x for x in kinds.get(kind, ()) if x is not None]
+                if kind not in kinds:
+                    continue
+                for i in range(0, max(1, len(items)), wire.MAX_ITEMS):
+                    rid = next(self._ids)
+                    chunk = tuple(items[i:i + wire.MAX_ITEMS])
+                    ids[rid] = chunk
+                    frames.append(wire.encode_request(Request(kind, rid, slot, self.host, chunk)))
+            for i in range(0, len(frames), wire.MAX_PARTS):
+                try:
+                    self.socks[ep].send_multipart(frames[i:i + wire.MAX_PARTS], zmq.NOBLOCK)
+                except zmq.Again:
+                    res.errors[ep] = "not connected (switch down or still connecting)"
+                    break
+            else:
+                pending[ep] = ids
+                sent_at[ep] = time.monotonic()
+        self._collect(res, pending, sent_at, deadline)
+        for ep in pending:
+            if pending[ep]:
+                res.errors.setdefault(ep, f"timeout after {timeout_s * 1000:g} ms")
+        self._mark_incomplete(res)
+        return res
+
+    def _drain_late(self) -> None:
+        for s in self.socks.values():
+            while True:
+                try:
+                    s.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self.late_replies += 1
+
+    def _collect(self, res: ExchangeResult, pending: dict[str, dict[int, tuple]], sent_at: dict[str, float],
+                 deadline: float) -> None:
+        while any(pending.values()):
+            left_ms = (deadline - time.monotonic()) * 1000.0
+            if left_ms <= 0:
+                return
+            for sock, _ in self.poller.poll(math.ceil(left_ms)):
+                ep = self._sock_ep[sock]
+                while True:
+                    try:
+                        parts = sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    for frame in parts:
+                        self._take(res, ep, frame, pending.get(ep, {}))
+                    if ep in pending and not pending[ep]:
+                        res.latency_s[ep] = time.monotonic() - sent_at[ep]
+
+    def _take(self, res: ExchangeResult, ep: str, frame: bytes, pend: dict[int, tuple]) -> None:
+        try:
+            r = wire.decode_reply(frame)
+        except WireError as e:
+            res.errors[ep] = f"bad reply: {e}"
+            return
+        if r.req_id not in pend:
+            self.late_replies += 1
+            return
+        items = pend.pop(r.req_id)
+        if r.slot_now is not None:
+            res.slot_now[ep] = r.slot_now
+        if r.type == "error":
+            res.errors[ep] = f"{Code(r.status).name.lower() if r.status in Code._value2member_map_ else r.status}: {r.message}"
+            res.error_codes[ep] = r.status
+            return
+        if r.flow_status and r.type in ("update_schedule", "report_progress", "notify"):
+            for item, code in zip(items, r.flow_status):
+                if code:
+                    res.flow_status[item.flow_id] = code
+        self._merge(res, r)
+
+    def _merge(self, res: ExchangeResult, r: Reply) -> None:
+        if r.type == "fetch_feedback":
+            res.capacities_Bps.update(r.capacities_Bps)
+            res.notifications.extend(r.notifications)
+            for f in r.feedback:
+                fl = res.feedback.setdefault(f.flow_id, FlowLoads(f.flow_id, path_load_Bps=[0] * self.horizon))
+                if f.status:
+                    fl.complete = False
+                    res.flow_status[f.flow_id] = f.status
+                    continue
+                for lid, row in zip(f.links, f.load_Bps):
+                    fl.load_Bps[lid] = list(row)
+                if len(fl.path_load_Bps) != len(f.path_load_Bps):
+                    fl.path_load_Bps = [0] * len(f.path_load_Bps)
+                fl.path_load_Bps = [a + b for a, b in zip(fl.path_load_Bps, f.path_load_Bps)]
+        elif r.type == "get_progress":
+            for p in r.progress:
+                old = res.progress.get(p.flow_id)
+                if old is None or p.slot >= old.slot:
+                    res.progress[p.flow_id] = p
+
+    def _mark_incomplete(self, res: ExchangeResult) -> None:
+        if not res.errors:
+            return
+        for fl in res.feedback.values():
+            fl.complete = False
+
+    # ------------------------------------------------------------------ probe
+
+    def probe(self, slot_s: float = 0.06, timeout_s: float = 2.0) -> ProbeResult:
+        """One fetch_feedback round trip to the first endpoint (waits for the connection within the
+        timeout). Retries once with the switch's own slot if the slot was refused (other slot length)."""
+        ep = self.endpoints[0]
+        sock = self.socks[ep]
+        deadline = time.monotonic() + timeout_s
+        slot = int(time.time() // slot_s)
+        for _ in range(2):
+            rid = next(self._ids)
+            frame = wire.encode_request(Request("fetch_feedback", rid, slot, None, ()))
+            while True:
+                try:
+                    sock.send_multipart([frame], zmq.NOBLOCK)
+                    break
+                except zmq.Again:
+                    if time.monotonic() >= deadline:
+                        return ProbeResult(error="could not connect")
+                    time.sleep(0.005)
+            t0 = time.monotonic()
+            r = self._await(sock, rid, deadline)
+            if r is None:
+                return ProbeResult(error="timeout")
+            lat = time.monotonic() - t0
+            if r.type == "error" and r.status in (Code.STALE_SLOT, Code.FUTURE_SLOT) and r.slot_now is not None:
+                slot = r.slot_now
+                continue
+            if r.type == "error":
+                return ProbeResult(lat, r.slot_now, error=f"error reply {r.status}: {r.message}")
+            return ProbeResult(lat, r.slot_now, r.slot_s, r.horizon)
+        return ProbeResult(error="slot refused twice")
+
+    def _await(self, sock: zmq.Socket, rid: int, deadline: float) -> Reply | None:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if not sock.poll(max(1, int(left * 1000))):
+                continue
+            for frame in sock.recv_multipart():
+                try:
+                    r = wire.decode_reply(frame)
+                except WireError:
+                    continue
+                if r.req_id == rid:
+                    return r
+                self.late_replies += 1

@@ -1,0 +1,199 @@
+"""switchemu command line: run an emulated switch, probe one, make CURVE keys (docs/switchemu.md).
+
+Errors are one line, ``switchemu: error: <problem and fix>``, never a traceback; that includes
+typer's own usage errors (bad or missing flags).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from typing import Optional
+
+import typer
+
+app = typer.Typer(
+    add_completion=False, pretty_exceptions_enable=False, invoke_without_command=True,
+    help="Emulated MLCC switch: per-link load over K future slots, served over ZeroMQ.",
+    epilog="Examples:\n\n  switchemu --bind tcp://127.0.0.1:5555 --topology topo.toml\n\n"
+           "  switchemu probe --connect tcp://127.0.0.1:5555\n\n  switchemu keygen /etc/switchemu/keys",
+)
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
+                        format="%(asctime)s switchemu %(levelname)s %(message)s", stream=sys.stderr)
+
+
+def _parse_csv_rates(text: str | None) -> dict[str, int]:
+    from hostctl.core.units import parse_rate_bps
+    from hostctl.errors import ConfigError
+
+    if text is None:
+        return {}
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 3:
+        raise ConfigError(f"bad --csv-rates {text!r}: give three rates HOST,TOR_UPLINK,AGG_UPLINK, "
+                          "e.g. 25gbit,100gbit,400gbit")
+    h, t, a = (parse_rate_bps(p, what="--csv-rates") for p in parts)
+    return {"host_rate_bps": h, "tor_uplink_bps": t, "agg_uplink_bps": a}
+
+
+def load_topology(path: str, csv_rates: str | None = None):
+    from hostctl.core.topology import Topology
+    from hostctl.errors import ConfigError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise ConfigError(f"topology file {path} does not exist: give --topology a TOML or Lingjun CSV file "
+                          "(see docs/switchemu.md)") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read topology file {path}: {e}") from None
+    return Topology.parse(text, filename=path, **_parse_csv_rates(csv_rates))
+
+
+@app.callback()
+def serve(
+    ctx: typer.Context,
+    bind: Optional[str] = typer.Option(None, "--bind", help="ZeroMQ endpoint, e.g. tcp://127.0.0.1:5555 or ipc:///run/sw0.sock."),
+    topology: Optional[str] = typer.Option(None, "--topology", "-t", help="Topology: TOML (docs/switchemu.md) or Lingjun CSV."),
+    name: Optional[str] = typer.Option(None, "--name", help="The switch to emulate (default: the only one); 'all' = every switch."),
+    slot_ms: float = typer.Option(60.0, "--slot-ms", help="Slot length, ms (absolute slot = floor(unix time / slot))."),
+    horizon: int = typer.Option(10, "--horizon", help="K: future slots in the load table."),
+    max_skew_ms: float = typer.Option(5.0, "--max-skew-ms", help="Accepted clock skew of a message's slot, ms."),
+    curve_keys: Optional[str] = typer.Option(None, "--curve-keys", help="Require CURVE: DIR from 'switchemu keygen DIR'."),
+    metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port."),
+    metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help="Address for --metrics-port."),
+    csv_rates: Optional[str] = typer.Option(None, "--csv-rates", help="Lingjun CSV capacities HOST,TOR_UP,AGG_UP (default 25gbit,100gbit,400gbit)."),
+    log_level: str = typer.Option("INFO", "--log-level"),
+) -> None:
+    """Run one emulated switch in the foreground (SIGTERM / Ctrl-C stop it)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from hostctl.errors import ConfigError
+
+    from switchemu.server import ServerConfig, SwitchServer, SwitchState, start_metrics
+
+    _setup_logging(log_level)
+    if not bind:
+        raise ConfigError("give --bind ENDPOINT, e.g. --bind tcp://127.0.0.1:5555")
+    if not topology:
+        raise ConfigError("give --topology FILE (TOML or Lingjun CSV, see docs/switchemu.md)")
+    if not (1.0 <= slot_ms <= 10_000.0):
+        raise ConfigError(f"--slot-ms must be within 1..10000, got {slot_ms:g}")
+    if not (1 <= horizon <= 1000):
+        raise ConfigError(f"--horizon must be within 1..1000 slots, got {horizon}")
+    if not (0.0 <= max_skew_ms < slot_ms):
+        raise ConfigError(f"--max-skew-ms must be within 0..slot length ({slot_ms:g} ms), got {max_skew_ms:g}")
+    if metrics_port is not None and not (0 < metrics_port < 65536):
+        raise ConfigError(f"--metrics-port must be within 1..65535, got {metrics_port}")
+    if curve_keys is not None and not os.path.isdir(curve_keys):
+        raise ConfigError(f"--curve-keys {curve_keys} is not a folder: create it with switchemu keygen {curve_keys}")
+    topo = load_topology(topology, csv_rates)
+    state = SwitchState(topo, name, slot_s=slot_ms / 1000.0, horizon=horizon, max_skew_s=max_skew_ms / 1000.0)
+    cfg = ServerConfig(bind=bind, slot_s=slot_ms / 1000.0, horizon=horizon, max_skew_s=max_skew_ms / 1000.0,
+                       curve_dir=curve_keys, metrics_port=metrics_port, metrics_addr=metrics_addr)
+    server = SwitchServer(state, cfg)
+    log = logging.getLogger("switchemu")
+    try:
+        if metrics_port is not None:
+            start_metrics(state, metrics_port, metrics_addr)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        signal.signal(signal.SIGHUP, lambda *_: server.reload.set())
+        auth = f"CURVE on, {server.authorized_clients()} authorized client keys" if curve_keys else "no CURVE"
+        log.info("switch %s: %d links, %d hosts in the topology, K=%d slots of %g ms, listening on %s (%s). "
+                 "Ctrl-C to stop.", state.switch, len(state.owned), len(topo.hosts), horizon, slot_ms,
+                 server.endpoint, auth)
+        server.serve(stop)
+        log.info("stopped: %s", state.stats.summary())
+    finally:
+        server.close()
+
+
+@app.command()
+def probe(
+    connect: str = typer.Option(..., "--connect", help="Endpoint of a running switchemu, e.g. tcp://127.0.0.1:5555."),
+    curve_keys: Optional[str] = typer.Option(None, "--curve-keys", help="DIR with client.key_secret and server.key."),
+    timeout: float = typer.Option(2.0, "--timeout", help="Seconds to wait for the reply."),
+    slot_ms: float = typer.Option(60.0, "--slot-ms", help="Slot length the switch uses, ms."),
+) -> None:
+    """One real fetch_feedback round trip; prints its latency (exit 1 on timeout)."""
+    from hostctl.errors import ConfigError, HostctlError
+    from hostctl.switchclient import CurveClientKeys, SwitchClient
+
+    if timeout <= 0 or slot_ms <= 0:
+        raise ConfigError("--timeout and --slot-ms must be positive")
+    keys = CurveClientKeys.from_dir(curve_keys) if curve_keys else None
+    client = SwitchClient([connect], curve=keys)
+    try:
+        res = client.probe(slot_s=slot_ms / 1000.0, timeout_s=timeout)
+    finally:
+        client.close()
+    if res.error:
+        raise HostctlError(f"no answer from {connect} within {timeout:g} s ({res.error}): is switchemu running "
+                           "there, with matching --curve-keys?")
+    typer.echo(f"{connect}: fetch round trip {res.latency_s * 1000:.3f} ms (slot_now {res.slot_now}, "
+               f"K {res.horizon}, slot {res.slot_s * 1000:g} ms)")
+
+
+@app.command()
+def keygen(
+    folder: str = typer.Argument(..., help="Folder for the keys (created)."),
+    client: str = typer.Option("client", "--client", help="Name of the client keypair to add."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing server keypair."),
+) -> None:
+    """CURVE keys: DIR/server.key(_secret), DIR/<client>.key(_secret), DIR/clients/<client>.key (authorized)."""
+    import zmq.auth
+
+    from hostctl.errors import ConfigError
+
+    if not client.isidentifier():
+        raise ConfigError(f"--client {client!r}: use letters, digits and _ only")
+    try:
+        os.makedirs(os.path.join(folder, "clients"), exist_ok=True)
+        made = []
+        if force or not os.path.exists(os.path.join(folder, "server.key_secret")):
+            zmq.auth.create_certificates(folder, "server")
+            made.append("server")
+        if os.path.exists(os.path.join(folder, f"{client}.key_secret")):
+            raise ConfigError(f"{folder}/{client}.key_secret exists: pick another --client NAME")
+        zmq.auth.create_certificates(folder, client)
+        shutil.copy(os.path.join(folder, f"{client}.key"), os.path.join(folder, "clients", f"{client}.key"))
+        os.chmod(os.path.join(folder, f"{client}.key_secret"), 0o600)
+        os.chmod(os.path.join(folder, "server.key_secret"), 0o600)
+    except OSError as e:
+        raise ConfigError(f"cannot write keys to {folder}: {e.strerror}") from None
+    made.append(client)
+    typer.echo(f"{folder}: wrote {' and '.join(made)} keypairs; {client} is authorized (clients/{client}.key). "
+               f"Give hosts server.key and {client}.key_secret.")
+
+
+def main() -> None:
+    from typer.exceptions import Abort, TyperException
+
+    from hostctl.errors import HostctlError
+
+    try:
+        rc = app(standalone_mode=False)
+    except HostctlError as e:
+        print(f"switchemu: error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except TyperException as e:  # typer's usage errors: bad or missing flags
+        print(f"switchemu: error: {e.format_message()} (see switchemu --help)", file=sys.stderr)
+        sys.exit(2)
+    except (Abort, KeyboardInterrupt):
+        sys.exit(130)
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

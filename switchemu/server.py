@@ -1,0 +1,486 @@
+"""The emulated switch: MLCC load table behind a ZeroMQ ROUTER (spec 2.4.3; docs/switchemu.md).
+
+``SwitchState`` is the logic (frames in, frames out, the time passed in); ``SwitchServer`` is the
+single-threaded poll loop around it: it drains up to ``BATCH`` messages per wake-up, reads the clock
+once per batch, and answers every request frame with one reply frame. Nothing a peer sends can stop
+it: each frame either gets a typed reply or an error reply, and is counted either way.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import os
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hostctl.core import wire
+from hostctl.core.loadtable import LoadTable
+from hostctl.core.topology import Topology, UnknownNode
+from hostctl.core.wire import Code, Reply, WireError
+from hostctl.errors import ConfigError
+
+log = logging.getLogger("switchemu")
+
+BATCH = 64  # messages handled per clock read
+LATENCY_BUCKETS_S = (10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1)
+ALL_SWITCHES = "all"
+
+
+@dataclass
+class Stats:
+    """Counters (monotonic). Every request frame ends in exactly one of ``replies`` (by type) or
+    ``errors`` (by code), so ``frames == sum(replies) + sum(errors)``."""
+
+    messages: int = 0  # ZeroMQ messages received
+    frames: int = 0  # request frames received
+    replies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(wire.REQUEST_TYPES, 0))
+    errors: dict[str, int] = field(default_factory=lambda: {c.name.lower(): 0 for c in Code if c})
+    flow_errors: dict[str, int] = field(default_factory=lambda: {c.name.lower(): 0 for c in Code if c})
+    bytes_in: int = 0
+    bytes_out: int = 0
+    auth_failures: int = 0
+    expired_flows: int = 0
+    latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
+    latency_sum_s: float = 0.0
+    latency_count: int = 0
+
+    def observe(self, seconds: float) -> None:
+        self.latency_buckets[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
+        self.latency_sum_s += seconds
+        self.latency_count += 1
+
+    def summary(self) -> str:
+        errs = {k: v for k, v in self.errors.items() if v}
+        return (f"{self.messages} messages, {self.frames} frames, replies {sum(self.replies.values())}, "
+                f"errors {errs or 0}, auth failures {self.auth_failures}")
+
+
+class SwitchState:
+    """Load table, progress store and notification queues of one emulated switch (no sockets).
+
+    ``switch`` names the switch whose outgoing links this process owns; ``"all"`` owns every
+    switch-owned link of the topology (one process emulating the whole fabric)."""
+
+    def __init__(self, topology: Topology, switch: str | None, *, slot_s: float = 0.06, horizon: int = 10,
+                 max_skew_s: float = 0.005, max_flows: int = 1_000_000, max_progress: int = 1_000_000,
+                 notify_queue: int = 1024, max_frame_bytes: int = wire.MAX_FRAME_BYTES):
+        self.topo = topology
+        self.switch = resolve_switch(topology, switch)
+        if self.switch == ALL_SWITCHES:
+            owned = [i for i, ln in enumerate(topology.links) if ln.src in topology.switches]
+        else:
+            owned = list(topology.owned_links(self.switch))
+        self.owned = owned
+        self._local = np.full(len(topology.links), -1, dtype=np.int64)
+        self._local[owned] = np.arange(len(owned))
+        self.slot_s = slot_s
+        self.horizon = horizon
+        self.max_skew_s = max_skew_s
+        skew_slots = math.ceil(max_skew_s / slot_s) + 1
+        self.table = LoadTable(len(owned), horizon, ring=horizon + 2 * skew_slots)
+        self.max_flows = max_flows
+        self.max_progress = max_progress
+        self.notify_queue = notify_queue
+        self.max_frame_bytes = max_frame_bytes
+        self.progress: OrderedDict[str, wire.FlowProgress] = OrderedDict()
+        self.progress_ttl_slots = 10 * horizon
+        self.notes: dict[str, deque[wire.Notification]] = {}
+        self.stats = Stats()
+        self._paths: dict[tuple, tuple[np.ndarray, tuple[str, ...]]] = {}
+        self._now_slot = 0
+
+    # ------------------------------------------------------------------ frames
+
+    def handle_message(self, parts: list[bytes], now_s: float) -> list[bytes]:
+        """Request frames of one ZeroMQ message (after the routing id) -> reply frames."""
+        self.stats.messages += 1
+        head: list[bytes] = []
+        if len(parts) > 1 and parts[0] == b"":  # REQ-style delimiter: echo it
+            head, parts = [b""], parts[1:]
+        if not parts or len(parts) > wire.MAX_PARTS:
+            self.stats.frames += 1
+            code = Code.MALFORMED if not parts else Code.OVERSIZED
+            self.stats.errors[code.name.lower()] += 1
+            msg = "empty message" if not parts else f"{len(parts)} frames in one message > {wire.MAX_PARTS}"
+            return head + [wire.error_reply(code, msg, None, self._slot(now_s))]
+        return head + [self.handle_frame(p, now_s) for p in parts]
+
+    def handle_frame(self, frame: bytes, now_s: float) -> bytes:
+        """One request frame -> one reply frame. Never raises."""
+        t0 = time.perf_counter()
+        st = self.stats
+        st.frames += 1
+        st.bytes_in += len(frame)
+        slot_now = self._slot(now_s)
+        try:
+            req = wire.decode_request(frame, horizon=self.horizon, max_bytes=self.max_frame_bytes)
+            self._check_slot(req, now_s, slot_now)
+            out = self._dispatch(req, slot_now)
+            st.replies[req.type] += 1
+        except WireError as e:
+            st.errors[e.code.name.lower()] += 1
+            out = wire.error_reply(e.code, e.message, e.req_id, slot_now)
+        except Exception as e:  # a bug: count it, answer, keep serving
+            log.debug("internal error on a frame", exc_info=True)
+            st.errors["internal"] += 1
+            out = wire.error_reply(Code.INTERNAL, f"internal error ({type(e).__name__})", wire.peek_id(frame), slot_now)
+        st.bytes_out += len(out)
+        st.observe(time.perf_counter() - t0)
+        return out
+
+    def _slot(self, now_s: float) -> int:
+        s = int(now_s // self.slot_s)
+        if s > self._now_slot:
+            self._now_slot = s
+            self.stats.expired_flows += self.table.advance(s)
+            self._prune_progress(s)
+        return s
+
+    def _check_slot(self, req: wire.Request, now_s: float, slot_now: int) -> None:
+        lo = int((now_s - self.max_skew_s) // self.slot_s)
+        hi = int((now_s + self.max_skew_s) // self.slot_s)
+        if req.slot < lo:
+            raise WireError(Code.STALE_SLOT, f"slot {req.slot} is stale: the switch is at slot {slot_now} "
+                            f"(slot {self.slot_s * 1000:g} ms, max skew {self.max_skew_s * 1000:g} ms)", req.req_id)
+        if req.slot > hi:
+            raise WireError(Code.FUTURE_SLOT, f"slot {req.slot} is ahead of the switch's slot {slot_now} by more "
+                            f"than the max skew {self.max_skew_s * 1000:g} ms: check NTP", req.req_id)
+
+    def _dispatch(self, req: wire.Request, slot_now: int) -> bytes:
+        t = req.type
+        if t == "update_schedule":
+            return wire.encode_reply(self._update(req, slot_now))
+        if t == "fetch_feedback":
+            return wire.encode_reply(self._fetch(req, slot_now))
+        if t == "report_progress":
+            return wire.encode_reply(self._report(req, slot_now))
+        if t == "get_progress":
+            got = tuple(p for p in (self.progress.get(f) for f in req.flows) if p is not None)
+            return wire.encode_reply(Reply(t, req.req_id, 0, slot_now, progress=got))
+        return wire.encode_reply(self._notify(req, slot_now))
+
+    # ------------------------------------------------------------------ handlers
+
+    def _owned_path(self, src: str, dst: str, links: tuple[str, ...] | None) -> tuple[np.ndarray, tuple[str, ...]]:
+        """(local table indices, link ids) of the links on the flow's path that this switch owns."""
+        key = (src, dst, links)
+        got = self._paths.get(key)
+        if got is not None:
+            return got
+        topo = self.topo
+        if links is None:
+            try:
+                path = topo.path(src, dst)
+            except UnknownNode as e:
+                raise WireError(Code.UNKNOWN_HOST, str(e)) from None
+        else:
+            try:
+                path = tuple(topo.link_index[x] for x in links)
+            except KeyError as e:
+                raise WireError(Code.UNKNOWN_LINK, f"unknown link {e.args[0]!r}") from None
+        mine = [g for g in path if self._local[g] >= 0]
+        got = (self._local[mine], tuple(topo.links[g].link_id for g in mine))
+        if len(self._paths) > 100_000:
+            self._paths.clear()
+        self._paths[key] = got
+        return got
+
+    def _flow_error(self, code: Code) -> int:
+        self.stats.flow_errors[code.name.lower()] += 1
+        return int(code)
+
+    def _update(self, req: wire.Request, slot_now: int) -> Reply:
+        table = self.table
+        status: list[int] = []
+        for f in req.flows:
+            try:
+                idx, _ = self._owned_path(f.src, f.dst, f.links)
+            except WireError as e:
+                status.append(self._flow_error(e.code))
+                continue
+            if len(table) >= self.max_flows and f.flow_id not in table:
+                status.append(self._flow_error(Code.REFUSED))
+                continue
+            ok = table.update(f.flow_id, idx, req.slot, f.rates_Bps, slot_now, seq=f.seq, job_id=f.job_id)
+            status.append(0 if ok else self._flow_error(Code.REORDERED))
+        return _status_reply(req, slot_now, status)
+
+    def _fetch(self, req: wire.Request, slot_now: int) -> Reply:
+        notes: tuple[wire.Notification, ...] = ()
+        if req.host is not None:
+            try:
+                name = self.topo.host(req.host).name
+            except UnknownNode as e:
+                raise WireError(Code.UNKNOWN_HOST, str(e)) from None
+            q = self.notes.pop(name, None)
+            if q:
+                oldest = slot_now - self.horizon
+                notes = tuple(n for n in q if n.slot >= oldest)
+        caps: dict[str, int] = {}
+        fb: list[wire.FlowFeedback] = []
+        links_all = self.topo.links
+        for f in req.flows:
+            try:
+                idx, ids = self._owned_path(f.src, f.dst, f.links)
+            except WireError as e:
+                fb.append(wire.FlowFeedback(f.flow_id, self._flow_error(e.code)))
+                continue
+            loads = self.table.loads(idx, req.slot, slot_now, exclude=f.flow_id)
+            for lid in ids:
+                if lid not in caps:
+                    caps[lid] = links_all[self.topo.link_index[lid]].capacity_Bps
+            rows = loads.tolist()
+            fb.append(wire.FlowFeedback(f.flow_id, 0, ids, tuple(map(tuple, rows)),
+                                        tuple(loads.sum(axis=0).tolist()) if rows else (0,) * self.horizon))
+        status = next((x.status for x in fb if x.status), 0)
+        return Reply("fetch_feedback", req.req_id, status, slot_now, slot=req.slot, slot_s=self.slot_s,
+                     horizon=self.horizon, capacities_Bps=caps, feedback=tuple(fb), notifications=notes)
+
+    def _report(self, req: wire.Request, slot_now: int) -> Reply:
+        host = req.host or ""
+        status: list[int] = []
+        for p in req.flows:
+            if len(self.progress) >= self.max_progress and p.flow_id not in self.progress:
+                status.append(self._flow_error(Code.REFUSED))
+                continue
+            self.progress[p.flow_id] = wire.FlowProgress(p.flow_id, p.job_id, p.cum_bytes, p.rate_Bps, req.slot, host)
+            self.progress.move_to_end(p.flow_id)
+            status.append(0)
+        return _status_reply(req, slot_now, status)
+
+    def _prune_progress(self, slot_now: int) -> None:
+        oldest = slot_now - self.progress_ttl_slots
+        prog = self.progress
+        while prog:
+            k, p = next(iter(prog.items()))
+            if p.slot >= oldest:
+                break
+            del prog[k]
+
+    def _notify(self, req: wire.Request, slot_now: int) -> Reply:
+        status: list[int] = []
+        for n in req.flows:
+            try:
+                to = self.topo.host(n.to_host).name
+            except UnknownNode:
+                status.append(self._flow_error(Code.UNKNOWN_HOST))
+                continue
+            q = self.notes.get(to)
+            if q is None:
+                if len(self.notes) >= len(self.topo.hosts):
+                    status.append(self._flow_error(Code.REFUSED))
+                    continue
+                q = self.notes[to] = deque(maxlen=self.notify_queue)
+            q.append(wire.Notification(to, n.flow_id, n.job_id, n.f_pred_bytes, req.slot, req.host or ""))
+            status.append(0)
+        return _status_reply(req, slot_now, status)
+
+
+def _status_reply(req: wire.Request, slot_now: int, status: list[int]) -> Reply:
+    bad = any(status)
+    return Reply(req.type, req.req_id, next((s for s in status if s), 0), slot_now,
+                 flow_status=tuple(status) if bad else ())
+
+
+def resolve_switch(topology: Topology, switch: str | None) -> str:
+    """The switch this process emulates: the given name, or the only switch of the topology."""
+    if switch is None:
+        if len(topology.switches) == 1:
+            return next(iter(topology.switches))
+        names = list(topology.switches)
+        shown = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+        raise ConfigError(f"the topology has {len(names)} switches ({shown}): give --name SWITCH "
+                          f"(one switchemu per switch) or --name {ALL_SWITCHES}")
+    if switch != ALL_SWITCHES and switch not in topology.switches:
+        raise ConfigError(f"switch {switch!r} is not in the topology: give one of its [[switch]] names "
+                          f"or --name {ALL_SWITCHES}")
+    return switch
+
+
+# ---------------------------------------------------------------------- sockets
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    bind: str
+    slot_s: float = 0.06
+    horizon: int = 10
+    max_skew_s: float = 0.005
+    curve_dir: str | None = None  # DIR with server.key_secret and clients/*.key (switchemu keygen)
+    metrics_port: int | None = None
+    metrics_addr: str = "127.0.0.1"
+
+
+class SwitchServer:
+    """ROUTER socket + poll loop around a ``SwitchState``. Call ``serve(stop)`` from the main thread."""
+
+    def __init__(self, state: SwitchState, cfg: ServerConfig, clock=time.time):
+        import zmq
+
+        self.state = state
+        self.cfg = cfg
+        self.clock = clock
+        self.reload = threading.Event()
+        self.ctx = zmq.Context()
+        self.auth = None
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.linger = 0
+        self.sock.setsockopt(zmq.MAXMSGSIZE, 16 * state.max_frame_bytes)  # larger frames: peer dropped
+        self.sock.setsockopt(zmq.RCVHWM, 100_000)
+        self.sock.setsockopt(zmq.SNDHWM, 100_000)
+        self.monitor = None
+        try:
+            if cfg.curve_dir:
+                self._setup_curve(cfg.curve_dir)
+            try:
+                self.sock.bind(cfg.bind)
+            except zmq.ZMQError as e:
+                raise ConfigError(f"cannot bind {cfg.bind}: {e.strerror}: pick a free port or another --bind") from None
+            self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup_curve(self, d: str) -> None:
+        import zmq
+        import zmq.auth
+        from zmq.auth.thread import ThreadAuthenticator
+
+        secret_file = os.path.join(d, "server.key_secret")
+        clients = os.path.join(d, "clients")
+        if not os.path.isfile(secret_file) or not os.path.isdir(clients):
+            raise ConfigError(f"--curve-keys {d}: needs server.key_secret and a clients/ folder: run switchemu keygen {d}")
+        try:
+            public, secret = zmq.auth.load_certificate(secret_file)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--curve-keys {d}: cannot read server.key_secret ({e}): run switchemu keygen {d}") from None
+        self.auth = ThreadAuthenticator(self.ctx, log=logging.getLogger("switchemu.auth"))
+        self.auth.start()
+        self.auth.configure_curve(domain="*", location=clients)
+        self.sock.curve_secretkey = secret
+        self.sock.curve_publickey = public
+        self.sock.curve_server = True
+        self.monitor = self.sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+
+    def authorized_clients(self) -> int:
+        if not self.cfg.curve_dir:
+            return 0
+        clients = os.path.join(self.cfg.curve_dir, "clients")
+        return sum(1 for f in os.listdir(clients) if f.endswith(".key"))
+
+    def serve(self, stop: threading.Event) -> None:
+        import zmq
+
+        sock, state = self.sock, self.state
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        if self.monitor is not None:
+            poller.register(self.monitor, zmq.POLLIN)
+        while not stop.is_set():
+            if self.reload.is_set():
+                self.reload.clear()
+                if self.auth is not None and self.cfg.curve_dir:
+                    self.auth.configure_curve(domain="*", location=os.path.join(self.cfg.curve_dir, "clients"))
+                    log.info("reloaded %d authorized client keys", self.authorized_clients())
+            events = dict(poller.poll(100))
+            if self.monitor is not None and self.monitor in events:
+                self._drain_monitor()
+            if sock not in events:
+                state._slot(self.clock())  # keep expiring while idle
+                continue
+            now = self.clock()
+            for _ in range(BATCH):
+                try:
+                    msg = sock.recv_multipart(zmq.NOBLOCK, copy=True)
+                except zmq.Again:
+                    break
+                if len(msg) < 2:
+                    continue  # cannot happen on a ROUTER (the routing id is always there)
+                out = state.handle_message(msg[1:], now)
+                try:
+                    sock.send_multipart([msg[0], *out], zmq.NOBLOCK)
+                except zmq.Again:
+                    pass  # the peer's queue is full or it is gone: the reply is dropped
+
+    def _drain_monitor(self) -> None:
+        import zmq
+        from zmq.utils.monitor import recv_monitor_message
+
+        while True:
+            try:
+                recv_monitor_message(self.monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self.state.stats.auth_failures += 1
+
+    def close(self) -> None:
+        if self.monitor is not None:
+            try:
+                self.sock.disable_monitor()
+            except Exception:  # the socket may already be closed
+                log.debug("disable_monitor", exc_info=True)
+            self.monitor.close(0)
+        self.sock.close(0)
+        if self.auth is not None:
+            self.auth.stop()
+        self.ctx.term()
+
+
+# ---------------------------------------------------------------------- metrics
+
+
+class StatsCollector:
+    """Prometheus view of ``Stats`` (read from the HTTP thread; all dict keys exist from the start)."""
+
+    def __init__(self, state: SwitchState):
+        self.state = state
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        s = self.state.stats
+        req = CounterMetricFamily("switchemu_requests", "Request frames answered, by type", labels=["type"])
+        for k, v in list(s.replies.items()):
+            req.add_metric([k], v)
+        err = CounterMetricFamily("switchemu_errors", "Request frames rejected with an error reply, by code", labels=["code"])
+        for k, v in list(s.errors.items()):
+            err.add_metric([k], v)
+        ferr = CounterMetricFamily("switchemu_flow_errors", "Flows/items rejected inside accepted frames, by code", labels=["code"])
+        for k, v in list(s.flow_errors.items()):
+            ferr.add_metric([k], v)
+        yield from (req, err, ferr)
+        yield CounterMetricFamily("switchemu_messages", "ZeroMQ messages received", value=s.messages)
+        yield CounterMetricFamily("switchemu_frames", "Request frames received", value=s.frames)
+        yield CounterMetricFamily("switchemu_received_bytes", "Request bytes received", value=s.bytes_in)
+        yield CounterMetricFamily("switchemu_sent_bytes", "Reply bytes sent", value=s.bytes_out)
+        yield CounterMetricFamily("switchemu_auth_failures", "CURVE handshakes refused", value=s.auth_failures)
+        yield CounterMetricFamily("switchemu_expired_flows", "Flows forgotten after K silent slots", value=s.expired_flows)
+        yield GaugeMetricFamily("switchemu_table_flows", "Flows in the load table", value=len(self.state.table))
+        yield GaugeMetricFamily("switchemu_table_links", "Links owned by this switch", value=len(self.state.owned))
+        yield GaugeMetricFamily("switchemu_progress_flows", "Flows in the progress store", value=len(self.state.progress))
+        buckets, acc = [], 0
+        counts = list(s.latency_buckets)
+        for le, c in zip((*map(str, LATENCY_BUCKETS_S), "+Inf"), counts):
+            acc += c
+            buckets.append((le, acc))
+        h = HistogramMetricFamily("switchemu_frame_seconds", "Time to handle one request frame, seconds",
+                                  buckets=buckets, sum_value=s.latency_sum_s)
+        yield h
+
+
+def start_metrics(state: SwitchState, port: int, addr: str) -> None:
+    from prometheus_client import start_http_server
+    from prometheus_client.registry import CollectorRegistry
+
+    reg = CollectorRegistry()
+    reg.register(StatsCollector(state))
+    try:
+        start_http_server(port, addr=addr, registry=reg)
+    except OSError as e:
+        raise ConfigError(f"cannot serve metrics on {addr}:{port}: {e.strerror}: pick another --metrics-port") from None

@@ -1,0 +1,362 @@
+"""Real `switchemu` processes on loopback / ipc with real pyzmq clients (no root needed).
+
+Every process started here is stopped by its PID in a fixture finalizer, even when a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import msgpack
+import pytest
+import zmq
+
+from hostctl.core import wire
+from hostctl.core.wire import Code
+from hostctl.switchclient import CurveClientKeys, SwitchClient
+
+SWITCHEMU = os.path.join(sys.prefix, "bin", "switchemu")
+SLOT_S = 0.06
+K = 10
+
+TOPO = """
+[[switch]]
+name = "sw0"
+hosts = {count = 8, prefix = "h", first_addr = "10.100.0.1"}
+host_rate = "1gbit"
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _installed():
+    if not os.access(SWITCHEMU, os.X_OK):
+        pytest.skip(f"{SWITCHEMU} not found: pip install -e . into the venv")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def slot_now() -> int:
+    return int(time.time() // SLOT_S)
+
+
+def metrics(port: int) -> dict[str, float]:
+    out = {}
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line and not line.startswith("#"):
+                k, _, v = line.rpartition(" ")
+                out[k] = float(v)
+    return out
+
+
+class Procs:
+    def __init__(self):
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, *args: str) -> subprocess.Popen:
+        p = subprocess.Popen([SWITCHEMU, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        return p
+
+    def stop_all(self):
+        for p in self.procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait(5)
+            for f in (p.stdout, p.stderr):
+                if f:
+                    f.close()
+
+
+@pytest.fixture
+def procs():
+    ps = Procs()
+    try:
+        yield ps
+    finally:
+        ps.stop_all()
+
+
+@pytest.fixture
+def topo_file(tmp_path):
+    p = tmp_path / "topo.toml"
+    p.write_text(TOPO)
+    return str(p)
+
+
+def wait_up(endpoint: str, proc: subprocess.Popen, curve: CurveClientKeys | None = None, timeout_s: float = 10.0):
+    deadline = time.monotonic() + timeout_s
+    with SwitchClient([endpoint], curve=curve) as c:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise AssertionError(f"switchemu exited {proc.returncode}: {proc.stderr.read()}")
+            if c.probe(SLOT_S, timeout_s=0.5).error is None:
+                return
+        raise AssertionError("switchemu did not answer")
+
+
+@pytest.fixture
+def server(procs, topo_file, tmp_path):
+    ep = f"ipc://{tmp_path}/sw0.sock"
+    mport = free_port()
+    p = procs.start("--bind", ep, "--topology", topo_file, "--metrics-port", str(mport), "--log-level", "WARNING")
+    wait_up(ep, p)
+    return ep, mport, p
+
+
+def exchange_ok(c: SwitchClient, **kw):
+    """An exchange that tolerates the connection still coming up (IMMEDIATE sockets)."""
+    for _ in range(50):
+        r = c.exchange(slot_now(), timeout_s=0.5, **kw)
+        if not any("not connected" in e for e in r.errors.values()):
+            return r
+        time.sleep(0.02)
+    return r
+
+
+def sched(flow, src, dst, rate, job="j1", seq=1):
+    return wire.FlowSchedule(flow, job, src, dst, seq, tuple([float(rate)] * K))
+
+
+def test_round_trip_self_exclusion_progress_and_notification(server):
+    ep, mport, _ = server
+    with SwitchClient([ep], host="h0") as a, SwitchClient([ep], host="10.100.0.2") as b:
+        r = exchange_ok(a, updates=[sched("f1", "h0", "h1", 1000), sched("f2", "h2", "h1", 300)],
+                        fetches=[wire.FlowQuery("f1", "h0", "h1")],
+                        progress=[wire.FlowProgress("f1", "j1", 4096, 1000.0)],
+                        notify=[wire.Notification("h1", "f1", "j1", 4000)])
+        assert r.ok, r.errors
+        fl = r.feedback["f1"]
+        assert fl.complete and fl.load_Bps == {"sw0>h1": [300] * K}  # own excluded, same-job f2 included
+        assert fl.path_load_Bps == [300] * K
+        assert r.capacities_Bps == {"sw0>h1": 10**9 // 8}
+        # the same update twice is idempotent; a new schedule replaces the old one
+        exchange_ok(a, updates=[sched("f2", "h2", "h1", 300)])
+        r2 = exchange_ok(b, updates=[sched("f2", "h2", "h1", 50, seq=2)], fetches=[wire.FlowQuery("f3", "h1", "h1")],
+                         get_progress=["f1", "nope"])
+        assert r2.ok, r2.errors
+        assert [(n.to_host, n.flow_id, n.f_pred_bytes, n.from_host) for n in r2.notifications] == [("h1", "f1", 4000, "h0")]
+        assert r2.progress["f1"].cum_bytes == 4096 and "nope" not in r2.progress
+        r3 = exchange_ok(a, fetches=[wire.FlowQuery("f1", "h0", "h1"), wire.FlowQuery("fx", "h0", "h99")])
+        assert r3.feedback["f1"].load_Bps == {"sw0>h1": [50] * K}
+        assert r3.flow_status == {"fx": Code.UNKNOWN_HOST}
+        r4 = exchange_ok(b)  # a notification is delivered once
+        assert r4.notifications == []
+    m = metrics(mport)
+    assert m["switchemu_table_flows"] == 2
+
+
+def test_stale_and_future_slots_get_error_codes(server):
+    ep, mport, _ = server
+    with SwitchClient([ep], host="h0") as c:
+        exchange_ok(c)
+        for off, code in ((-10, Code.STALE_SLOT), (10, Code.FUTURE_SLOT)):
+            r = c.exchange(slot_now() + off, updates=[sched("f", "h0", "h1", 5)], timeout_s=1.0)
+            assert r.error_codes == {ep: code}, r.errors
+            assert abs(r.slot_now[ep] - slot_now()) <= 1
+    m = metrics(mport)
+    assert m['switchemu_errors_total{code="stale_slot"}'] >= 1 and m['switchemu_errors_total{code="future_slot"}'] >= 1
+
+
+def _fuzz_messages(n_frames: int, rng: random.Random) -> list[list[bytes]]:
+    valid = wire.encode_request(wire.Request("update_schedule", 1, slot_now(), "h0", (sched("f", "h0", "h1", 5),)))
+    vals = [None, True, 1.5, -3, 2**64 - 1, "x", b"y", [], {}, {"v": 1}, {"v": 1, "type": "notify"},
+            {"v": 1, "type": "fetch_feedback", "id": 3, "slot": 1, "flows": [{"flow": 1}]},
+            {"v": 7, "type": "x", "id": -1}, [1, [2, [3]]], {"flows": [None] * 50}]
+    out, frames = [], 0
+
+    def one() -> bytes:
+        k = rng.randrange(6)
+        if k == 0:
+            return rng.randbytes(rng.randrange(0, 200))
+        if k == 1:
+            return msgpack.packb(rng.choice(vals))
+        if k == 2:
+            return valid[:rng.randrange(len(valid))]
+        if k == 3:
+            b = bytearray(valid)
+            b[rng.randrange(len(b))] = rng.randrange(256)
+            return bytes(b)
+        if k == 4:
+            return msgpack.packb({"v": 1, "type": rng.choice(wire.REQUEST_TYPES), "id": rng.randrange(2**32),
+                                  "slot": rng.randrange(2**40), rng.choice(["flows", "items"]): [rng.choice(vals)]})
+        return valid if rng.random() < 0.3 else b""
+
+    while frames < n_frames:
+        r = rng.random()
+        if r < 0.002:
+            msg = [b"\x00" * (wire.MAX_FRAME_BYTES + 10)]  # oversized frame: error reply
+        elif r < 0.01:
+            msg = [one() for _ in range(wire.MAX_PARTS + 1)]  # too many parts
+        elif r < 0.2:
+            msg = [one() for _ in range(rng.randrange(2, 6))]  # multi-part garbage
+        else:
+            msg = [one()]
+        out.append(msg)
+        parts = msg[1:] if len(msg) > 1 and msg[0] == b"" else msg
+        frames += 1 if not parts or len(parts) > wire.MAX_PARTS else len(parts)
+    return out
+
+
+def _expected_frames(msg: list[bytes]) -> int:
+    parts = msg[1:] if len(msg) > 1 and msg[0] == b"" else msg
+    return 1 if not parts or len(parts) > wire.MAX_PARTS else len(parts)
+
+
+def test_fuzz_10k_frames_server_survives_and_counters_add_up(server):
+    ep, mport, proc = server
+    before = metrics(mport)
+    msgs = _fuzz_messages(10_000, random.Random(1234))
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.linger = 0
+    s.connect(ep)
+    try:
+        got_frames = 0
+        for i in range(0, len(msgs), 200):
+            chunk = msgs[i:i + 200]
+            for m in chunk:
+                s.send_multipart(m)
+            for m in chunk:
+                assert s.poll(10_000), "no reply from the switch"
+                reply = s.recv_multipart()
+                if len(m) > 1 and m[0] == b"":
+                    assert reply[0] == b""
+                    reply = reply[1:]
+                assert len(reply) == _expected_frames(m)
+                for f in reply:
+                    wire.decode_reply(f)  # every reply frame is well formed
+                got_frames += len(reply)
+    finally:
+        s.close(0)
+        ctx.term()
+    assert got_frames >= 10_000
+    assert proc.poll() is None
+    with SwitchClient([ep], host="h0") as c:
+        r = exchange_ok(c, updates=[sched("ok", "h0", "h1", 9)], fetches=[wire.FlowQuery("ok", "h0", "h1")])
+        assert r.ok and r.feedback["ok"].complete, r.errors
+    after = metrics(mport)
+
+    def d(key):
+        return after.get(key, 0) - before.get(key, 0)
+
+    frames = d("switchemu_frames_total")
+    replies = sum(d(k) for k in after if k.startswith("switchemu_requests_total"))
+    errors = sum(d(k) for k in after if k.startswith("switchemu_errors_total"))
+    assert frames == got_frames + 2  # + the final update and fetch
+    assert frames == replies + errors
+    assert d('switchemu_errors_total{code="malformed"}') > 1000
+    assert d('switchemu_errors_total{code="oversized"}') > 0
+    assert d('switchemu_errors_total{code="internal"}') == 0
+
+
+def test_switch_restart_is_survived(procs, topo_file, tmp_path):
+    ep = f"ipc://{tmp_path}/restart.sock"
+    p = procs.start("--bind", ep, "--topology", topo_file, "--log-level", "WARNING")
+    wait_up(ep, p)
+    with SwitchClient([ep], host="h0") as c:
+        assert exchange_ok(c, fetches=[wire.FlowQuery("f", "h0", "h1")]).ok
+        os.kill(p.pid, signal.SIGTERM)
+        assert p.wait(5) == 0
+        t0 = time.monotonic()
+        r = c.exchange(slot_now(), fetches=[wire.FlowQuery("f", "h0", "h1")], timeout_s=0.03)
+        assert not r.ok and time.monotonic() - t0 < 0.5  # never blocks past the timeout
+        p2 = procs.start("--bind", ep, "--topology", topo_file, "--log-level", "WARNING")
+        wait_up(ep, p2)
+        for _ in range(100):
+            r = c.exchange(slot_now(), fetches=[wire.FlowQuery("f", "h0", "h1")], timeout_s=0.1)
+            if r.ok:
+                break
+            time.sleep(0.05)
+        assert r.ok, r.errors
+
+
+def test_sigterm_exits_cleanly_with_a_summary(server):
+    _, _, p = server
+    os.kill(p.pid, signal.SIGTERM)
+    assert p.wait(5) == 0
+
+
+def _keygen(folder) -> None:
+    r = subprocess.run([SWITCHEMU, "keygen", str(folder)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+
+
+def test_curve_accepts_authorized_and_refuses_unknown_keys(procs, topo_file, tmp_path):
+    keys, rogue = tmp_path / "keys", tmp_path / "rogue"
+    _keygen(keys)
+    _keygen(rogue)
+    shutil.copy(keys / "server.key", rogue / "server.key")  # knows the server, but is not authorized
+    ep = f"tcp://127.0.0.1:{free_port()}"
+    mport = free_port()
+    p = procs.start("--bind", ep, "--topology", topo_file, "--curve-keys", str(keys), "--metrics-port", str(mport),
+                    "--log-level", "WARNING")
+    good = CurveClientKeys.from_dir(str(keys))
+    wait_up(ep, p, curve=good)
+    with SwitchClient([ep], host="h0", curve=good) as c:
+        assert exchange_ok(c, fetches=[wire.FlowQuery("f", "h0", "h1")]).ok
+    with SwitchClient([ep], host="h0", curve=CurveClientKeys.from_dir(str(rogue))) as c:
+        time.sleep(0.3)
+        r = c.exchange(slot_now(), fetches=[wire.FlowQuery("f", "h0", "h1")], timeout_s=0.3)
+        assert not r.ok and not r.feedback
+    r = subprocess.run([SWITCHEMU, "probe", "--connect", ep, "--curve-keys", str(rogue), "--timeout", "0.5"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    r = subprocess.run([SWITCHEMU, "probe", "--connect", ep, "--curve-keys", str(keys)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert metrics(mport)["switchemu_auth_failures_total"] >= 1
+
+
+def test_probe_exit_codes(server, tmp_path):
+    ep, _, _ = server
+    r = subprocess.run([SWITCHEMU, "probe", "--connect", ep], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and "fetch round trip" in r.stdout and " ms" in r.stdout, r.stderr
+    r = subprocess.run([SWITCHEMU, "probe", "--connect", f"ipc://{tmp_path}/nobody.sock", "--timeout", "0.3"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("switchemu: error: no answer from") and len(r.stderr.splitlines()) == 1
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([SWITCHEMU, *args], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "COLUMNS": "100", "NO_COLOR": "1"})
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--bind", "tcp://127.0.0.1:1", "--topology", "/nonexistent/topo.toml"], "does not exist"),
+    (["--topology", "TOPO"], "give --bind"),
+    (["--bind", "tcp://127.0.0.1:1"], "give --topology"),
+    (["--bind", "tcp://127.0.0.1:1", "--topology", "TOPO", "--slot-ms", "abc"], "--slot-ms"),
+    (["--bind", "tcp://127.0.0.1:1", "--topology", "TOPO", "--no-such-flag"], "--no-such-flag"),
+    (["--bind", "tcp://127.0.0.1:1", "--topology", "TOPO", "--horizon", "0"], "--horizon"),
+    (["--bind", "tcp://127.0.0.1:1", "--topology", "TOPO", "--name", "sw9"], "not in the topology"),
+    (["--bind", "tcp://127.0.0.1:1", "--topology", "RACKS"], "--name"),
+    (["--bind", "nonsense", "--topology", "TOPO"], "cannot bind"),
+    (["--bind", "tcp://127.0.0.1:1", "--topology", "TOPO", "--curve-keys", "/nonexistent"], "--curve-keys"),
+    (["--bind", "tcp://127.0.0.1:1", "--topology", "BAD"], "host_rate"),
+    (["probe"], "--connect"),
+])
+def test_cli_errors_are_one_line(args, fragment, topo_file, tmp_path):
+    racks = tmp_path / "racks.toml"
+    racks.write_text('[[switch]]\nname="t0"\nparent="a"\nuplink_rate="1gbit"\n[[switch]]\nname="a"\n')
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[switch]]\nname="t0"\nhost_rate="fast"\n')
+    args = [{"TOPO": topo_file, "RACKS": str(racks), "BAD": str(bad)}.get(a, a) for a in args]
+    r = _cli(*args)
+    out = f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert r.returncode != 0 and "Traceback" not in r.stdout + r.stderr, out
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("switchemu: error: ") and fragment in lines[0], out

@@ -1,0 +1,172 @@
+"""Load table (hostctl.core.loadtable): spec properties 19-22 against a brute-force model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hostctl.core.loadtable import MAX_RATE_Bps, LoadTable
+
+K = 4
+N_LINKS = 5
+RING = 6
+
+
+class Model:
+    """Latest schedule per flow; loads summed from scratch (the definition of property 19)."""
+
+    def __init__(self):
+        self.flows: dict[str, tuple[tuple[int, ...], int, list[int], int]] = {}
+        self.now = None
+
+    def advance(self, now):
+        self.now = now if self.now is None else max(self.now, now)
+        self.flows = {f: v for f, v in self.flows.items() if v[1] + K - 1 >= self.now}
+
+    def update(self, f, links, start, rates, now, seq):
+        self.advance(now)
+        old = self.flows.get(f)
+        if old is not None and seq < old[3]:
+            return False
+        # slots from now + RING on are beyond what the table stores: dropped at update time
+        kept = [r if start + j < self.now + RING else 0 for j, r in enumerate(rates)]
+        if not any(kept) or not links or start + K - 1 < self.now:
+            self.flows.pop(f, None)
+        else:
+            self.flows[f] = (tuple(links), start, kept, seq)
+        return True
+
+    def loads(self, links, start, now, exclude=None):
+        self.advance(now)
+        out = np.zeros((len(links), K), dtype=np.int64)
+        for f, (ls, s0, rates, _) in self.flows.items():
+            if f == exclude:
+                continue
+            for i, ln in enumerate(links):
+                if ln not in ls:
+                    continue
+                for j in range(K):
+                    t = start + j
+                    if self.now <= t and s0 <= t < s0 + K:
+                        out[i, j] += rates[t - s0]
+        return out
+
+
+flow_ids = st.sampled_from(["a", "b", "c", "d"])
+link_sets = st.lists(st.integers(0, N_LINKS - 1), min_size=0, max_size=3, unique=True)
+rate_lists = st.lists(st.one_of(st.just(0), st.integers(0, 10**9)), min_size=K, max_size=K)
+ops = st.lists(st.one_of(
+    st.tuples(st.just("update"), flow_ids, link_sets, st.integers(-2, 3), rate_lists, st.integers(0, 3)),
+    st.tuples(st.just("withdraw"), flow_ids),
+    st.tuples(st.just("tick"), st.integers(0, 7)),
+), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops)
+def test_table_matches_latest_schedules(seq_ops):
+    """Property 19 (consistency with the latest schedules), 20 (expiry) and 21 (self-exclusion)."""
+    t, m = LoadTable(N_LINKS, K, ring=RING), Model()
+    now = 100
+    for op in seq_ops:
+        if op[0] == "update":
+            _, f, links, off, rates, seq = op
+            assert t.update(f, links, now + off, rates, now, seq=seq) == m.update(f, links, now + off, rates, now, seq)
+        elif op[0] == "withdraw":
+            t.withdraw(op[1], now)
+            m.advance(now)
+            m.flows.pop(op[1], None)
+        else:
+            now += op[1]
+        all_links = list(range(N_LINKS))
+        for start in (now - 1, now, now + 1):
+            assert np.array_equal(t.loads(all_links, start, now), m.loads(all_links, start, now))
+        for f in ("a", "b"):
+            assert np.array_equal(t.loads(all_links, now, now, exclude=f), m.loads(all_links, now, now, exclude=f))
+        assert np.array_equal(t.recompute(), m.loads(all_links, now, now))
+        assert set(t._flows) == set(m.flows)
+        assert (t.loads(all_links, now, now) >= 0).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(link_sets, st.integers(-1, 2), rate_lists, st.lists(st.tuples(flow_ids, link_sets, rate_lists), max_size=4))
+def test_same_update_twice_is_idempotent(links, off, rates, others):
+    t = LoadTable(N_LINKS, K, ring=RING)
+    for f, ls, rs in others:
+        t.update(f, ls, 10, rs, 10)
+    t.update("x", links, 10 + off, rates, 10, seq=1)
+    once = t.loads(range(N_LINKS), 10, 10).copy()
+    t.update("x", links, 10 + off, rates, 10, seq=1)
+    assert np.array_equal(t.loads(range(N_LINKS), 10, 10), once)
+
+
+def test_replace_not_add():
+    t = LoadTable(2, K)
+    t.update("f", [0, 1], 10, [5, 20, 0, 0], 10)
+    t.update("f", [0, 1], 10, [1, 1, 1, 1], 10)
+    assert t.loads([0, 1], 10, 10).tolist() == [[1, 1, 1, 1]] * 2
+
+
+def test_self_exclusion_keeps_same_job_flows():
+    t = LoadTable(1, K)
+    t.update("ps->w1", [0], 10, [10, 10, 10, 10], 10, job_id="j")
+    t.update("ps->w2", [0], 10, [3, 3, 3, 3], 10, job_id="j")
+    assert t.loads([0], 10, 10, exclude="ps->w1").tolist() == [[3, 3, 3, 3]]
+    assert t.loads([0], 10, 10, exclude="ps->w2").tolist() == [[10, 10, 10, 10]]
+    assert t.path_load([0], 10, 10, exclude="nobody").tolist() == [13, 13, 13, 13]
+
+
+def test_expiry_after_k_silent_slots():
+    t = LoadTable(1, K)
+    t.update("f", [0], 10, [1, 2, 3, 4], 10)
+    assert t.loads([0], 12, 12).tolist() == [[3, 4, 0, 0]]
+    assert len(t) == 1
+    t.advance(10 + K)
+    assert len(t) == 0 and t.expired_flows == 1
+    assert not t.loads([0], 10 + K, 10 + K).any()
+    t.advance(10**6)  # a long jump: no per-slot loop over a million slots
+    assert not t._agg.any()
+
+
+def test_withdraw_by_zero_schedule_leaves_exact_zero():
+    t = LoadTable(3, K)
+    t.update("f", [0, 2], 10, [0.1, 1e9 / 3, 7.5, 1e12], 10)
+    t.update("f", [0, 2], 10, [0, 0, 0, 0], 10)
+    assert len(t) == 0 and not t._agg.any()
+    t.update("g", [1], 10, [1, 1, 1, 1], 10)
+    assert t.withdraw("g", 10) and not t.withdraw("g", 10)
+    assert not t._agg.any()
+
+
+def test_older_seq_is_ignored():
+    t = LoadTable(1, K)
+    t.update("f", [0], 10, [5] * K, 10, seq=5)
+    assert t.update("f", [0], 10, [9] * K, 10, seq=4) is False
+    assert t.loads([0], 10, 10).tolist() == [[5] * K]
+
+
+def test_bad_input_raises_valueerror():
+    t = LoadTable(2, K)
+    for links, rates in (([5], [1] * K), ([0, 0], [1] * K), ([0], [1] * (K + 1)), ([0], [-1] + [0] * (K - 1)),
+                         ([0], [float("nan")] + [0] * (K - 1)), ([0], [MAX_RATE_Bps + 1] + [0] * (K - 1))):
+        with pytest.raises(ValueError):
+            t.update("f", links, 10, rates, 10)
+    assert len(t) == 0 and not t._agg.any()
+
+
+def test_many_flows_fetch_cost_is_independent_of_flow_count():
+    """1000s of flows: the aggregate is incremental (a read touches no per-flow state)."""
+    import time
+
+    t = LoadTable(64, 10)
+    rng = np.random.default_rng(1)
+    for i in range(5000):
+        t.update(i, rng.choice(64, 2, replace=False), 10, rng.integers(0, 10**6, 10), 10)
+    t0 = time.perf_counter()
+    for i in range(2000):
+        t.loads([i % 64, (i + 1) % 64], 10, 10, exclude=i)
+    per_read_s = (time.perf_counter() - t0) / 2000
+    assert per_read_s < 200e-6, per_read_s
+    assert np.array_equal(t.recompute()[:, :], t.loads(range(64), 10, 10))

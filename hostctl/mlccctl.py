@@ -98,6 +98,7 @@ class MlccControl:
         self.errors: dict[str, int] = {}
         self.last: HostSlot | None = None
         self.last_ids: list[str] = []
+        self.last_flows: dict[str, FlowIn] = {}
         self.last_slot: int | None = None
         self._warned: set[str] = set()
 
@@ -116,10 +117,12 @@ class MlccControl:
         if self.switch is not None:
             self._publish(slot, flows, ids, plan)
             self.exchange_ms.append((time.perf_counter() - t0) * 1e3)
-        self._remember(slot, ids, plan)
+        self._remember(slot, ids, flows, plan)
         return {f.key: max(1, int(r)) for f, r in zip(flows, plan.applied_Bps)}
 
     def _fetch(self, slot: int, flows: Sequence[FlowIn], ids: list[str]) -> None:
+        if not flows:
+            return  # nothing to ask (and no answer is not silence)
         q = [wire.FlowQuery(i, f.key.laddr, f.key.raddr) for i, f in zip(ids, flows)]
         res = self.switch.exchange(slot, fetches=q, timeout_s=self.fetch_timeout_s)
         answered = len(res.latency_s) > 0
@@ -214,17 +217,15 @@ class MlccControl:
                                  tuple(float(x) for x in np.round(plan.rates_Bps[r])))
                for r, (fid, f) in enumerate(zip(ids, flows))]
         # flows that ended: withdraw their schedules (all zeros)
-        gone = set(self.last_ids) - set(ids)
-        ups += [wire.FlowSchedule(fid, "", *self._ends(fid), self.seq, (0.0,) * self.K) for fid in sorted(gone)]
+        now = set(ids)
+        ups += [wire.FlowSchedule(fid, f.job, f.key.laddr, f.key.raddr, self.seq, (0.0,) * self.K)
+                for fid, f in sorted(self.last_flows.items()) if fid not in now]
         if ups:
-            self.switch.exchange(slot, updates=ups, timeout_s=self.publish_timeout_s)
+            res = self.switch.exchange(slot, updates=ups, timeout_s=self.publish_timeout_s)
+            for ep, code in res.error_codes.items():
+                self._warn_once(f"publish{code}", f"switch {ep} refused this host's schedules: {res.errors.get(ep)}")
 
-    @staticmethod
-    def _ends(fid: str) -> tuple[str, str]:
-        a, b = fid.split(">", 1)
-        return a.rsplit(":", 1)[0], b.rsplit(":", 1)[0]
-
-    def _remember(self, slot: int, ids: list[str], plan: HostSlot) -> None:
+    def _remember(self, slot: int, ids: list[str], flows: Sequence[FlowIn], plan: HostSlot) -> None:
         for fid in set(self.own_links) - set(ids):
             self.own.withdraw(fid, slot)
             self.own_links.pop(fid, None)
@@ -236,6 +237,7 @@ class MlccControl:
             self.own.update(fid, idx, slot, np.maximum(plan.rates_Bps[r], 0.0), slot)
             self.own_links[fid] = idx
         self.last, self.last_ids, self.last_slot = plan, ids, slot
+        self.last_flows = dict(zip(ids, flows))
 
     def _warn_once(self, key: str, msg: str) -> None:
         if key not in self._warned:

@@ -72,16 +72,16 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     K, t = int(params.K), float(params.slot_s)
     G = np.asarray(G_bytes, dtype=np.float64)
     n = G.shape[0]
-    job = np.asarray(job, dtype=object)
-    pidx = np.asarray(path, dtype=np.int64).reshape(n, -1)
-    cap = np.asarray(cap_Bps, dtype=np.float64)
-    L = cap.shape[0]
-    floor = wait_floor_Bps(t) if floor_Bps is None else float(floor_Bps)
     rates = np.zeros((n, K))
     kind = np.full(n, "idle", dtype=object)
     wave = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return HostSlot(rates, np.zeros(0), kind, wave, None)
+    job = np.asarray(job, dtype=object)
+    pidx = np.asarray(path, dtype=np.int64).reshape(n, -1)
+    cap = np.asarray(cap_Bps, dtype=np.float64)
+    L = cap.shape[0]
+    floor = wait_floor_Bps(t) if floor_Bps is None else float(floor_Bps)
 
     valid = pidx >= 0
     gidx = np.where(valid, pidx, L)  # padding -> an extra link of infinite capacity
@@ -102,9 +102,11 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
         job_left = {}
         for j, g in zip(job[active].tolist(), G[active].tolist()):
             job_left[j] = job_left.get(j, 0.0) + g
-        w = job_waves(job[planned], job_left)
-        last = int(w.max()) + 1 if w.size else 0
-        w = np.where(unknown[planned], last, w)  # unknown sizes after every known one
+        w = np.zeros(planned.size, dtype=np.int64)
+        known = active[planned]
+        if known.any():
+            w[known] = job_waves(job[planned][known], job_left)
+            w[~known] = int(w[known].max()) + 1  # unknown sizes after every known one
         wave[planned] = w
         Gp = np.where(unknown[planned], path_cap[planned] * K * t, G[planned])
         plan = allocate(Gp, pidx[planned], load_Bps, avail_Bps, cap, np.asarray(B_Bps, dtype=np.float64)[planned],

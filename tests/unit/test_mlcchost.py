@@ -1,0 +1,92 @@
+"""hostctl.core.mlcchost: one host's slot (which flows are planned, waves, floors, idle rates)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hostctl.core.mlcc import MlccParams
+from hostctl.core.mlcchost import host_slot, job_waves, wait_floor_Bps
+
+C = 62.5e6  # 500 Mbit/s in bytes/s
+P = MlccParams()
+T = P.slot_s
+
+
+def nic_only(n):
+    return np.zeros((n, 1), dtype=np.int64)
+
+
+def run(G, job, *, path=None, cap=(C,), load=None, B=None):
+    n = len(G)
+    L = len(cap)
+    return host_slot(np.asarray(G, float), np.zeros(n) if B is None else B, np.zeros(n), np.array(job, dtype=object),
+                     nic_only(n) if path is None else path, np.asarray(cap, float), np.asarray(cap, float),
+                     np.zeros((L, P.K)) if load is None else load, params=P)
+
+
+def test_smaller_job_goes_first_and_the_other_is_deferred():
+    # job a: 2 flows x 0.6 MB (1.2 MB), job b: 2 flows x 1.2 MB; the link carries 3.75 MB per slot
+    r = run([0.6e6, 0.6e6, 1.2e6, 1.2e6], ["b2", "b2", "a1", "a1"])
+    assert list(r.wave) == [0, 0, 1, 1]  # b2 has fewer bytes left: wave 0 despite its name
+    assert r.rates_Bps[:2, 0] == pytest.approx([0.6e6 / T] * 2)  # done in slot 0, just in time
+    # every slot: this host's plan fits the link (the floor aside)
+    assert (r.rates_Bps.sum(axis=0) <= C * (1 + 1e-9) + 4 * wait_floor_Bps(T)).all()
+    sent = r.rates_Bps.sum(axis=1) * T
+    assert sent == pytest.approx([0.6e6, 0.6e6, 1.2e6, 1.2e6], rel=1e-6)
+
+
+def test_waiting_flows_get_the_floor_and_idle_flows_an_equal_share():
+    load = np.zeros((1, P.K))
+    load[0, :3] = C  # other hosts fill the link for 3 slots
+    r = run([1e6, 0.0, 0.0, 0.0], ["a", "b", "b", "c"], load=load)
+    assert list(r.kind) == ["active", "idle", "idle", "idle"]
+    assert r.applied_Bps[0] == pytest.approx(wait_floor_Bps(T))  # planned 0 now, but not stuck
+    assert r.rates_Bps[0, 1:3].max() == 0 and r.rates_Bps[0, 3] > 0
+    assert r.applied_Bps[1:] == pytest.approx([C / 4] * 3)
+    assert (r.rates_Bps[1:] == 0).all()  # idle flows publish no load
+    assert list(r.wave) == [0, -1, -1, -1]
+
+
+def test_unknown_size_flows_take_what_the_known_ones_leave():
+    r = run([1.2e6, np.nan], ["a", "z"])
+    assert list(r.kind) == ["active", "unknown"] and list(r.wave) == [0, 1]
+    assert r.rates_Bps[0, 0] == pytest.approx(1.2e6 / T)
+    assert r.rates_Bps[1, 0] == pytest.approx(C - 1.2e6 / T)
+    assert r.rates_Bps[1, 1:] == pytest.approx([C] * (P.K - 1))
+
+
+def test_paths_over_two_links_respect_the_tighter_one():
+    # link 0: NIC (C), link 1: a switch port at C/2; flow 0 crosses both, flow 1 only the NIC
+    path = np.array([[0, 1], [0, -1]])
+    r = run([3e6, 3e6], ["a", "b"], path=path, cap=(C, C / 2))
+    assert r.rates_Bps[0].max() <= C / 2 * (1 + 1e-9)
+    assert r.applied_Bps.max() <= C
+
+
+def test_no_flows():
+    r = run([], [])
+    assert r.rates_Bps.shape == (0, P.K) and r.plan is None
+
+
+def test_job_waves_ties_by_name():
+    assert list(job_waves(np.array(["b", "a", "b"], dtype=object), {"a": 5.0, "b": 5.0})) == [1, 0, 1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, float("nan"), 1e4, 3e5, 2e6, 2e7]), st.sampled_from("abc")),
+                min_size=1, max_size=12),
+       st.floats(0.0, 1.0))
+def test_applied_rates_are_positive_and_within_the_path(flows, busy):
+    G = [g for g, _ in flows]
+    load = np.full((1, P.K), busy * C)
+    r = run(G, [j for _, j in flows], load=load)
+    assert (r.applied_Bps > 0).all() and (r.applied_Bps <= C * (1 + 1e-9)).all()
+    assert (r.rates_Bps >= -1e-6).all()
+    planned = r.kind != "idle"
+    if r.plan is not None:  # the starvation floor (Q-M4) is the documented exception
+        planned[np.flatnonzero(planned)[r.plan.floored]] = False
+    # the host's planned load beyond slot 0 stays within the headroom (property 8 for sums)
+    assert (r.rates_Bps[planned, 1:].sum(axis=0) <= (1 - busy) * C * (1 + 1e-9) + 1e-3).all()

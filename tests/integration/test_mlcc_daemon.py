@@ -1,0 +1,115 @@
+"""`hostctl start --policy mlcc` on real veths, cgroups, TCP and a real switchemu: the flow is
+paced to the rate its plan allows on the switch's link towards the receiver; killing
+switchemu sends the daemon to local mode (NIC link only) after 3 silent slots and the flow
+speeds up; restarting switchemu brings switch mode and the switch's limit back.
+
+The switch's topology gives the receiver's port 40 Mbit/s while the daemon's NIC link is
+1 Gbit/s (the veth itself is not shaped): only the switch's feedback can hold the flow to
+40 Mbit/s. switchemu listens on an ipc:// socket, which the daemon in its namespace reaches
+(unix sockets are not scoped by network namespace)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import HOSTCTL, wait_for
+from tests.integration.test_pacing_daemon import mbit, recv, serve, status
+
+pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf]
+
+SWITCHEMU = os.path.join(sys.prefix, "bin", "switchemu")
+
+TOPO = """
+[[switch]]
+name = "sw0"
+hosts = ["ps=10.77.0.1", "wk=10.77.0.2"]
+host_rate = "40mbit"
+"""
+
+
+def start_switch(pair, topo, ep):
+    p = subprocess.Popen([SWITCHEMU, "--bind", ep, "--topology", topo, "--log-level", "WARNING"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    pair.procs.append(p)
+    return p
+
+
+def start_mlcc(pair, host, cgroup, port, *extra):
+    d = subprocess.Popen(host.nsenter(HOSTCTL, "start", "--policy", "mlcc", "--iface", host.dev,
+                                      "--link-rate", "1gbit", "--ports", str(port), "--cgroup", cgroup,
+                                      "--rescan", "0.5", *extra),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pair.procs.append(d)
+
+    def ready():
+        if d.poll() is not None:
+            raise AssertionError(f"daemon exited: {d.stderr.read()}")
+        r = host.hostctl("status", "--json")
+        if r.returncode != 0:
+            return None
+        st = json.loads(r.stdout)
+        return st if st["jobs"] and st.get("pacing") else None
+
+    wait_for(ready, 30, 0.2, "mlcc daemon ready")
+    return d
+
+
+def rate_now(host) -> float:
+    """Measured rate of the (only) flow over the last slot, Mbit/s."""
+    fl = status(host)["pacing"]["flows"]
+    return fl[0]["rate_bps"] / 1e6 if fl else 0.0
+
+
+def test_switch_feedback_paces_the_flow_then_fallback_and_recovery(pair, cgroup, tmp_path):
+    topo = tmp_path / "topo.toml"
+    topo.write_text(TOPO)
+    ep = f"ipc://{tmp_path}/sw.sock"
+    sw = start_switch(pair, str(topo), ep)
+    serve(pair, pair.ps, cgroup, 5301)
+    start_mlcc(pair, pair.ps, cgroup, 5301, "--switch", ep)
+    rx = recv(pair, pair.wk, pair.ps, 5301, 14)
+    t0 = time.monotonic()
+
+    # switch mode: the plan names the switch's link and holds the flow to its 40 Mbit/s
+    st = wait_for(lambda: (s := status(pair.ps)) and s["pacing"]["flows"] and s["pacing"]["flows"][0]["plan"]
+                  and s, 10, 0.2, "a planned flow")
+    assert st["pacing"]["mlcc"]["mode"] == "switch"
+    plan = st["pacing"]["flows"][0]["plan"]
+    assert plan["links"] == ["nic", "sw0>wk"] and plan["kind"] == "unknown"  # no iteration size yet
+    assert max(plan["schedule_Bps"]) <= 40e6 / 8 * 1.001
+    time.sleep(max(0.0, 4.0 - (time.monotonic() - t0)))
+
+    # kill the switch: local mode after 3 silent slots, logged; the flow is planned on the NIC
+    os.kill(sw.pid, signal.SIGKILL)
+    sw.wait(5)
+    t_kill = time.monotonic() - t0
+    st = wait_for(lambda: (s := status(pair.ps)) and s["pacing"]["mlcc"]["mode"] == "local" and s, 5, 0.1,
+                  "local mode")
+    assert st["pacing"]["mlcc"]["fallbacks"] == 1
+    time.sleep(max(0.0, 8.5 - (time.monotonic() - t0)))
+
+    # restart it: switch mode again, the limit is back
+    start_switch(pair, str(topo), ep)
+    t_back = time.monotonic() - t0
+    st = wait_for(lambda: (s := status(pair.ps)) and s["pacing"]["mlcc"]["mode"] == "switch" and s, 5, 0.1,
+                  "switch mode again")
+    assert st["pacing"]["mlcc"]["recoveries"] == 1
+    t_sw = time.monotonic() - t0
+
+    out, err = rx.communicate(timeout=60)
+    assert rx.returncode == 0, err
+    res = json.loads(out)
+    before = mbit(res, 1.5, t_kill - 0.2)
+    during = mbit(res, t_kill + 1.0, t_back - 0.2)
+    after = mbit(res, t_sw + 1.0, 13.5)
+    print(f"mlcc daemon: switch {before:.1f}, local {during:.1f}, switch again {after:.1f} Mbit/s")
+    assert before == pytest.approx(40, rel=0.08), (before, during, after)
+    assert during > 3 * 40, (before, during, after)  # unlimited but for the 1 Gbit/s NIC plan
+    assert after == pytest.approx(40, rel=0.08), (before, during, after)

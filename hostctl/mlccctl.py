@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -62,6 +63,7 @@ class FlowIn:
     G_bytes: float  # bytes left this iteration; nan = unknown
     B_Bps: float  # max rate over the last 4 slots
     sent_bytes: float  # bytes of this iteration so far
+    moving: bool = True  # progress in the last slot
 
 
 def flow_id(key: FlowKey) -> str:
@@ -101,6 +103,8 @@ class MlccControl:
         self.last_flows: dict[str, FlowIn] = {}
         self.last_slot: int | None = None
         self._warned: set[str] = set()
+        trace = os.environ.get("HOSTCTL_MLCC_TRACE")
+        self.trace = open(trace.replace("{pid}", str(os.getpid())), "a", encoding="utf-8") if trace else None
 
     # ---------------------------------------------------------------- the slot
     def slot_now(self) -> int:
@@ -118,6 +122,8 @@ class MlccControl:
             self._publish(slot, flows, ids, plan)
             self.exchange_ms.append((time.perf_counter() - t0) * 1e3)
         self._remember(slot, ids, flows, plan)
+        if self.trace is not None:
+            self._trace(slot, flows, ids, plan)
         return {f.key: max(1, int(r)) for f, r in zip(flows, plan.applied_Bps)}
 
     def _fetch(self, slot: int, flows: Sequence[FlowIn], ids: list[str]) -> None:
@@ -207,7 +213,8 @@ class MlccControl:
                     others[c, :K - shift] = o[shift:]
                     seen[c] = True
         return host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [f.sent_bytes for f in flows],
-                         np.array([f.job for f in flows], dtype=object), path, cap, cap, others, params=self.params)
+                         np.array([f.job for f in flows], dtype=object), path, cap, cap, others,
+                         moving=[f.moving for f in flows], params=self.params)
 
     def _publish(self, slot: int, flows: Sequence[FlowIn], ids: list[str], plan: HostSlot) -> None:
         if self.mode != "switch":
@@ -238,6 +245,18 @@ class MlccControl:
             self.own_links[fid] = idx
         self.last, self.last_ids, self.last_slot = plan, ids, slot
         self.last_flows = dict(zip(ids, flows))
+
+    def _trace(self, slot: int, flows: Sequence[FlowIn], ids: list[str], plan: HostSlot) -> None:
+        """One JSON line per slot (HOSTCTL_MLCC_TRACE=FILE): what the plan saw and decided."""
+        import json
+
+        rec = {"slot": slot, "mode": self.mode, "flows": [
+            {"id": fid, "job": f.job, "G": None if f.G_bytes != f.G_bytes else f.G_bytes, "B": f.B_Bps,
+             "sent": f.sent_bytes, "kind": str(plan.kind[r]), "wave": int(plan.wave[r]),
+             "applied": float(plan.applied_Bps[r]), "plan": [int(x) for x in plan.rates_Bps[r]]}
+            for r, (fid, f) in enumerate(zip(ids, flows))]}
+        self.trace.write(json.dumps(rec) + "\n")
+        self.trace.flush()
 
     def _warn_once(self, key: str, msg: str) -> None:
         if key not in self._warned:

@@ -97,6 +97,9 @@ class PaceControl:
         for job, size, start in hints:
             self.monitor.hint(job, size, start)
 
+        if self.mlcc is not None:  # the configured model size: each flow's bytes per iteration (Q-M12)
+            for jid, job in jobs.items():
+                self.monitor.expect(jid, job.model_bytes or None)
         self.slots, _dropped = allocate_slots(sorted(jobs), self.slots, MAX_JOB_SLOTS)
         slot_job = {s: j for j, s in self.slots.items()}
         readout = self.datapath.read_pacing()
@@ -160,7 +163,7 @@ class PaceControl:
                 out.append(FlowIn(key, job, float("nan"), 0.0, 0.0))
                 continue
             out.append(FlowIn(key, job, float(stats.bytes_left[i]), float(stats.max_rate_Bps[i]),
-                              float(stats.iter_bytes[i])))
+                              float(stats.iter_bytes[i]), bool(stats.active[i])))
         return out
 
     def close(self) -> None:

@@ -23,6 +23,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from hostctl import consts
 from hostctl.bench.scenario import JobDef, Scenario
 from hostctl.core.traffic import shards
 from hostctl.errors import HostctlError
@@ -44,13 +45,15 @@ def policy_order(policies: tuple[str, ...], repeat: int) -> list[str]:
     return list(policies[k:] + policies[:k])
 
 
-def host_jobs(sc: Scenario, host: str) -> list[dict]:
+def host_jobs(sc: Scenario, host: str, workers: bool | None = None) -> list[dict]:
     """hostctl [[jobs]] entries for the DL traffic *sent* by `host`: its listening ports (PS shards,
-    all-reduce ranks), torch ranks by command line, and with ``[hostctl] workers = true`` its PS
-    workers by command line (their gradients go to a remote port)."""
+    all-reduce ranks), torch ranks by command line, and with ``[hostctl] workers = true`` (or
+    ``workers=True``: policy mlcc plans every DL flow) its PS workers by command line (their
+    gradients go to a remote port)."""
     out = []
+    workers = sc.hostctl.workers if workers is None else workers
     for j in sc.jobs:
-        if j.kind == "ps" and sc.hostctl.workers and host in j.worker_hosts and host not in j.ps_hosts:
+        if j.kind == "ps" and workers and host in j.worker_hosts and host not in j.ps_hosts:
             # the gradients this host's workers send to the job's parameter servers
             match = rf"hostctl\.workloads\.ps worker .*--job {re.escape(j.name)}( |$)"
             out.append({"name": j.name, "match": match, "model_size": j.model_bytes})
@@ -67,6 +70,24 @@ def host_jobs(sc: Scenario, host: str) -> list[dict]:
         if ports:
             out.append({"name": j.name, "ports": ports, "model_size": j.model_bytes})
     return out
+
+
+def switch_topology(sc: Scenario, addr) -> str:
+    """The testbed as a switchemu topology (docs/switchemu.md): one switch, or racks of hosts
+    under tor0.. joined through agg by uplinks of the scenario's capacity."""
+    t = sc.topology
+    lines = []
+    for r in range(t.racks):
+        hosts = [h for h, rk in zip(t.hosts, t.rack_of) if rk == r]
+        lines += ["[[switch]]", f'name = "{"sw0" if t.racks == 1 else f"tor{r}"}"',
+                  "hosts = [" + ", ".join(f'"{h}={addr(h)}"' for h in hosts) + "]",
+                  f'host_rate = "{t.link_bps}bit"']
+        if t.racks > 1:
+            lines += ['parent = "agg"', f'uplink_rate = "{t.uplink_bps}bit"']
+        lines.append("")
+    if t.racks > 1:
+        lines += ["[[switch]]", 'name = "agg"', ""]
+    return "\n".join(lines)
 
 
 def _toml(jobs: list[dict]) -> str:
@@ -126,6 +147,7 @@ class Run:
     servers: list[subprocess.Popen] = field(default_factory=list)
     cross: dict[str, list[subprocess.Popen]] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
+    switch_ep: str = ""  # policy mlcc: the run's switchemu endpoint (ipc://)
 
     # --- processes ------------------------------------------------------------
     def _start(self, host: str, argv: list[str], tag: str, net_only: bool = False) -> subprocess.Popen:
@@ -140,24 +162,53 @@ class Run:
         assert self.tb is not None
         return self.tb.host(host).addr
 
+    def start_switch(self) -> None:
+        """Policy mlcc: one switchemu for the whole fabric (``--name all``), on an ipc socket every
+        host namespace reaches; it runs in the first host's namespace, so `testbed down` ends it."""
+        assert self.tb is not None
+        topo = os.path.join(self.raw_dir, "switch-topology.toml")
+        with open(topo, "w") as f:
+            f.write(switch_topology(self.sc, self._addr))
+        self.switch_ep = f"ipc:///tmp/hc-sw-{os.getpid()}-{uuid.uuid4().hex[:8]}.sock"
+        host = self.sc.topology.hosts[0]
+        p = self._start(host, [sys.executable, "-m", "switchemu.cli", "--bind", self.switch_ep, "--topology", topo,
+                               "--name", "all", "--log-level", "WARNING"], "switchemu", net_only=True)
+        from hostctl.switchclient import SwitchClient
+
+        with SwitchClient([self.switch_ep]) as c:
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            while c.probe(consts.DEFAULT_SLOT_S, timeout_s=0.5).error is not None:
+                if p.poll() is not None or time.monotonic() > deadline:
+                    err = open(os.path.join(self.raw_dir, "switchemu.err")).read().strip()
+                    raise RunError(f"switchemu did not start: {err[-400:] or 'no answer'}")
+
     def start_daemons(self) -> None:
         sc, tb = self.sc, self.tb
         assert tb is not None
         hs = sc.hostctl
+        mlcc = self.policy in ("mlcc", "mlcc-local")
+        if self.policy == "mlcc":
+            self.start_switch()
         for h in sc.topology.hosts:
-            jobs = host_jobs(sc, h)
+            jobs = host_jobs(sc, h, workers=True if mlcc else None)
             pol = self.policy if (h in sc.policy_hosts() and jobs) else "fifo"
             cfg = os.path.join(self.raw_dir, f"hostctl-{h}.toml")
             with open(cfg, "w") as f:
                 f.write(_toml(jobs) if pol != "fifo" else "")
-            argv = [HOSTCTL, "start", "--policy", pol, "--iface", "eth0", "--link-rate",
+            argv = [HOSTCTL, "start", "--policy", "mlcc" if pol == "mlcc-local" else pol, "--iface", "eth0",
+                    "--link-rate",
                     f"{sc.topology.link_bps}bit", "--other-rate", hs.other_rate, "--bands", str(hs.bands),
                     "--rr-interval", str(hs.rr_interval_s), "--rescan", str(hs.rescan_s), "--log-level", "WARNING"]
             if pol != "fifo":
                 argv += ["--config", cfg]
-            if pol == "cap":  # the pacer watches this host's cgroup only
-                argv += ["--cap", hs.cap or "", "--cgroup", tb.host(h).cgroup]
-            self.daemons[h] = self._start(h, argv, f"hostctl-{h}", net_only=pol == "cap")
+            paced = pol in ("cap", "mlcc", "mlcc-local")
+            if paced:  # the pacer watches this host's cgroup only
+                argv += ["--cgroup", tb.host(h).cgroup]
+            if pol == "cap":
+                argv += ["--cap", hs.cap or ""]
+            if pol == "mlcc":
+                argv += ["--switch", self.switch_ep]
+            self.daemons[h] = self._start(h, argv, f"hostctl-{h}", net_only=paced)
             self.daemon_policy[h] = pol
 
     def daemon_status(self, host: str) -> dict | None:
@@ -331,7 +382,12 @@ class Run:
         finally:
             if cpu.is_alive():
                 cpu.stop()
-            self.tb.down()
+            self.tb.down()  # also ends switchemu (it runs in a host namespace)
+            if self.switch_ep:
+                try:
+                    os.unlink(self.switch_ep[len("ipc://"):])
+                except OSError:
+                    pass
         return res
 
     def _collect_cross(self, name: str, deadline: float) -> dict:

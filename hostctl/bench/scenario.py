@@ -58,7 +58,10 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hostctl.config import ALL_POLICIES as POLICIES
+from hostctl.config import ALL_POLICIES
+
+# bench-only name: policy mlcc without switchemu (each host plans on its own NIC link only)
+POLICIES = (*ALL_POLICIES, "mlcc-local")
 from hostctl.core.units import parse_rate_bps, parse_size_bytes
 from hostctl.errors import ConfigError
 

@@ -14,9 +14,22 @@ Which flows are planned, and how (choices the papers leave to the implementer):
   hint, ``G`` NaN) are planned as backlogged (``G`` = what their path carries in K
   slots) in a last wave: they take what the known flows leave, and their schedule is
   published like any other, so other hosts see their load.
-- **Idle** flows (``G == 0``: this iteration's bytes are all sent) are not planned; they
-  get an *idle rate*, an equal share of their tightest link among this host's flows on
-  it, so that a new iteration's burst starts at a fair rate until the next slot plans it.
+- **Idle** flows (``G == 0``: this iteration's bytes are all sent; or no progress in the
+  last slot, whatever G says: the monitor's byte count can lag a finished burst by its
+  last window, and a flow that was free to send but did not has nothing to send) are not
+  planned; they
+  get an *idle rate*, the headroom of their path in slot 0 (capacity minus other hosts'
+  planned load; at least an equal share of their tightest link among this host's flows),
+  so that a new iteration's burst starts as it would without hostctl (TCP shares it)
+  until the next slot plans it. An equal share alone would hold a burst that starts
+  while the host's other flows are idle to 1/n of the link: not work-conserving.
+- A flow whose plan ends in slot 0 is paced at the path's headroom in slot 0 (the
+  capacity minus other hosts' load), not at its slot-0 volume / t: the tables count
+  volume per slot, so sending that volume early in the slot changes no other plan, while
+  stretching a 5 ms burst over a 60 ms slot would add 55 ms to its iteration (the paper's
+  flows span many slots; the testbed's bursts are shorter than a slot).
+- Unknown-size flows publish their slot-0 rate only (they reserve no future slot they may
+  not use).
 - Every flow that has bytes gets at least ``wait_floor_Bps`` (default 4 MSS per slot),
   also in a slot where its plan says 0: the pacer changes a socket's rate only on its
   TCP callbacks (bpf/hc_pace.c), so a flow held at ~0 would get no ACK, hence no
@@ -60,7 +73,7 @@ def job_waves(job: np.ndarray, job_left: dict[str, float]) -> np.ndarray:
     return np.array([rank[j] for j in job.tolist()], dtype=np.int64)
 
 
-def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bps, *,
+def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bps, *, moving=None,
               params: MlccParams = MlccParams(), floor_Bps: float | None = None) -> HostSlot:
     """Plan this host's flows for the current slot.
 
@@ -68,7 +81,10 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     4 slots; sent_bytes [n]: bytes of this iteration already sent; job [n]: job id per flow;
     path [n, P]: link indices padded with -1 (every flow crosses at least its NIC link);
     cap_Bps [L], avail_Bps [L], load_Bps [L, K]: per-link capacity, capacity available to DL
-    traffic and the load of *other* hosts' flows (see core/mlcc.allocate)."""
+    traffic and the load of *other* hosts' flows (see core/mlcc.allocate). moving [n] (default
+    all): the flow made progress in the last slot; one that did not is idle whatever its G says
+    (it was free to send and did not: the application has nothing to send, e.g. it waits at the
+    barrier while the last ACKs of its burst are not counted yet)."""
     K, t = int(params.K), float(params.slot_s)
     G = np.asarray(G_bytes, dtype=np.float64)
     n = G.shape[0]
@@ -87,8 +103,9 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     gidx = np.where(valid, pidx, L)  # padding -> an extra link of infinite capacity
     ext_cap = np.append(cap, np.inf)
     path_cap = ext_cap[gidx].min(axis=1)  # [n] tightest link
-    unknown = np.isnan(G)
-    active = ~unknown & (G > 0)
+    mv = np.ones(n, dtype=bool) if moving is None else np.asarray(moving, dtype=bool)
+    unknown = np.isnan(G) & mv
+    active = ~np.isnan(G) & (G > 0) & mv
     kind[active] = "active"
     kind[unknown] = "unknown"
 
@@ -112,7 +129,18 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
         plan = allocate(Gp, pidx[planned], load_Bps, avail_Bps, cap, np.asarray(B_Bps, dtype=np.float64)[planned],
                         sent_bytes=np.asarray(sent_bytes, dtype=np.float64)[planned], priority=w, params=params)
         rates[planned] = plan.rates_Bps
-    applied = np.where(kind == "idle", share, np.maximum(rates[:, 0], floor))
+    # a flow whose plan ends in slot 0 may send that slot's volume at up to the path's headroom
+    # (slot-0 rate of the plan = its volume / t): the table counts volume per slot, and a burst
+    # stretched over the whole slot would only add its length to the iteration
+    load0 = np.append(np.asarray(load_Bps, dtype=np.float64)[:, 0], 0.0)
+    head0 = np.maximum(ext_cap - load0, 0.0)[gidx].min(axis=1)
+    ends_now = np.zeros(n, dtype=bool)
+    if plan is not None:
+        ends_now[planned] = (plan.beta == 1) & ~unknown[planned]
+    r0 = np.where(ends_now, np.maximum(rates[:, 0], head0), rates[:, 0])
+    applied = np.where(kind == "idle", np.maximum(share, head0), np.maximum(r0, floor))
     applied = np.minimum(applied, path_cap)
-    rates[:, 0] = np.where(kind == "idle", 0.0, applied)
+    rates[:, 0] = np.where(kind == "idle", 0.0, np.maximum(rates[:, 0], np.minimum(floor, applied)))
+    # unknown sizes reserve nothing ahead: they publish the slot they are in only
+    rates[unknown, 1:] = 0.0
     return HostSlot(rates, applied, kind, wave, plan)

@@ -31,7 +31,8 @@ def test_smaller_job_goes_first_and_the_other_is_deferred():
     # job a: 2 flows x 0.6 MB (1.2 MB), job b: 2 flows x 1.2 MB; the link carries 3.75 MB per slot
     r = run([0.6e6, 0.6e6, 1.2e6, 1.2e6], ["b2", "b2", "a1", "a1"])
     assert list(r.wave) == [0, 0, 1, 1]  # b2 has fewer bytes left: wave 0 despite its name
-    assert r.rates_Bps[:2, 0] == pytest.approx([0.6e6 / T] * 2)  # done in slot 0, just in time
+    assert r.rates_Bps[:2, 0] == pytest.approx([0.6e6 / T] * 2)  # slot 0's volume: all of it
+    assert r.applied_Bps[:2] == pytest.approx([C] * 2)  # sent at up to the headroom
     # every slot: this host's plan fits the link (the floor aside)
     assert (r.rates_Bps.sum(axis=0) <= C * (1 + 1e-9) + 4 * wait_floor_Bps(T)).all()
     sent = r.rates_Bps.sum(axis=1) * T
@@ -45,7 +46,9 @@ def test_waiting_flows_get_the_floor_and_idle_flows_an_equal_share():
     assert list(r.kind) == ["active", "idle", "idle", "idle"]
     assert r.applied_Bps[0] == pytest.approx(wait_floor_Bps(T))  # planned 0 now, but not stuck
     assert r.rates_Bps[0, 1:3].max() == 0 and r.rates_Bps[0, 3] > 0
-    assert r.applied_Bps[1:] == pytest.approx([C / 4] * 3)
+    assert r.applied_Bps[1:] == pytest.approx([C / 4] * 3)  # the link is full: an equal share
+    free = run([1e6, 0.0, 0.0], ["a", "b", "c"])
+    assert free.applied_Bps[1:] == pytest.approx([C] * 2)  # a free link: as without hostctl
     assert (r.rates_Bps[1:] == 0).all()  # idle flows publish no load
     assert list(r.wave) == [0, -1, -1, -1]
 
@@ -55,7 +58,9 @@ def test_unknown_size_flows_take_what_the_known_ones_leave():
     assert list(r.kind) == ["active", "unknown"] and list(r.wave) == [0, 1]
     assert r.rates_Bps[0, 0] == pytest.approx(1.2e6 / T)
     assert r.rates_Bps[1, 0] == pytest.approx(C - 1.2e6 / T)
-    assert r.rates_Bps[1, 1:] == pytest.approx([C] * (P.K - 1))
+    assert (r.rates_Bps[1, 1:] == 0).all()  # reserves nothing ahead
+    # the known flow ends in slot 0: paced at the headroom, published at its volume
+    assert r.applied_Bps[0] == pytest.approx(C)
 
 
 def test_paths_over_two_links_respect_the_tighter_one():

@@ -44,7 +44,7 @@ import numpy as np
 from hostctl.core import wire
 from hostctl.core.loadtable import LoadTable
 from hostctl.core.mlcc import MlccParams
-from hostctl.core.mlcchost import HostSlot, host_slot
+from hostctl.core.mlcchost import HostSlot, host_slot, wait_floor_Bps
 from hostctl.core.types import FlowKey
 
 log = logging.getLogger("hostctl")
@@ -212,9 +212,14 @@ class MlccControl:
                     o = np.maximum(np.asarray(row, dtype=np.float64) - mine, 0.0)
                     others[c, :K - shift] = o[shift:]
                     seen[c] = True
+        # "no progress" means "nothing to send" only for a flow that was free to send: one held
+        # at the wait floor last slot may just not have been ACKed yet
+        held = wait_floor_Bps(self.slot_s) * 2
+        prev = dict(zip(self.last_ids, self.last.applied_Bps)) if self.last is not None else {}
+        moving = [f.moving or prev.get(fid, np.inf) <= held for fid, f in zip(ids, flows)]
         return host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [f.sent_bytes for f in flows],
                          np.array([f.job for f in flows], dtype=object), path, cap, cap, others,
-                         moving=[f.moving for f in flows], params=self.params)
+                         moving=moving, params=self.params)
 
     def _publish(self, slot: int, flows: Sequence[FlowIn], ids: list[str], plan: HostSlot) -> None:
         if self.mode != "switch":

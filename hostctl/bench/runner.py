@@ -72,6 +72,22 @@ def host_jobs(sc: Scenario, host: str, workers: bool | None = None) -> list[dict
     return out
 
 
+def _children(pid: int) -> list[int]:
+    """All descendants of pid (from /proc/PID/task/*/children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    kids = [int(x) for x in f.read().split()]
+                out += kids
+                todo += kids
+        except OSError:
+            continue
+    return out
+
+
 def switch_topology(sc: Scenario, addr) -> str:
     """The testbed as a switchemu topology (docs/switchemu.md): one switch, or racks of hosts
     under tor0.. joined through agg by uplinks of the scenario's capacity."""
@@ -372,6 +388,7 @@ class Run:
                 res["links"][name] = {"bytes": b, "rate_bps": rate, "seconds": t_end - t0,
                                       "utilisation": b * 8 / (rate * (t_end - t0)) if t_end > t0 else 0.0}
             self.observe(res)
+            res["daemon_cpu"] = self.daemon_cpu(t_end - t0)
             self.stop_daemons()
             errors = [f"{n}: {e}" for n, s in res["jobs"].items() for e in s.get("errors", [])]
             errors += [e for c in res["cross"].values() for e in c["errors"]]
@@ -423,6 +440,27 @@ class Run:
             for k in self.TCP_KEYS:
                 tot[k] += int(kern.get(k, 0))
         return tot
+
+    def daemon_cpu(self, seconds: float) -> dict:
+        """CPU time each policy daemon used so far (user + system, from /proc/PID/stat; the
+        daemon is the child of the netns/cgroup wrapper the testbed starts, or that process),
+        as seconds and as a share of one core over the run's `seconds`."""
+        tick = os.sysconf("SC_CLK_TCK")
+        out = {}
+        for h, d in self.daemons.items():
+            if self.daemon_policy.get(h) == "fifo":
+                continue
+            pids = [d.pid] + _children(d.pid)
+            cpu = 0.0
+            for pid in pids:
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                    cpu += (int(fields[11]) + int(fields[12])) / tick
+                except (OSError, IndexError, ValueError):
+                    continue
+            out[h] = {"cpu_s": cpu, "core_pct": 100.0 * cpu / seconds if seconds > 0 else 0.0}
+        return out
 
     def stop_daemons(self) -> None:
         """Stop every daemon and check that the host NIC's tbf came back (hostctl restores what it replaced)."""

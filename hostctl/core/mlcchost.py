@@ -23,6 +23,11 @@ Which flows are planned, and how (choices the papers leave to the implementer):
   so that a new iteration's burst starts as it would without hostctl (TCP shares it)
   until the next slot plans it. An equal share alone would hold a burst that starts
   while the host's other flows are idle to 1/n of the link: not work-conserving.
+- **Work-conserving slot 0** (``fill``, default on; not in the paper): capacity that the
+  plans leave free in slot 0 (Algorithm 1 fills a flow's chosen slots to finish just in
+  time, and waves can leave a link part-used) goes to flows that still have bytes planned
+  later, in wave order, taken off their last slots. Only slot 0 is filled: it is the only
+  one that is applied, and the rest is re-planned next slot anyway.
 - A flow whose plan ends in slot 0 is paced at the path's headroom in slot 0 (the
   capacity minus other hosts' load), not at its slot-0 volume / t: the tables count
   volume per slot, so sending that volume early in the slot changes no other plan, while
@@ -73,8 +78,37 @@ def job_waves(job: np.ndarray, job_left: dict[str, float]) -> np.ndarray:
     return np.array([rank[j] for j in job.tolist()], dtype=np.int64)
 
 
+def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
+    """Work-conserving slot 0: what the plans leave free in slot 0 on every link (capacity minus
+    other hosts' load minus this host's slot-0 volumes) goes to flows that still have bytes planned
+    for later slots, wave by wave (the same order as the plan), moved from their last slots."""
+    L = cap.shape[0]
+    free = np.maximum(cap - load0, 0.0)
+    for r in planned:
+        links = pidx[r][pidx[r] >= 0]
+        free[links] -= rates[r, 0]
+    free = np.maximum(free, 0.0)
+    later = rates[planned, 1:].sum(axis=1) * t
+    order = [int(r) for r, b in sorted(zip(planned, later), key=lambda x: (wave[x[0]], x[0])) if b > 0]
+    for r in order:
+        links = pidx[r][(pidx[r] >= 0) & (pidx[r] < L)]
+        extra = float(free[links].min()) if links.size else 0.0
+        if extra <= 0:
+            continue
+        extra = min(extra, float(rates[r, 1:].sum()))  # at most the volume it has left to move
+        rates[r, 0] += extra
+        free[links] -= extra
+        move = extra  # take the same volume off its last planned slots
+        for k in range(rates.shape[1] - 1, 0, -1):
+            d = min(move, rates[r, k])
+            rates[r, k] -= d
+            move -= d
+            if move <= 0:
+                break
+
+
 def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bps, *, moving=None,
-              params: MlccParams = MlccParams(), floor_Bps: float | None = None) -> HostSlot:
+              params: MlccParams = MlccParams(), floor_Bps: float | None = None, fill: bool = True) -> HostSlot:
     """Plan this host's flows for the current slot.
 
     G_bytes [n]: bytes left this iteration (NaN: unknown); B_Bps [n]: max rate over the last
@@ -129,6 +163,8 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
         plan = allocate(Gp, pidx[planned], load_Bps, avail_Bps, cap, np.asarray(B_Bps, dtype=np.float64)[planned],
                         sent_bytes=np.asarray(sent_bytes, dtype=np.float64)[planned], priority=w, params=params)
         rates[planned] = plan.rates_Bps
+    if plan is not None and fill:
+        _fill_slot0(rates, planned, wave, pidx, cap, np.asarray(load_Bps, dtype=np.float64)[:, 0], t)
     # a flow whose plan ends in slot 0 may send that slot's volume at up to the path's headroom
     # (slot-0 rate of the plan = its volume / t): the table counts volume per slot, and a burst
     # stretched over the whole slot would only add its length to the iteration

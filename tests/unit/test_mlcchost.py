@@ -95,3 +95,15 @@ def test_applied_rates_are_positive_and_within_the_path(flows, busy):
         planned[np.flatnonzero(planned)[r.plan.floored]] = False
     # the host's planned load beyond slot 0 stays within the headroom (property 8 for sums)
     assert (r.rates_Bps[planned, 1:].sum(axis=0) <= (1 - busy) * C * (1 + 1e-9) + 1e-3).all()
+
+
+def test_slot0_is_work_conserving():
+    # job a needs half of slot 0; job b (bigger, next wave) would start in slot 1 on Alg. 1 alone
+    half = C * T / 2
+    plain = host_slot(np.array([half, 4 * C * T]), np.zeros(2), np.zeros(2), np.array(["a", "b"], dtype=object),
+                      nic_only(2), np.array([C]), np.array([C]), np.zeros((1, P.K)), params=P, fill=False)
+    r = run([half, 4 * C * T], ["a", "b"])
+    assert plain.rates_Bps[1, 0] < 0.5 * C  # Alg. 1 leaves slot 0 half empty
+    assert r.rates_Bps[:, 0].sum() == pytest.approx(C)  # filled
+    assert r.rates_Bps[1].sum() * T == pytest.approx(4 * C * T)  # the same volume, moved earlier
+    assert r.rates_Bps[0, 0] == pytest.approx(C / 2)  # the first wave's plan is untouched

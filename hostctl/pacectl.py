@@ -97,9 +97,6 @@ class PaceControl:
         for job, size, start in hints:
             self.monitor.hint(job, size, start)
 
-        if self.mlcc is not None:  # the configured model size: each flow's bytes per iteration (Q-M12)
-            for jid, job in jobs.items():
-                self.monitor.expect(jid, job.model_bytes or None)
         self.slots, _dropped = allocate_slots(sorted(jobs), self.slots, MAX_JOB_SLOTS)
         slot_job = {s: j for j, s in self.slots.items()}
         readout = self.datapath.read_pacing()

@@ -5,11 +5,13 @@ the allocator itself is hostctl.core.mlcc.allocate.
 Which flows are planned, and how (choices the papers leave to the implementer):
 
 - **Active** flows (bytes left this iteration known and > 0, ``G > 0``) are planned by
-  ``allocate`` (Algorithms 1 and 2), in priority waves by job: the job with the fewest
-  bytes left on this host goes first (SRPT, which minimises the average completion
-  time on a shared link; ties by job order), so this host's flows of different jobs are
-  staggered over the horizon instead of sharing every slot (the paper schedules one
-  host's flows "one after another", spec 2.6 and Q-M8).
+  ``allocate`` (Algorithms 1 and 2) in one wave: progressive filling shares each link
+  among this host's flows (Q-M8). ``by_job=True`` plans them in waves by job instead, the
+  job with the fewest bytes left on this host first (SRPT; ties by job order), which
+  staggers this host's jobs over the horizon. It is off by default: on the testbed's
+  mixed PS + ring scenario it made ring all-reduce jobs wait behind PS flows at every
+  worker host, slot after slot, and the average JCT 1.46x fifo's instead of 0.96x
+  (docs/benchmarks.md).
 - **Unknown-size** flows (no iteration size learnt yet: the first iteration without a
   hint, ``G`` NaN) are planned as backlogged (``G`` = what their path carries in K
   slots) in a last wave: they take what the known flows leave, and their schedule is
@@ -108,7 +110,8 @@ def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
 
 
 def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bps, *, moving=None,
-              params: MlccParams = MlccParams(), floor_Bps: float | None = None, fill: bool = True) -> HostSlot:
+              params: MlccParams = MlccParams(), floor_Bps: float | None = None, fill: bool = True,
+              by_job: bool = False) -> HostSlot:
     """Plan this host's flows for the current slot.
 
     G_bytes [n]: bytes left this iteration (NaN: unknown); B_Bps [n]: max rate over the last
@@ -156,7 +159,7 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
         w = np.zeros(planned.size, dtype=np.int64)
         known = active[planned]
         if known.any():
-            w[known] = job_waves(job[planned][known], job_left)
+            w[known] = job_waves(job[planned][known], job_left) if by_job else 0
             w[~known] = int(w[known].max()) + 1  # unknown sizes after every known one
         wave[planned] = w
         Gp = np.where(unknown[planned], path_cap[planned] * K * t, G[planned])

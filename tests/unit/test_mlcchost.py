@@ -19,12 +19,12 @@ def nic_only(n):
     return np.zeros((n, 1), dtype=np.int64)
 
 
-def run(G, job, *, path=None, cap=(C,), load=None, B=None):
+def run(G, job, *, path=None, cap=(C,), load=None, B=None, by_job=True):
     n = len(G)
     L = len(cap)
     return host_slot(np.asarray(G, float), np.zeros(n) if B is None else B, np.zeros(n), np.array(job, dtype=object),
                      nic_only(n) if path is None else path, np.asarray(cap, float), np.asarray(cap, float),
-                     np.zeros((L, P.K)) if load is None else load, params=P)
+                     np.zeros((L, P.K)) if load is None else load, params=P, by_job=by_job)
 
 
 def test_smaller_job_goes_first_and_the_other_is_deferred():
@@ -76,6 +76,12 @@ def test_no_flows():
     assert r.rates_Bps.shape == (0, P.K) and r.plan is None
 
 
+def test_one_wave_by_default_shares_the_link():
+    r = run([C * T, C * T], ["a", "b"], by_job=False)
+    assert list(r.wave) == [0, 0]
+    assert r.rates_Bps[:, 0] == pytest.approx([C / 2] * 2)
+
+
 def test_job_waves_ties_by_name():
     assert list(job_waves(np.array(["b", "a", "b"], dtype=object), {"a": 5.0, "b": 5.0})) == [1, 0, 1]
 
@@ -101,7 +107,8 @@ def test_slot0_is_work_conserving():
     # job a needs half of slot 0; job b (bigger, next wave) would start in slot 1 on Alg. 1 alone
     half = C * T / 2
     plain = host_slot(np.array([half, 4 * C * T]), np.zeros(2), np.zeros(2), np.array(["a", "b"], dtype=object),
-                      nic_only(2), np.array([C]), np.array([C]), np.zeros((1, P.K)), params=P, fill=False)
+                      nic_only(2), np.array([C]), np.array([C]), np.zeros((1, P.K)), params=P, fill=False,
+                      by_job=True)
     r = run([half, 4 * C * T], ["a", "b"])
     assert plain.rates_Bps[1, 0] < 0.5 * C  # Alg. 1 leaves slot 0 half empty
     assert r.rates_Bps[:, 0].sum() == pytest.approx(C)  # filled

@@ -42,7 +42,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from hostctl.core import wire
-from hostctl.core.loadtable import LoadTable
 from hostctl.core.mlcc import MlccParams
 from hostctl.core.mlcchost import HostSlot, host_slot, wait_floor_Bps
 from hostctl.core.types import FlowKey
@@ -51,7 +50,6 @@ log = logging.getLogger("hostctl")
 
 SILENT_SLOTS = 3  # switches silent this many slots in a row -> local mode
 NIC = "nic"  # this host's own egress link (the local table's link)
-MAX_LINKS = 4096  # links the host's own table can name (NIC + switch links on its flows' paths)
 
 
 @dataclass
@@ -83,10 +81,10 @@ class MlccControl:
         self.wall = wall
         self.fetch_timeout_s = fetch_timeout_s if fetch_timeout_s is not None else slot_s / 6
         self.publish_timeout_s = publish_timeout_s if publish_timeout_s is not None else slot_s / 12
-        self.link_ids: dict[str, int] = {NIC: 0}
         self.caps: dict[str, int] = {NIC: int(link_rate_Bps)}
-        self.own = LoadTable(MAX_LINKS, horizon)  # this host's published schedules (the local table)
-        self.own_links: dict[str, tuple[int, ...]] = {}  # flow id -> own-table link indices
+        # this host's last published schedules (its own load table): links and K rates per flow
+        self.prev_links: list[tuple[str, ...]] = []
+        self.prev_rates = np.zeros((0, horizon))
         self.paths: dict[str, tuple[str, ...]] = {}  # flow id -> switch links (from the feedback)
         self.mode = "switch" if switch is not None else "local"
         self.silent = 0
@@ -173,16 +171,6 @@ class MlccControl:
             return (NIC,)
         return (NIC, *self.paths.get(fid, ()))
 
-    def _index(self, lid: str) -> int | None:
-        i = self.link_ids.get(lid)
-        if i is None:
-            if len(self.link_ids) >= MAX_LINKS:
-                self._warn_once("links", f"more than {MAX_LINKS} links on this host's paths: the rest are "
-                                         "not planned")
-                return None
-            i = self.link_ids[lid] = len(self.link_ids)
-        return i
-
     def _plan(self, slot: int, flows: Sequence[FlowIn], ids: list[str]) -> HostSlot:
         n, K = len(flows), self.K
         links = [self._links_of(fid) for fid in ids]
@@ -200,15 +188,19 @@ class MlccControl:
             shift = slot - self.fb_slot
             # others' load per link: the feedback of any flow on it, minus this host's other flows
             seen = np.zeros(L, dtype=bool)
+            own, own_col, row_of = self._own_load(self.fb_slot)
             for fid, fb in self.feedback.items():
                 for lid, row in fb.items():
                     c = col.get(lid)
                     if c is None or seen[c]:
                         continue
-                    own_idx = self.link_ids.get(lid)
-                    mine = 0
-                    if own_idx is not None:
-                        mine = self.own.loads([own_idx], self.fb_slot, self.fb_slot, exclude=fid)[0]
+                    mine = 0.0
+                    oc = own_col.get(lid)
+                    if oc is not None:
+                        mine = own[oc].copy()
+                        r = row_of.get(fid)
+                        if r is not None and lid in self.prev_links[r]:  # the switch left fid out already
+                            mine -= self._aligned(self.prev_rates[r:r + 1], self.fb_slot)[0]
                     o = np.maximum(np.asarray(row, dtype=np.float64) - mine, 0.0)
                     others[c, :K - shift] = o[shift:]
                     seen[c] = True
@@ -237,17 +229,29 @@ class MlccControl:
             for ep, code in res.error_codes.items():
                 self._warn_once(f"publish{code}", f"switch {ep} refused this host's schedules: {res.errors.get(ep)}")
 
+    def _aligned(self, rates: np.ndarray, at_slot: int) -> np.ndarray:
+        """Schedules published at last_slot, as K values from at_slot on (later slots are 0)."""
+        shift = at_slot - (self.last_slot if self.last_slot is not None else at_slot)
+        out = np.zeros((rates.shape[0], self.K))
+        if 0 <= shift < self.K:
+            out[:, :self.K - shift] = rates[:, shift:]
+        return out
+
+    def _own_load(self, at_slot: int) -> tuple[np.ndarray, dict[str, int], dict[str, int]]:
+        """This host's last schedules summed per link, from at_slot: (loads [L', K], link -> row,
+        flow id -> its row in prev_rates)."""
+        lids = sorted({lid for ls in self.prev_links for lid in ls})
+        col = {lid: i for i, lid in enumerate(lids)}
+        inc = np.zeros((len(self.prev_links), len(lids)))
+        for r, ls in enumerate(self.prev_links):
+            inc[r, [col[x] for x in ls]] = 1.0
+        return inc.T @ self._aligned(self.prev_rates, at_slot), col, {f: r for r, f in enumerate(self.last_ids)}
+
     def _remember(self, slot: int, ids: list[str], flows: Sequence[FlowIn], plan: HostSlot) -> None:
-        for fid in set(self.own_links) - set(ids):
-            self.own.withdraw(fid, slot)
-            self.own_links.pop(fid, None)
+        for fid in set(self.paths) - set(ids):
             self.paths.pop(fid, None)
-        for r, fid in enumerate(ids):
-            idx = tuple(i for i in (self._index(lid) for lid in self._links_of(fid)) if i is not None)
-            if self.own_links.get(fid) not in (None, idx):
-                self.own.withdraw(fid, slot)
-            self.own.update(fid, idx, slot, np.maximum(plan.rates_Bps[r], 0.0), slot)
-            self.own_links[fid] = idx
+        self.prev_links = [self._links_of(fid) for fid in ids]
+        self.prev_rates = np.maximum(plan.rates_Bps, 0.0)
         self.last, self.last_ids, self.last_slot = plan, ids, slot
         self.last_flows = dict(zip(ids, flows))
 
@@ -286,14 +290,14 @@ class MlccControl:
         def pct(d, q):
             s = sorted(d)
             return s[min(len(s) - 1, int(len(s) * q))] if s else None
-        nic = self.own.loads([0], self.last_slot, self.last_slot)[0] if self.last_slot is not None else []
+        nic = self.prev_rates.sum(axis=0) if self.last_slot is not None else []  # every flow crosses the NIC
         return {
             "mode": self.mode, "switch": self.switch is not None, "slot": self.last_slot, "K": self.K,
             "silent_slots": self.silent, "fallbacks": self.fallbacks, "recoveries": self.recoveries,
             "negotiation_ms_p50": pct(self.rtt_ms, 0.5), "negotiation_ms_p90": pct(self.rtt_ms, 0.9),
             "exchange_ms_p90": pct(self.exchange_ms, 0.9), "errors": dict(self.errors),
             "nic_load_Bps": [int(x) for x in nic], "nic_capacity_Bps": self.caps[NIC],
-            "links": len(self.link_ids),
+            "links": len({lid for ls in self.prev_links for lid in ls}),
         }
 
     def close(self) -> None:

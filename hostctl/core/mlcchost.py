@@ -85,28 +85,27 @@ def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
     other hosts' load minus this host's slot-0 volumes) goes to flows that still have bytes planned
     for later slots, wave by wave (the same order as the plan), moved from their last slots."""
     L = cap.shape[0]
-    free = np.maximum(cap - load0, 0.0)
-    for r in planned:
-        links = pidx[r][pidx[r] >= 0]
-        free[links] -= rates[r, 0]
-    free = np.maximum(free, 0.0)
-    later = rates[planned, 1:].sum(axis=1) * t
-    order = [int(r) for r, b in sorted(zip(planned, later), key=lambda x: (wave[x[0]], x[0])) if b > 0]
-    for r in order:
-        links = pidx[r][(pidx[r] >= 0) & (pidx[r] < L)]
-        extra = float(free[links].min()) if links.size else 0.0
+    rows = pidx[planned]
+    use = np.zeros(L + 1)
+    np.add.at(use, np.where(rows >= 0, rows, L), np.broadcast_to(rates[planned, 0][:, None], rows.shape))
+    free = np.maximum(cap - load0 - use[:L], 0.0).tolist()
+    later = rates[planned, 1:].sum(axis=1)
+    cand = planned[later > 0]
+    if cand.size == 0:
+        return
+    for r in sorted(cand.tolist(), key=lambda x: (int(wave[x]), x)):
+        links = [x for x in pidx[r].tolist() if 0 <= x < L]
+        extra = min(free[x] for x in links) if links else 0.0
         if extra <= 0:
             continue
         extra = min(extra, float(rates[r, 1:].sum()))  # at most the volume it has left to move
+        for x in links:
+            free[x] -= extra
         rates[r, 0] += extra
-        free[links] -= extra
-        move = extra  # take the same volume off its last planned slots
-        for k in range(rates.shape[1] - 1, 0, -1):
-            d = min(move, rates[r, k])
-            rates[r, k] -= d
-            move -= d
-            if move <= 0:
-                break
+        # take the same volume off its last planned slots
+        tail = rates[r, :0:-1]  # slots K-1 .. 1
+        taken = np.minimum(tail, np.maximum(extra - (np.cumsum(tail) - tail), 0.0))
+        rates[r, :0:-1] = tail - taken
 
 
 def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bps, *, moving=None,

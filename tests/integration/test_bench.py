@@ -179,6 +179,57 @@ def test_cap_bench_paces_ps_jobs_in_the_testbed(tmp_path):
         assert j["jct_s"] < 3 * per_job_bits / 20e6 + 2.0, j["jct_s"]
 
 
+@pytest.mark.bpf
+def test_mlcc_bench_runs_with_and_without_switchemu(tmp_path):
+    """policy mlcc through the whole harness on two racks: with switchemu (one per run, on an
+    ipc socket, its topology written from the testbed) and in local mode; every host with DL
+    traffic runs the daemon, both runs finish, nothing is left behind."""
+    path = tmp_path / "mlcc.toml"
+    path.write_text(textwrap.dedent("""
+        name = "mlcc-tiny"
+        [testbed]
+        racks = 2
+        hosts_per_rack = 2
+        link = "100mbit"
+        uplink = "50mbit"
+        [hostctl]
+        rescan = 0.2
+        [bench]
+        policies = ["mlcc", "mlcc-local"]
+        repeat = 1
+        timeout = 120
+        [[jobs]]
+        name = "ps"
+        ps = ["h0"]
+        model = "512KiB"
+        compute = 0.05
+        iterations = 4
+        [[jobs]]
+        name = "ring"
+        kind = "allreduce"
+        workers = ["h1", "h2", "h3"]
+        model = "512KiB"
+        compute = 0.05
+        iterations = 4
+    """))
+    before = set(sh(["ip", "netns", "list"]).stdout.split())
+    out = tmp_path / "out"
+    r = sh([HOSTCTL, "bench", str(path), "--out", str(out)], check=False, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    res = json.loads((out / "mlcc-tiny.json").read_text())
+    runs = {run["policy"]: run for run in res["runs"]}
+    assert set(runs) == {"mlcc", "mlcc-local"}
+    for pol, run in runs.items():
+        assert run["ok"], (pol, run["error"])
+        assert set(run["daemon_cpu"]) == {"h0", "h1", "h2", "h3"}  # workers run the policy too
+        assert all(d["policy"] == pol for d in run["daemons"].values())
+    raw = [d for d in os.listdir(res["raw_dir"]) if d.endswith("-mlcc")]
+    topo = open(os.path.join(res["raw_dir"], raw[0], "switch-topology.toml")).read()
+    assert 'name = "tor0"' in topo and 'uplink_rate = "50000000bit"' in topo
+    after = set(sh(["ip", "netns", "list"]).stdout.split())
+    assert not {n for n in after - before if n.startswith(NS_PREFIX)}, "bench left namespaces behind"
+
+
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                     reason="torch is not installed: pip install -e '.[torch]' runs the PyTorch job test")
 def test_pytorch_job_runs_through_hostctl(tmp_path):

@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from tests.conftest import HOSTCTL, wait_for
-from tests.integration.test_pacing_daemon import mbit, recv, serve, status
+from tests.conftest import wait_for
+from tests.integration.test_pacing_daemon import mbit, recv, serve, start_paced, status
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf]
 
@@ -41,39 +41,13 @@ def start_switch(pair, topo, ep):
     return p
 
 
-def start_mlcc(pair, host, cgroup, port, *extra):
-    d = subprocess.Popen(host.nsenter(HOSTCTL, "start", "--policy", "mlcc", "--iface", host.dev,
-                                      "--link-rate", "1gbit", "--ports", str(port), "--cgroup", cgroup,
-                                      "--rescan", "0.5", *extra),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    pair.procs.append(d)
-
-    def ready():
-        if d.poll() is not None:
-            raise AssertionError(f"daemon exited: {d.stderr.read()}")
-        r = host.hostctl("status", "--json")
-        if r.returncode != 0:
-            return None
-        st = json.loads(r.stdout)
-        return st if st["jobs"] and st.get("pacing") else None
-
-    wait_for(ready, 30, 0.2, "mlcc daemon ready")
-    return d
-
-
-def rate_now(host) -> float:
-    """Measured rate of the (only) flow over the last slot, Mbit/s."""
-    fl = status(host)["pacing"]["flows"]
-    return fl[0]["rate_bps"] / 1e6 if fl else 0.0
-
-
 def test_switch_feedback_paces_the_flow_then_fallback_and_recovery(pair, cgroup, tmp_path):
     topo = tmp_path / "topo.toml"
     topo.write_text(TOPO)
     ep = f"ipc://{tmp_path}/sw.sock"
     sw = start_switch(pair, str(topo), ep)
     serve(pair, pair.ps, cgroup, 5301)
-    start_mlcc(pair, pair.ps, cgroup, 5301, "--switch", ep)
+    start_paced(pair, pair.ps, cgroup, 5301, "--policy", "mlcc", "--switch", ep)
     rx = recv(pair, pair.wk, pair.ps, 5301, 14)
     t0 = time.monotonic()
 

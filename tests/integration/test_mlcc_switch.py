@@ -18,7 +18,7 @@ import pytest
 from hostctl.core.types import FlowKey
 from hostctl.mlccctl import SILENT_SLOTS, FlowIn, MlccControl
 from hostctl.switchclient import SwitchClient
-from tests.integration.test_switchemu import Procs, SLOT_S, wait_up  # noqa: F401 (fixtures below)
+from tests.integration.test_switchemu import SLOT_S, procs, wait_up  # noqa: F401 (procs: a fixture)
 
 C = 125_000_000 // 8  # 125 Mbit/s host links, bytes/s
 
@@ -42,15 +42,6 @@ class Clock:
     def step(self) -> None:
         now = time.time()
         time.sleep(SLOT_S - now % SLOT_S + 0.002)
-
-
-@pytest.fixture
-def procs():
-    ps = Procs()
-    try:
-        yield ps
-    finally:
-        ps.stop_all()
 
 
 @pytest.fixture

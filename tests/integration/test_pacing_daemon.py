@@ -44,9 +44,15 @@ def mbit(res: dict, t0: float, t1: float) -> float:
 
 
 def start_cap(pair, host, cgroup, port, cap, *extra):
-    d = subprocess.Popen(host.nsenter(HOSTCTL, "start", "--policy", "cap", "--cap", cap, "--iface", host.dev,
+    return start_paced(pair, host, cgroup, port, "--policy", "cap", "--cap", cap, *extra)
+
+
+def start_paced(pair, host, cgroup, port, *policy_args):
+    """A pacing daemon (policy_args: --policy cap|mlcc ...) on host's veth, 1 Gbit/s link rate,
+    serving `port`, pacing in `cgroup`; returns once its status lists a job and pacing."""
+    d = subprocess.Popen(host.nsenter(HOSTCTL, "start", *policy_args, "--iface", host.dev,
                                       "--link-rate", "1gbit", "--ports", str(port), "--cgroup", cgroup,
-                                      "--rescan", "0.5", *extra),
+                                      "--rescan", "0.5"),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pair.procs.append(d)
 
@@ -59,7 +65,7 @@ def start_cap(pair, host, cgroup, port, cap, *extra):
         st = json.loads(r.stdout)
         return st if st["jobs"] and st.get("pacing") else None
 
-    wait_for(ready, 30, 0.2, "cap daemon ready")
+    wait_for(ready, 30, 0.2, "pacing daemon ready")
     return d
 
 

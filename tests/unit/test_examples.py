@@ -251,3 +251,13 @@ def test_systemd_analyze_verify_detects_mistakes(tmp_path):
     copy.write_text(text.replace(str(VENV_BIN), str(tmp_path / "no-such-hostctl")))
     r = _verify(copy)
     assert r.returncode != 0 and any("no-such-hostctl" in ln for ln in _mentions(r, copy))
+
+
+def test_example_switch_topology_parses_with_paths_through_agg():
+    from hostctl.core.topology import Topology
+
+    path = EXAMPLE_TOML.parent / "switch-topology.toml"
+    t = Topology.parse(path.read_text(), filename=str(path))
+    assert len(t.hosts) == 8 and sorted(t.switch_names()) == ["agg", "tor0", "tor1"]
+    assert t.path_ids("gpu01", "gpu06") == ("gpu01>tor0", "tor0>agg", "agg>tor1", "tor1>gpu06")
+    assert t.path_ids("10.0.1.11", "10.0.1.12") == ("gpu01>tor0", "tor0>gpu02")

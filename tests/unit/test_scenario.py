@@ -173,3 +173,19 @@ def test_example_scenarios_parse(path):
 def test_placement1_matches_the_issue():
     s = load_scenario(os.path.join(ROOT, "examples", "scenarios", "placement1.toml"))
     assert len(s.jobs) >= 12 and {j.ps_hosts for j in s.jobs} == {("h0",)}
+
+
+def test_switch_topology_of_the_testbed():
+    from hostctl.bench.runner import switch_topology
+    from hostctl.core.topology import Topology
+
+    addr = {f"h{i}": f"10.9.0.{i + 1}" for i in range(8)}.__getitem__
+    one = Topology.parse(switch_topology(sc(), addr), filename="t.toml")
+    assert one.switch_names() == ["sw0"] and len(one.hosts) == 4
+    assert one.path_ids("h0", "h3") == ("h0>sw0", "sw0>h3")
+    assert one.capacity_Bps(one.link_index["sw0>h3"]) == 100_000_000 // 8
+    racks = parse_scenario({"testbed": {"racks": 2, "hosts_per_rack": 2, "link": "100mbit", "uplink": "50mbit"},
+                            "jobs": [{"name": "a", "ps": ["h0"]}]})
+    t = Topology.parse(switch_topology(racks, addr), filename="t.toml")
+    assert t.path_ids("10.9.0.1", "10.9.0.4") == ("h0>tor0", "tor0>agg", "agg>tor1", "tor1>h3")
+    assert t.capacity_Bps(t.link_index["tor0>agg"]) == 50_000_000 // 8

@@ -24,6 +24,7 @@ Teardown (orderly stop, ``hostctl clean`` after a crash: one function, ``release
 from __future__ import annotations
 
 import ctypes
+import functools
 import ipaddress
 import json
 import logging
@@ -122,12 +123,16 @@ def key_bytes(f: FlowKey) -> FlowKeyC:
     return k
 
 
-def key_of(k: FlowKeyC) -> FlowKey:
-    def addr(a) -> str:
-        ip = ipaddress.IPv6Address(bytes(a))
-        return str(ip.ipv4_mapped) if ip.ipv4_mapped else str(ip)
+@functools.lru_cache(maxsize=65536)
+def _addr(raw: bytes) -> str:
+    """16 bytes (IPv6, or IPv4-mapped) -> text. Cached: a busy host decodes the same few addresses
+    for every flow record and every burst (hundreds per second)."""
+    ip = ipaddress.IPv6Address(raw)
+    return str(ip.ipv4_mapped) if ip.ipv4_mapped else str(ip)
 
-    return FlowKey(addr(k.laddr), int(k.lport), addr(k.raddr), int(k.rport))
+
+def key_of(k: FlowKeyC) -> FlowKey:
+    return FlowKey(_addr(bytes(k.laddr)), int(k.lport), _addr(bytes(k.raddr)), int(k.rport))
 
 
 # -- where cgroup2 and bpffs are ------------------------------------------------------------

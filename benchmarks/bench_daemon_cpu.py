@@ -1,0 +1,118 @@
+"""CPU of a real pacing daemon (policy mlcc or cap) with N concurrent DL flows, on a 2-host testbed.
+
+    sudo .venv/bin/python benchmarks/bench_daemon_cpu.py [--policy mlcc] [--flows 100] [--seconds 15]
+
+h0 serves a bulk sender on one port (hostctl.tools.bulk); one process on h1 opens N connections to it
+and reads them all (one process, so the receivers do not swamp the machine); the daemon on h0 plans and
+paces all N flows. After a warm-up, the daemon's user + system CPU time (/proc/PID/stat) over --seconds
+gives its share of one core; its status gives the slot work's p50/p90 and overruns. Writes JSON
+(default results/bench_daemon_cpu.json). The testbed has a unique name and is removed at the end."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hostctl.bench.scenario import parse_scenario  # noqa: E402
+from hostctl.testbed.net import Testbed  # noqa: E402
+
+PY = sys.executable
+HOSTCTL = os.path.join(os.path.dirname(PY), "hostctl")
+RECEIVER = """
+import selectors, socket, sys, time
+addr, port, n, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+sel = selectors.DefaultSelector()
+for _ in range(n):
+    s = socket.create_connection((addr, port)); s.setblocking(False); sel.register(s, selectors.EVENT_READ)
+end, tot = time.time() + secs, 0
+while time.time() < end:
+    for k, _ in sel.select(0.1):
+        try:
+            tot += len(k.fileobj.recv(1 << 20))
+        except BlockingIOError:
+            pass
+print(tot * 8 / secs)
+"""
+
+
+def cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def status(tb: Testbed) -> dict:
+    r = subprocess.run(tb.command("h0", [HOSTCTL, "status", "--json"], net_only=True), capture_output=True,
+                       text=True, timeout=20)
+    return json.loads(r.stdout) if r.returncode == 0 else {}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--policy", default="mlcc", choices=["mlcc", "cap"])
+    ap.add_argument("--flows", type=int, default=100)
+    ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--warmup", type=float, default=8.0)
+    ap.add_argument("--link", default="500mbit")
+    ap.add_argument("--out", default="results/bench_daemon_cpu.json")
+    a = ap.parse_args()
+    sc = parse_scenario({"testbed": {"hosts": 2, "link": a.link}, "jobs": [{"name": "j", "ps": ["h0"]}]})
+    tb = Testbed("c" + uuid.uuid4().hex[:7], sc.topology)
+    try:
+        tb.up()
+        h0 = tb.host("h0")
+        tb.popen("h0", [PY, "-m", "hostctl.tools.bulk", "serve", "--bind", h0.addr, "--port", "7100"],
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        pol = ["--policy", "mlcc"] if a.policy == "mlcc" else ["--policy", "cap", "--cap", "400mbit"]
+        d = tb.popen("h0", [HOSTCTL, "start", *pol, "--iface", "eth0", "--link-rate", a.link, "--ports", "7100",
+                            "--cgroup", h0.cgroup, "--rescan", "0.5", "--log-level", "WARNING"],
+                     net_only=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while not status(tb).get("pacing"):
+            if d.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"daemon did not start: {d.stderr.read() if d.poll() is not None else 'timeout'}")
+            time.sleep(0.2)
+        rx = tb.popen("h1", [PY, "-c", RECEIVER, h0.addr, "7100", str(a.flows), str(a.warmup + a.seconds + 2)],
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(a.warmup)
+        # the daemon is the child of the nsenter wrapper, or the process itself
+        kids = open(f"/proc/{d.pid}/task/{d.pid}/children").read().split()
+        pid = int(kids[0]) if kids else d.pid
+        c0, t0 = cpu_s(pid), time.monotonic()
+        s0 = status(tb)
+        time.sleep(a.seconds)
+        c1, t1 = cpu_s(pid), time.monotonic()
+        s1 = status(tb)
+        out, _ = rx.communicate(timeout=60)
+        pc = s1.get("pacing") or {}
+        res = {"policy": a.policy, "flows_asked": a.flows, "flows_seen": len(pc.get("flows", [])),
+               "window_s": t1 - t0, "daemon_cpu_s": c1 - c0, "core_pct": 100 * (c1 - c0) / (t1 - t0),
+               "slot_work_ms_p50": pc.get("tick_ms_p50"), "slot_work_ms_p90": pc.get("tick_ms_p90"),
+               "slots": s1["stats"]["slots"] - s0["stats"]["slots"],
+               "slot_overruns": s1["stats"]["slot_overruns"] - s0["stats"]["slot_overruns"],
+               "goodput_bps": float(out.strip() or 0), "load_avg": os.getloadavg()}
+        print(f"{a.policy}, {res['flows_seen']} flows: daemon {res['core_pct']:.1f}% of a core; slot work p50 "
+              f"{res['slot_work_ms_p50']:.2f} ms, p90 {res['slot_work_ms_p90']:.2f} ms; "
+              f"{res['slot_overruns']} overruns in {res['slots']} slots; goodput {res['goodput_bps'] / 1e6:.0f} Mbit/s")
+    finally:
+        tb.down()
+    doc = {"benchmark": "pacing daemon CPU with N flows", "date": dt.datetime.now(dt.timezone.utc).isoformat(
+        timespec="seconds"), "command": " ".join([os.path.basename(PY)] + sys.argv),
+           "machine": {"platform": platform.platform(), "cpus": os.cpu_count()}, "result": res}
+    p = Path(a.out)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(doc, indent=1))
+    print(f"wrote {p}")
+
+
+if __name__ == "__main__":
+    main()

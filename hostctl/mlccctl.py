@@ -49,6 +49,7 @@ from hostctl.core.types import FlowKey
 log = logging.getLogger("hostctl")
 
 SILENT_SLOTS = 3  # switches silent this many slots in a row -> local mode
+RATE_DEADBAND = 0.03  # a new rate within 3% of the applied one is not written
 NIC = "nic"  # this host's own egress link (the local table's link)
 
 
@@ -99,6 +100,7 @@ class MlccControl:
         self.last: HostSlot | None = None
         self.last_ids: list[str] = []
         self.last_flows: dict[str, FlowIn] = {}
+        self._written: dict[FlowKey, int] = {}
         self.last_slot: int | None = None
         self._warned: set[str] = set()
         trace = os.environ.get("HOSTCTL_MLCC_TRACE")
@@ -122,7 +124,17 @@ class MlccControl:
         self._remember(slot, ids, flows, plan)
         if self.trace is not None:
             self._trace(slot, flows, ids, plan)
-        return {f.key: max(1, int(r)) for f, r in zip(flows, plan.applied_Bps)}
+        return self._hysteresis({f.key: max(1, int(r)) for f, r in zip(flows, plan.applied_Bps)})
+
+    def _hysteresis(self, rates: dict[FlowKey, int]) -> dict[FlowKey, int]:
+        """Keep a flow's previous rate when the new one is within RATE_DEADBAND of it: a map write
+        per flow and slot costs more than pacing a few percent off (the pacer is that precise anyway)."""
+        out = {}
+        for k, r in rates.items():
+            w = self._written.get(k)
+            out[k] = w if w is not None and abs(r - w) <= RATE_DEADBAND * w else r
+        self._written = out
+        return out
 
     def _fetch(self, slot: int, flows: Sequence[FlowIn], ids: list[str]) -> None:
         if not flows:

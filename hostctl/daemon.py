@@ -276,7 +276,7 @@ class Daemon:
         slot = self.config.slot_s
         next_scan = self.mono()
         next_hb = self.mono()
-        next_slot = self._next_slot()
+        next_slot = self.mono()  # the first slot at once: selectors are in the maps before jobs connect
         last_slot = None
         while not self.stop.is_set():
             now = self.mono()

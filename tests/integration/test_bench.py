@@ -26,8 +26,8 @@ def test_ps_job_finishes_close_to_its_analytic_jct(tmp_path, buckets):
     """2 hosts at 100 Mbit/s: PS on h0, 2 workers on h1; JCT within 20% of bytes / rate + compute.
     With 4 gradient buckets over the whole compute (backward = 1) the gradient overlaps compute:
     by hand 0.168 s update + 0.193 s (first bucket at 25 ms, then 2 MiB at 100 Mbit/s) = 0.36 s an
-    iteration instead of 0.44 s, so the job must beat the one-burst analytic time by > 8%, and
-    still not beat the lower bound."""
+    iteration instead of 0.44 s (18% less), so the median iteration must beat the one-burst analytic
+    one by > 8% (the JCT varies more: one TCP timeout adds 0.2 s), and the job not beat the lower bound."""
     overlap = {"backward": 1.0, "buckets": buckets} if buckets > 1 else {}
     sc = parse_scenario({"testbed": {"hosts": 2, "link": "100mbit"},
                          "jobs": [{"name": "j", "ps": ["h0"], "workers": ["h1", "h1"], "model": "1MiB",
@@ -57,10 +57,14 @@ def test_ps_job_finishes_close_to_its_analytic_jct(tmp_path, buckets):
     finally:
         tb.down()
     assert s["errors"] == []
+    med = sorted(s["iteration_s"])[len(s["iteration_s"]) // 2]
+    print(f"buckets {buckets}: JCT {s['jct_s']:.3f} s = {s['jct_s'] / analytic:.3f} x analytic, "
+          f"median iteration {med / (analytic / 6):.3f} x")
     if buckets == 1:
         assert abs(s["jct_s"] / analytic - 1) <= 0.2, (s["jct_s"], analytic)
     else:
-        assert s["jct_s"] <= 0.92 * analytic, ("the gradient did not overlap compute", s["jct_s"], analytic)
+        # the median iteration: one iteration slowed by a TCP timeout must not hide the overlap
+        assert med <= 0.92 * analytic / 6, ("the gradient did not overlap compute", s["iteration_s"], analytic)
     assert s["jct_s"] >= traffic.standalone_s(job, net), "faster than the lower bound: the bound is wrong"
     assert len(s["barrier_wait_std_s"]) == 6
 

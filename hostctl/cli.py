@@ -86,6 +86,7 @@ def start(
     switch: Optional[str] = typer.Option(None, "--switch", help="mlcc: switchemu endpoints, e.g. tcp://10.0.0.9:5555[,...]. Default: local mode (this host's NIC only)."),
     curve_keys: Optional[str] = typer.Option(None, "--curve-keys", help="mlcc: folder with client.key_secret and server.key (switchemu keygen)."),
     horizon: Optional[int] = typer.Option(None, "--horizon", help="mlcc: slots planned ahead, K (default 10)."),
+    plan_offset: Optional[float] = typer.Option(None, "--plan-offset", help="mlcc: seconds into each slot at which this host plans (default: from its host name, 0..35 ms)."),
     metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help="Address for --metrics-port."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (qdisc, classes, classifier entries) and exit."),
     log_level: str = typer.Option("INFO", "--log-level"),
@@ -101,7 +102,7 @@ def start(
     cfg = build_config(config, policy=policy, iface=iface, link_rate=link_rate, other_rate=other_rate,
                        ports=ports, pids=pids, match=match, bands=bands, rr_interval=rr_interval,
                        rescan=rescan, lease=lease, metrics_port=metrics_port, cap=cap, cgroup=cgroup, slot=slot,
-                       switch=switch, curve_keys=curve_keys, horizon=horizon)
+                       switch=switch, curve_keys=curve_keys, horizon=horizon, plan_offset=plan_offset)
     the_iface = _resolve_iface(cfg)
     from hostctl.datapath.linux import link_info
 

@@ -22,7 +22,7 @@ from hostctl.errors import ConfigError
 
 TOP_KEYS = {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
             "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot", "phase_gap",
-            "switch", "curve_keys", "horizon"}
+            "switch", "curve_keys", "horizon", "plan_offset"}
 JOB_KEYS = {"name", "ports", "pids", "match", "model_size", "cap"}
 PACING_POLICIES = ("cap", "mlcc")  # policies that run the sock_ops pacing datapath and the slot loop
 _ENDPOINT = re.compile(r"(tcp://[^\s,]+:\d{1,5}|ipc://[^\s,]+)")
@@ -48,6 +48,7 @@ class Config:
     switch: tuple[str, ...] = ()  # mlcc: switchemu endpoints; () = local mode only
     curve_keys: str | None = None  # mlcc: folder with client.key_secret and server.key (switchemu keygen)
     horizon: int = consts.DEFAULT_HORIZON  # mlcc: K, slots planned ahead
+    plan_offset_s: float | None = None  # mlcc: when in the slot this host plans; None: from its host name
 
     @property
     def pacing(self) -> bool:
@@ -98,6 +99,9 @@ class Config:
                                   "e.g. --switch tcp://10.0.0.9:5555")
         if self.policy == "mlcc" and self.curve_keys and not self.switch:
             raise ConfigError("curve_keys needs switch endpoints (--switch)")
+        if self.plan_offset_s is not None and not 0 <= self.plan_offset_s <= 0.6 * self.slot_s:
+            raise ConfigError(f"plan_offset must be within 0..{0.6 * self.slot_s:g} seconds (60% of the slot), "
+                              f"got {self.plan_offset_s}")
         if not 1 <= self.horizon <= 64:
             raise ConfigError(f"horizon must be within 1..64 slots (MLCC uses 10), got {self.horizon}")
         if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
@@ -229,6 +233,8 @@ def load_file(path: str) -> dict[str, Any]:
         kw["curve_keys"] = _str(data, "curve_keys", path)
     if "horizon" in data:
         kw["horizon"] = _num(data, "horizon", int, path)
+    if "plan_offset" in data:
+        kw["plan_offset_s"] = _num(data, "plan_offset", float, path)
     specs: list[JobSpec] = []
     if "ports" in data:
         specs.append(JobSpec(ports=_ports_value(data["ports"], path)))
@@ -285,6 +291,7 @@ def build_config(file: str | None = None, **flags: Any) -> Config:
         kw["switch"] = tuple(x.strip() for x in flags.pop("switch").split(",") if x.strip())
     flags.pop("switch", None)
     names = {"rr_interval": "rr_interval_s", "rescan": "rescan_s", "lease": "lease_s", "slot": "slot_s",
+             "plan_offset": "plan_offset_s",
              "phase_gap": "phase_gap_s"}
     for k, v in flags.items():
         if v is not None:

@@ -49,6 +49,24 @@ class _Rates:
     job_bytes: dict[str, int] = field(default_factory=dict)
 
 
+PLAN_OFFSETS = 6  # mlcc: hosts plan at one of this many offsets in the slot, PLAN_OFFSET_STEP_S apart
+PLAN_OFFSET_STEP_S = 0.007
+
+
+def plan_offset(config: Config, iface: str) -> float:
+    """When in each slot this host plans (policy mlcc). Hosts that plan at different times see each
+    other's fresh schedules in the switches' tables instead of the previous slot's, so two hosts do not
+    both step aside for each other's stale reservations. Configured, or from a CRC of host name and
+    interface (the same on every restart; hosts that share an offset plan as before)."""
+    if config.plan_offset_s is not None:
+        return config.plan_offset_s
+    import socket
+    import zlib
+
+    step = min(PLAN_OFFSET_STEP_S, 0.6 * config.slot_s / PLAN_OFFSETS)
+    return (zlib.crc32(f"{socket.gethostname()}/{iface}".encode()) % PLAN_OFFSETS) * step
+
+
 class Daemon:
     def __init__(self, config: Config, plan: TcPlan, datapath: Datapath, discovery,
                  *, wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic,
@@ -77,6 +95,7 @@ class Daemon:
             from hostctl.pacectl import PaceControl
 
             self.pace = PaceControl(config, datapath, mono, link_rate_bps=plan.link_rate_bps, switch=switch, wall=wall)
+        self.plan_offset_s = plan_offset(config, plan.iface) if config.policy == "mlcc" else 0.0
         self._status: dict = {**self._base_status(), "state": "starting"}
 
     # -- one step each ---------------------------------------------------------
@@ -269,7 +288,7 @@ class Daemon:
         of the wall clock, MLCC's slots): every host ticks SLOT_OFFSET_S after the same boundary,
         and the deadline is taken from the wall clock each time, so it never drifts."""
         slot = self.config.slot_s
-        return self.mono() + slot - self.wall() % slot + SLOT_OFFSET_S
+        return self.mono() + slot - self.wall() % slot + SLOT_OFFSET_S + self.plan_offset_s
 
     def loop(self) -> None:
         period = self.config.rescan_s

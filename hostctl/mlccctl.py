@@ -2,9 +2,10 @@
 
 Each slot, for this host's DL flows (the host is their sender):
   1. fetch feedback: per flow, the load of the switch-owned links on its path over the K
-     slots from now, the flow's own schedule excluded (switchemu, one round trip per switch);
-     this host's other flows' previous schedules are subtracted as well, so the allocator sees
-     only other hosts' load (Q-M8: it coordinates this host's own flows itself);
+     slots from now, without the flow's job (the paper's b_l: the load of *other* jobs; flows of
+     one job share a link as TCP shares it, as they must all finish for the job's barrier);
+     this host's flows of other jobs are subtracted as well, so the allocator sees only other
+     hosts' load (Q-M8: it coordinates this host's own flows itself);
   2. plan: hostctl.core.mlcchost.host_slot (Algorithms 1 and 2 in job waves) over the links
      of all paths: this host's NIC link (capacity = the link rate hostctl controls, the local
      table) plus the switch links the feedback named (capacity from the switch);
@@ -139,7 +140,7 @@ class MlccControl:
     def _fetch(self, slot: int, flows: Sequence[FlowIn], ids: list[str]) -> None:
         if not flows:
             return  # nothing to ask (and no answer is not silence)
-        q = [wire.FlowQuery(i, f.key.laddr, f.key.raddr) for i, f in zip(ids, flows)]
+        q = [wire.FlowQuery(i, f.key.laddr, f.key.raddr, job_id=f.job) for i, f in zip(ids, flows)]
         res = self.switch.exchange(slot, fetches=q, timeout_s=self.fetch_timeout_s)
         answered = len(res.latency_s) > 0
         if res.max_latency_s is not None:
@@ -200,19 +201,16 @@ class MlccControl:
             shift = slot - self.fb_slot
             # others' load per link: the feedback of any flow on it, minus this host's other flows
             seen = np.zeros(L, dtype=bool)
-            own, own_col, row_of = self._own_load(self.fb_slot)
+            own = self._own_load(self.fb_slot)
+            job_of = {fid: f.job for fid, f in zip(ids, flows)}
             for fid, fb in self.feedback.items():
                 for lid, row in fb.items():
                     c = col.get(lid)
                     if c is None or seen[c]:
                         continue
-                    mine = 0.0
-                    oc = own_col.get(lid)
-                    if oc is not None:
-                        mine = own[oc].copy()
-                        r = row_of.get(fid)
-                        if r is not None and lid in self.prev_links[r]:  # the switch left fid out already
-                            mine -= self._aligned(self.prev_rates[r:r + 1], self.fb_slot)[0]
+                    # the switch left out fid's whole job; this host's flows of other jobs are its own
+                    job = job_of.get(fid)
+                    mine = sum((v for (j, x), v in own.items() if x == lid and j != job), np.zeros(K))
                     o = np.maximum(np.asarray(row, dtype=np.float64) - mine, 0.0)
                     others[c, :K - shift] = o[shift:]
                     seen[c] = True
@@ -249,15 +247,17 @@ class MlccControl:
             out[:, :self.K - shift] = rates[:, shift:]
         return out
 
-    def _own_load(self, at_slot: int) -> tuple[np.ndarray, dict[str, int], dict[str, int]]:
-        """This host's last schedules summed per link, from at_slot: (loads [L', K], link -> row,
-        flow id -> its row in prev_rates)."""
-        lids = sorted({lid for ls in self.prev_links for lid in ls})
-        col = {lid: i for i, lid in enumerate(lids)}
-        inc = np.zeros((len(self.prev_links), len(lids)))
-        for r, ls in enumerate(self.prev_links):
-            inc[r, [col[x] for x in ls]] = 1.0
-        return inc.T @ self._aligned(self.prev_rates, at_slot), col, {f: r for r, f in enumerate(self.last_ids)}
+    def _own_load(self, at_slot: int) -> dict[tuple[str, str], np.ndarray]:
+        """This host's last schedules summed per (job, link), as K values from at_slot."""
+        rates = self._aligned(self.prev_rates, at_slot)
+        out: dict[tuple[str, str], np.ndarray] = {}
+        for r, (fid, ls) in enumerate(zip(self.last_ids, self.prev_links)):
+            f = self.last_flows.get(fid)
+            job = f.job if f is not None else ""
+            for lid in ls:
+                k = (job, lid)
+                out[k] = out[k] + rates[r] if k in out else rates[r].copy()
+        return out
 
     def _remember(self, slot: int, ids: list[str], flows: Sequence[FlowIn], plan: HostSlot) -> None:
         for fid in set(self.paths) - set(ids):

@@ -231,7 +231,7 @@ class SwitchState:
             except WireError as e:
                 fb.append(wire.FlowFeedback(f.flow_id, self._flow_error(e.code)))
                 continue
-            loads = self.table.loads(idx, req.slot, slot_now, exclude=f.flow_id)
+            loads = self.table.loads(idx, req.slot, slot_now, exclude=f.flow_id, exclude_job=f.job_id)
             for lid in ids:
                 if lid not in caps:
                     caps[lid] = links_all[self.topo.link_index[lid]].capacity_Bps

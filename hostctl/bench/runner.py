@@ -224,6 +224,10 @@ class Run:
                 argv += ["--cap", hs.cap or ""]
             if pol == "mlcc":
                 argv += ["--switch", self.switch_ep]
+            if mlcc:  # one host name for all namespaces: spread the planning offsets by host index
+                from hostctl.daemon import PLAN_OFFSET_STEP_S, PLAN_OFFSETS
+
+                argv += ["--plan-offset", str(sc.topology.index(h) % PLAN_OFFSETS * PLAN_OFFSET_STEP_S)]
             self.daemons[h] = self._start(h, argv, f"hostctl-{h}", net_only=paced)
             self.daemon_policy[h] = pol
 

@@ -65,6 +65,7 @@ class LoadTable:
             raise ValueError("ring must be >= horizon")
         self._agg = np.zeros((n_links, self.ring), dtype=np.int64)
         self._flows: dict[Hashable, FlowEntry] = {}
+        self._by_job: dict[str, set[Hashable]] = {}  # job id -> its flows in the table
         self._expiry: dict[int, set[Hashable]] = {}  # last_slot -> flows whose schedule ends there
         self.now_slot: int | None = None
         self.expired_flows = 0  # counter: flows forgotten because their schedule ran out
@@ -104,6 +105,7 @@ class LoadTable:
                 e = self._flows.get(key)
                 if e is not None and e.last_slot < now_slot:
                     del self._flows[key]
+                    self._unjob(key, e)
                     n += 1
         # a bucket below old - 1 can only exist if the clock was set before the first update
         self.expired_flows += n
@@ -147,6 +149,7 @@ class LoadTable:
         if old is not None:
             self._add(old.links, old.start_slot, old.rates_Bps, -1)
             self._unbucket(key, old.last_slot)
+            self._unjob(key, old)
         beyond = now + self.ring - start_slot  # offsets from here on are not stored: drop them now
         if beyond < self.horizon:
             rates = rates.copy()
@@ -156,6 +159,8 @@ class LoadTable:
             return True
         entry = FlowEntry(idx.copy(), start_slot, rates, int(seq), job_id)
         self._flows[key] = entry
+        if job_id:
+            self._by_job.setdefault(job_id, set()).add(key)
         self._add(entry.links, start_slot, rates, +1)
         self._expiry.setdefault(entry.last_slot, set()).add(key)
         return True
@@ -168,7 +173,15 @@ class LoadTable:
             return False
         self._add(e.links, e.start_slot, e.rates_Bps, -1)
         self._unbucket(key, e.last_slot)
+        self._unjob(key, e)
         return True
+
+    def _unjob(self, key: Hashable, e: FlowEntry) -> None:
+        fl = self._by_job.get(e.job_id)
+        if fl is not None:
+            fl.discard(key)
+            if not fl:
+                del self._by_job[e.job_id]
 
     def _unbucket(self, key: Hashable, last_slot: int) -> None:
         b = self._expiry.get(last_slot)
@@ -204,10 +217,11 @@ class LoadTable:
     # ------------------------------------------------------------------ reads
 
     def loads(self, links: Sequence[int] | np.ndarray, start_slot: int, now_slot: int,
-              exclude: Hashable | None = None) -> np.ndarray:
+              exclude: Hashable | None = None, exclude_job: str | None = None) -> np.ndarray:
         """Per-link load (bytes/s, int64) of ``links`` over K slots from ``start_slot``: an array of
         shape (len(links), K). Slots before now or not stored are 0. ``exclude``'s own schedule is
-        left out (self-exclusion, Q-M8)."""
+        left out (self-exclusion, Q-M8); with ``exclude_job``, so are all that job's flows (the
+        paper's b_l: the load of *other* jobs)."""
         self.advance(now_slot)
         idx = np.asarray(links, dtype=np.int64)
         k = self.horizon
@@ -220,8 +234,11 @@ class LoadTable:
                 out[:, a:b] = self._agg[idx, c0:c0 + n]
             else:
                 out[:, a:b] = self._agg[np.ix_(idx, np.arange(c0, c0 + n) % self.ring)]
-        if exclude is not None:
-            e = self._flows.get(exclude)
+        left_out = [exclude] if exclude is not None else []
+        if exclude_job:
+            left_out += [k for k in self._by_job.get(exclude_job, ()) if k != exclude]
+        for key in left_out:
+            e = self._flows.get(key)
             if e is not None:
                 own = self._window(e, int(start_slot))
                 if own is not None:

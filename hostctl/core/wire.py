@@ -120,6 +120,7 @@ class FlowQuery:
     src: str
     dst: str
     links: tuple[str, ...] | None = None
+    job_id: str | None = None  # given: the job's other flows are left out too (b_l = other jobs' load)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +219,8 @@ def _flow_query(f: FlowQuery) -> dict[str, Any]:
     d = {"flow": f.flow_id, "src": f.src, "dst": f.dst}
     if f.links is not None:
         d["links"] = list(f.links)
+    if f.job_id is not None:
+        d["job"] = f.job_id
     return d
 
 
@@ -344,7 +347,7 @@ def _decode_request(m: dict[str, Any], k: int) -> Request:
 _KEYS_FLOWS = frozenset({"v", "type", "id", "slot", "host", "flows"})
 _KEYS_NOTIFY = frozenset({"v", "type", "id", "slot", "host", "items"})
 _K_SCHED = frozenset({"flow", "job", "src", "dst", "seq", "rates_Bps", "links"})
-_K_QUERY = frozenset({"flow", "src", "dst", "links"})
+_K_QUERY = frozenset({"flow", "src", "dst", "links", "job"})
 _K_PROG = frozenset({"flow", "job", "cum_bytes", "rate_Bps"})
 _K_NOTE = frozenset({"to", "flow", "job", "F_bytes"})
 
@@ -415,8 +418,10 @@ def _sched_item(x: Any, i: int, k: int) -> FlowSchedule:
 def _query_item(x: Any, i: int) -> FlowQuery:
     w = f"flows[{i}]"
     d = _map(x, w, _K_QUERY)
+    job = d.get("job")
     return FlowQuery(_str(d.get("flow"), w + ".flow"), _str(d.get("src"), w + ".src"),
-                     _str(d.get("dst"), w + ".dst"), _links(d.get("links"), w + ".links"))
+                     _str(d.get("dst"), w + ".dst"), _links(d.get("links"), w + ".links"),
+                     None if job is None else _str(job, w + ".job"))
 
 
 def _progress_item(x: Any, i: int) -> FlowProgress:

@@ -166,3 +166,24 @@ def test_own_flows_are_not_counted_twice(switch):
         assert np.isclose(sum(p[0] for p in plans), 0.5 * C, rtol=1e-3)
     finally:
         a.close()
+
+
+def test_flows_of_one_job_share_instead_of_staggering(switch):
+    """b_l is the load of *other* jobs: two workers of one job sending to its PS both plan the whole
+    receiver port (TCP shares it; the barrier needs both), while another job's flow steps aside."""
+    ep, _, _ = switch
+    clock = Clock()
+    a, b, c = ctl(ep, clock), ctl(ep, clock), ctl(ep, clock)
+    try:
+        G = 2 * C * SLOT_S
+        fa = [flow("10.77.0.2", "10.77.0.1", "job1", G)]
+        fb = [flow("10.77.0.3", "10.77.0.1", "job1", G)]
+        fc = [flow("10.77.0.4", "10.77.0.1", "job2", G)]
+        a.tick(fa)
+        b.tick(fb)
+        c.tick(fc)
+        assert b.schedule_of(fb[0].key)["schedule_Bps"][0] == pytest.approx(C, rel=1e-3)  # same job: no yield
+        assert c.schedule_of(fc[0].key)["schedule_Bps"][0] <= 0.0101 * C  # other job: waits
+    finally:
+        for x in (a, b, c):
+            x.close()

@@ -542,7 +542,7 @@ def test_mlcc_settings(toml):
 def test_keys_sets_match_the_documented_ones():
     assert TOP_KEYS == {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
                         "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot",
-                        "phase_gap", "switch", "curve_keys", "horizon"}
+                        "phase_gap", "switch", "curve_keys", "horizon", "plan_offset"}
     assert JOB_KEYS == {"name", "ports", "pids", "match", "model_size", "cap"}
 
 
@@ -558,6 +558,7 @@ def test_keys_sets_match_the_documented_ones():
     ({"policy": "mlcc", "switch": "10.0.0.9:5555"}, "bad switch endpoint '10.0.0.9:5555'"),
     ({"policy": "mlcc", "curve_keys": "/etc/k"}, "curve_keys needs switch endpoints"),
     ({"policy": "mlcc", "horizon": 0}, "horizon must be within 1..64"),
+    ({"policy": "mlcc", "plan_offset": 0.05}, "plan_offset must be within 0..0.036 seconds"),
 ])
 def test_pacing_settings_are_checked(kw, fragment):
     with raises(fragment):

@@ -170,3 +170,17 @@ def test_many_flows_fetch_cost_is_independent_of_flow_count():
     per_read_s = (time.perf_counter() - t0) / 2000
     assert per_read_s < 200e-6, per_read_s
     assert np.array_equal(t.recompute()[:, :], t.loads(range(64), 10, 10))
+
+
+def test_exclude_job_leaves_out_the_whole_job():
+    t = LoadTable(2, 4)
+    t.update("a1", [0], 100, [10, 10, 10, 10], 100, job_id="a")
+    t.update("a2", [0, 1], 100, [5, 5, 5, 5], 100, job_id="a")
+    t.update("b1", [0], 100, [1, 1, 1, 1], 100, job_id="b")
+    assert t.loads([0], 100, 100).tolist() == [[16] * 4]
+    assert t.loads([0], 100, 100, exclude="a1").tolist() == [[6] * 4]
+    assert t.loads([0, 1], 100, 100, exclude="a1", exclude_job="a").tolist() == [[1] * 4, [0] * 4]
+    t.withdraw("b1", 100)
+    assert t.loads([0], 100, 100, exclude_job="a").tolist() == [[0] * 4]
+    t.update("a2", [1], 100, [5, 5, 5, 5], 100, job_id="c")  # moved to another job
+    assert t.loads([1], 100, 100, exclude_job="a").tolist() == [[5] * 4]

@@ -21,6 +21,8 @@ import time
 import uuid
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hostctl.bench.scenario import parse_scenario  # noqa: E402
 from hostctl.testbed.net import Testbed  # noqa: E402
@@ -44,10 +46,9 @@ print(tot * 8 / secs)
 """
 
 
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def cpu_s(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
 
 
 def status(tb: Testbed) -> dict:
@@ -85,12 +86,12 @@ def main() -> None:
                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(a.warmup)
         # the daemon is the child of the nsenter wrapper, or the process itself
-        kids = open(f"/proc/{d.pid}/task/{d.pid}/children").read().split()
-        pid = int(kids[0]) if kids else d.pid
-        c0, t0 = cpu_s(pid), time.monotonic()
+        kids = psutil.Process(d.pid).children()
+        daemon = kids[0] if kids else psutil.Process(d.pid)
+        c0, t0 = cpu_s(daemon), time.monotonic()
         s0 = status(tb)
         time.sleep(a.seconds)
-        c1, t1 = cpu_s(pid), time.monotonic()
+        c1, t1 = cpu_s(daemon), time.monotonic()
         s1 = status(tb)
         out, _ = rx.communicate(timeout=60)
         pc = s1.get("pacing") or {}

@@ -72,22 +72,6 @@ def host_jobs(sc: Scenario, host: str, workers: bool | None = None) -> list[dict
     return out
 
 
-def _children(pid: int) -> list[int]:
-    """All descendants of pid (from /proc/PID/task/*/children)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            for t in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{t}/children") as f:
-                    kids = [int(x) for x in f.read().split()]
-                out += kids
-                todo += kids
-        except OSError:
-            continue
-    return out
-
-
 def switch_topology(sc: Scenario, addr) -> str:
     """The testbed as a switchemu topology (docs/switchemu.md): one switch, or racks of hosts
     under tor0.. joined through agg by uplinks of the scenario's capacity."""
@@ -446,22 +430,26 @@ class Run:
         return tot
 
     def daemon_cpu(self, seconds: float) -> dict:
-        """CPU time each policy daemon used so far (user + system, from /proc/PID/stat; the
-        daemon is the child of the netns/cgroup wrapper the testbed starts, or that process),
-        as seconds and as a share of one core over the run's `seconds`."""
-        tick = os.sysconf("SC_CLK_TCK")
+        """CPU time each policy daemon used so far (user + system of the process the testbed started
+        and its descendants: the daemon runs under a netns/cgroup wrapper), as seconds and as a share
+        of one core over the run's `seconds`."""
+        import psutil
+
         out = {}
         for h, d in self.daemons.items():
             if self.daemon_policy.get(h) == "fifo":
                 continue
-            pids = [d.pid] + _children(d.pid)
             cpu = 0.0
-            for pid in pids:
+            try:
+                root = psutil.Process(d.pid)
+                procs = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                procs = []
+            for p in procs:
                 try:
-                    with open(f"/proc/{pid}/stat") as f:
-                        fields = f.read().rsplit(")", 1)[1].split()
-                    cpu += (int(fields[11]) + int(fields[12])) / tick
-                except (OSError, IndexError, ValueError):
+                    t = p.cpu_times()
+                    cpu += t.user + t.system
+                except psutil.Error:
                     continue
             out[h] = {"cpu_s": cpu, "core_pct": 100.0 * cpu / seconds if seconds > 0 else 0.0}
         return out

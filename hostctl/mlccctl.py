@@ -66,20 +66,26 @@ class FlowIn:
     moving: bool = True  # progress in the last slot
 
 
+def _code_name(code: int) -> str:
+    """A wire status code as the errors counter names it (unknown codes by number)."""
+    try:
+        return wire.Code(code).name.lower()
+    except ValueError:
+        return str(code)
+
+
 def flow_id(key: FlowKey) -> str:
     """A flow's id on the wire: its 4-tuple (unique in the fabric)."""
     return f"{key.laddr}:{key.lport}>{key.raddr}:{key.rport}"
 
 
 class MlccControl:
-    def __init__(self, link_rate_Bps: int, slot_s: float, *, switch=None, host: str | None = None,
-                 horizon: int = 10, fetch_timeout_s: float | None = None, publish_timeout_s: float | None = None,
+    def __init__(self, link_rate_Bps: int, slot_s: float, *, switch=None, horizon: int = 10, fetch_timeout_s: float | None = None, publish_timeout_s: float | None = None,
                  wall: Callable[[], float] = time.time) -> None:
         self.params = MlccParams(K=horizon, slot_s=slot_s)
         self.K = horizon
         self.slot_s = slot_s
         self.switch = switch  # a SwitchClient (or anything with its exchange()), None = local only
-        self.host = host
         self.wall = wall
         self.fetch_timeout_s = fetch_timeout_s if fetch_timeout_s is not None else slot_s / 6
         self.publish_timeout_s = publish_timeout_s if publish_timeout_s is not None else slot_s / 12
@@ -99,8 +105,7 @@ class MlccControl:
         self.exchange_ms: deque[float] = deque(maxlen=200)  # fetch + publish, wall time in the slot
         self.errors: dict[str, int] = {}
         self.last: HostSlot | None = None
-        self.last_ids: list[str] = []
-        self.last_flows: dict[str, FlowIn] = {}
+        self.last_flows: dict[str, FlowIn] = {}  # flow id -> flow, in the order of the last plan's rows
         self._written: dict[FlowKey, int] = {}
         self.last_slot: int | None = None
         self._warned: set[str] = set()
@@ -146,12 +151,12 @@ class MlccControl:
         if res.max_latency_s is not None:
             self.rtt_ms.append(res.max_latency_s * 1e3)
         for ep, code in res.error_codes.items():
-            name = wire.Code(code).name.lower() if code in wire.Code._value2member_map_ else str(code)
+            name = _code_name(code)
             self.errors[name] = self.errors.get(name, 0) + 1
             self._warn_once(name, f"switch {ep} refused this host's requests ({name}): "
                                   f"{res.errors.get(ep, '')}; check NTP sync and --slot")
         for fid, code in res.flow_status.items():
-            name = wire.Code(code).name.lower() if code in wire.Code._value2member_map_ else str(code)
+            name = _code_name(code)
             self.errors[name] = self.errors.get(name, 0) + 1
             if code == wire.Code.UNKNOWN_HOST:
                 self._warn_once("unknown_host", f"the switch does not know a host of flow {fid}: that flow is "
@@ -201,7 +206,7 @@ class MlccControl:
             shift = slot - self.fb_slot
             # others' load per link: the feedback of any flow on it, minus this host's other flows
             seen = np.zeros(L, dtype=bool)
-            own = self._own_load(self.fb_slot)
+            own_total, own_job = self._own_load(self.fb_slot)
             job_of = {fid: f.job for fid, f in zip(ids, flows)}
             for fid, fb in self.feedback.items():
                 for lid, row in fb.items():
@@ -209,15 +214,14 @@ class MlccControl:
                     if c is None or seen[c]:
                         continue
                     # the switch left out fid's whole job; this host's flows of other jobs are its own
-                    job = job_of.get(fid)
-                    mine = sum((v for (j, x), v in own.items() if x == lid and j != job), np.zeros(K))
+                    mine = own_total.get(lid, 0.0) - own_job.get((job_of.get(fid), lid), 0.0)
                     o = np.maximum(np.asarray(row, dtype=np.float64) - mine, 0.0)
                     others[c, :K - shift] = o[shift:]
                     seen[c] = True
         # "no progress" means "nothing to send" only for a flow that was free to send: one held
         # at the wait floor last slot may just not have been ACKed yet
         held = wait_floor_Bps(self.slot_s) * 2
-        prev = dict(zip(self.last_ids, self.last.applied_Bps)) if self.last is not None else {}
+        prev = dict(zip(self.last_flows, self.last.applied_Bps)) if self.last is not None else {}
         moving = [f.moving or prev.get(fid, np.inf) <= held for fid, f in zip(ids, flows)]
         return host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [f.sent_bytes for f in flows],
                          np.array([f.job for f in flows], dtype=object), path, cap, cap, others,
@@ -247,24 +251,23 @@ class MlccControl:
             out[:, :self.K - shift] = rates[:, shift:]
         return out
 
-    def _own_load(self, at_slot: int) -> dict[tuple[str, str], np.ndarray]:
-        """This host's last schedules summed per (job, link), as K values from at_slot."""
+    def _own_load(self, at_slot: int) -> tuple[dict[str, np.ndarray], dict[tuple[str, str], np.ndarray]]:
+        """This host's last schedules as K values from at_slot, summed per link and per (job, link)."""
         rates = self._aligned(self.prev_rates, at_slot)
-        out: dict[tuple[str, str], np.ndarray] = {}
-        for r, (fid, ls) in enumerate(zip(self.last_ids, self.prev_links)):
-            f = self.last_flows.get(fid)
-            job = f.job if f is not None else ""
+        total: dict[str, np.ndarray] = {}
+        per_job: dict[tuple[str, str], np.ndarray] = {}
+        for r, (f, ls) in enumerate(zip(self.last_flows.values(), self.prev_links)):
             for lid in ls:
-                k = (job, lid)
-                out[k] = out[k] + rates[r] if k in out else rates[r].copy()
-        return out
+                total[lid] = total.get(lid, 0.0) + rates[r]
+                per_job[f.job, lid] = per_job.get((f.job, lid), 0.0) + rates[r]
+        return total, per_job
 
     def _remember(self, slot: int, ids: list[str], flows: Sequence[FlowIn], plan: HostSlot) -> None:
         for fid in set(self.paths) - set(ids):
             self.paths.pop(fid, None)
         self.prev_links = [self._links_of(fid) for fid in ids]
         self.prev_rates = np.maximum(plan.rates_Bps, 0.0)
-        self.last, self.last_ids, self.last_slot = plan, ids, slot
+        self.last, self.last_slot = plan, slot
         self.last_flows = dict(zip(ids, flows))
 
     def _trace(self, slot: int, flows: Sequence[FlowIn], ids: list[str], plan: HostSlot) -> None:
@@ -291,7 +294,7 @@ class MlccControl:
             return None
         fid = flow_id(key)
         try:
-            r = self.last_ids.index(fid)
+            r = list(self.last_flows).index(fid)
         except ValueError:
             return None
         return {"schedule_Bps": [int(x) for x in np.maximum(self.last.rates_Bps[r], 0)],

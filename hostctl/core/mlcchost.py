@@ -152,26 +152,27 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     planned = np.flatnonzero(active | unknown)
     plan = None
     if planned.size:
-        job_left = {}
-        for j, g in zip(job[active].tolist(), G[active].tolist()):
-            job_left[j] = job_left.get(j, 0.0) + g
         w = np.zeros(planned.size, dtype=np.int64)
         known = active[planned]
         if known.any():
-            w[known] = job_waves(job[planned][known], job_left) if by_job else 0
+            if by_job:
+                job_left: dict[str, float] = {}
+                for j, g in zip(job[active].tolist(), G[active].tolist()):
+                    job_left[j] = job_left.get(j, 0.0) + g
+                w[known] = job_waves(job[planned][known], job_left)
             w[~known] = int(w[known].max()) + 1  # unknown sizes after every known one
         wave[planned] = w
         Gp = np.where(unknown[planned], path_cap[planned] * K * t, G[planned])
         plan = allocate(Gp, pidx[planned], load_Bps, avail_Bps, cap, np.asarray(B_Bps, dtype=np.float64)[planned],
                         sent_bytes=np.asarray(sent_bytes, dtype=np.float64)[planned], priority=w, params=params)
         rates[planned] = plan.rates_Bps
+    load0 = np.asarray(load_Bps, dtype=np.float64)[:, 0]  # other hosts' load in slot 0
     if plan is not None and fill:
-        _fill_slot0(rates, planned, wave, pidx, cap, np.asarray(load_Bps, dtype=np.float64)[:, 0], t)
+        _fill_slot0(rates, planned, wave, pidx, cap, load0, t)
     # a flow whose plan ends in slot 0 may send that slot's volume at up to the path's headroom
     # (slot-0 rate of the plan = its volume / t): the table counts volume per slot, and a burst
     # stretched over the whole slot would only add its length to the iteration
-    load0 = np.append(np.asarray(load_Bps, dtype=np.float64)[:, 0], 0.0)
-    head0 = np.maximum(ext_cap - load0, 0.0)[gidx].min(axis=1)
+    head0 = np.maximum(ext_cap - np.append(load0, 0.0), 0.0)[gidx].min(axis=1)
     ends_now = np.zeros(n, dtype=bool)
     if plan is not None:
         ends_now[planned] = (plan.beta == 1) & ~unknown[planned]

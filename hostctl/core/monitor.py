@@ -264,7 +264,6 @@ class FlowMonitor:
         self._tracks: dict[int, _Track] = {}
         self._pre: dict[int, list[tuple[float, float, int]]] = {}
         self._hints: dict[str, _Hint] = {}
-        self._expect: dict[str, float] = {}  # job -> expected bytes per iteration of each flow
         self._groups: tuple[np.ndarray, np.ndarray] | None = None
         self._stats = _empty_stats()
         self.records_dropped = 0  # out-of-order or unattributable burst records
@@ -507,22 +506,6 @@ class FlowMonitor:
             if self._t is not None and h.last_start <= self._t:
                 self._apply_starts(job, h)
 
-    def expect(self, job: str, bytes_per_flow: float | None) -> None:
-        """A prior for the job's flows, e.g. from the configured model size (spec Q-M12): each
-        flow carries ``bytes_per_flow`` per iteration. It replaces the learnt estimate (so the
-        volume rule keeps a header or a bucket from passing for an iteration); a hint's
-        bytes_per_iter wins over it. None removes it."""
-        if bytes_per_flow is None:
-            if self._expect.pop(job, None) is not None:
-                self._refresh_e_eff()
-            return
-        if isinstance(bytes_per_flow, bool) or not isinstance(bytes_per_flow, numbers.Real) \
-                or not math.isfinite(bytes_per_flow) or bytes_per_flow <= 0:
-            raise ValueError(f"bytes_per_flow must be a positive number of bytes, got {bytes_per_flow!r}")
-        if self._expect.get(job) != float(bytes_per_flow):
-            self._expect[job] = float(bytes_per_flow)
-            self._refresh_e_eff()
-
     def clear_hint(self, job: str) -> None:
         """Back to estimates for the job (e.g. the framework hook went away)."""
         if self._hints.pop(job, None) is not None:
@@ -597,12 +580,10 @@ class FlowMonitor:
         est = self._a["est"]
         eff = est.copy()
         hinted = {j: h.bytes_per_iter for j, h in self._hints.items() if h.bytes_per_iter is not None}
-        if (hinted or self._expect) and len(est):
+        if hinted and len(est):
             uniq, inv = self._job_groups()
             for k, name in enumerate(uniq.tolist()):
-                if name not in hinted and name in self._expect:
-                    eff[inv == k] = self._expect[name]
-                elif name in hinted:
+                if name in hinted:
                     rows = inv == k
                     e = est[rows]
                     if np.isfinite(e).all() and e.sum() > 0:

@@ -364,21 +364,6 @@ def test_hint_bytes_per_iter():
     assert mon2.jobs()["j"].source == "estimate" and mon2.jobs()["j"].bytes_per_iter == X
 
 
-def test_expect_sets_each_flows_size_and_a_hint_wins():
-    mon = FlowMonitor()
-    mon.expect("j", 3 * X)
-    s = mon.observe(0.0, [1, 2], ["j", "j"], [0, 0])
-    assert s.bytes_per_iter.tolist() == [3 * X, 3 * X]  # per flow, not split
-    mon.hint("j", bytes_per_iter=4 * X)
-    assert mon.observe(SLOT, [1, 2], ["j", "j"], [0, 0]).bytes_per_iter.tolist() == [2 * X, 2 * X]
-    mon.clear_hint("j")
-    assert mon.observe(2 * SLOT, [1, 2], ["j", "j"], [0, 0]).bytes_per_iter.tolist() == [3 * X, 3 * X]
-    mon.expect("j", None)
-    assert np.isnan(mon.observe(3 * SLOT, [1, 2], ["j", "j"], [0, 0]).bytes_per_iter).all()
-    with pytest.raises(ValueError, match="positive number of bytes"):
-        mon.expect("j", 0)
-
-
 def test_hint_iteration_start():
     """A hook marks each iteration start 5 ms before the job sends; iterations are
     then counted by the hints only (an iteration ends when the next one starts)."""

@@ -19,7 +19,7 @@
  *   hc_ports      hash   __u32 local port      -> __u32 job slot          MAX_PORT_ENTRIES this program
  *   hc_job_class  array  __u32 job slot        -> struct hc_job_class     MAX_JOB_SLOTS    this program
  *   hc_job_stats  array  __u32 job slot        -> struct hc_job_stats     MAX_JOB_SLOTS    daemon (written here)
- *   hc_ctl        array  __u32 0               -> struct hc_ctl           1                both
+ *   hc_ctl        array  __u32 0               -> struct hc_ctl           1                both (tl_redirect too)
  * A rotation rewrites only hc_job_class entries (one 8-byte value per job, atomic
  * per entry): no packet is dropped and shaping never stops.
  *
@@ -28,6 +28,16 @@
  *
  * Overhead: two hash lookups and three array lookups per egress packet, plus
  * four bpf_skb_load_bytes calls; no per-packet allocation.
+ *
+ * Ingress bands (compiled with -DHC_INGRESS=1, a second instance with its own
+ * maps; hostctl/datapath/linux.py): tl_redirect runs direct-action on the NIC's
+ * clsact ingress hook and redirects every packet to the IFB device whose index
+ * is in hc_ctl.ifb_ifindex; the IFB carries an htb tree like the egress one, and
+ * tl_classify classifies there with local and remote swapped (an ingress packet's
+ * destination is the local end). Fail open: once the lease has expired (or
+ * before ifb_ifindex is set) tl_redirect returns TC_ACT_OK and packets skip the
+ * IFB, so a dead daemon leaves no ingress shaping behind. In this instance
+ * hc_job_stats count received bytes (the field names say tx).
  */
 #include <uapi/linux/bpf.h>
 #include <uapi/linux/pkt_cls.h>
@@ -47,6 +57,22 @@
 #endif
 #ifndef L2_HLEN
 #define L2_HLEN 14
+#endif
+
+/* Where the local end's address and port are: the source on egress, the
+ * destination on ingress (IPv4 saddr at 12, daddr at 16; IPv6 at 8 and 24). */
+#ifdef HC_INGRESS
+#define LADDR4 16
+#define RADDR4 12
+#define LADDR6 24
+#define RADDR6 8
+#define LPORT 1
+#else
+#define LADDR4 12
+#define RADDR4 16
+#define LADDR6 8
+#define RADDR6 24
+#define LPORT 0
 #endif
 
 struct hc_flow_key {
@@ -76,6 +102,8 @@ struct hc_ctl {
     __u64 lease_ns;       /* fail open when now - heartbeat_ns > lease_ns; 0 = never */
     __u64 burst_gap_ns;   /* idle gap that separates two bursts of a job */
     __u64 failopen_pkts;  /* packets passed unclassified because the lease expired */
+    __u32 ifb_ifindex;    /* HC_INGRESS: IFB to redirect ingress to; 0 = do not redirect */
+    __u32 pad;
 };
 
 BPF_HASH(hc_flows, struct hc_flow_key, __u32, MAX_FLOW_ENTRIES);
@@ -109,16 +137,16 @@ int tl_classify(struct __sk_buff *skb)
             return NO_MATCH;
         key.laddr[10] = 0xff; key.laddr[11] = 0xff;
         key.raddr[10] = 0xff; key.raddr[11] = 0xff;
-        if (bpf_skb_load_bytes(skb, L2_HLEN + 12, &key.laddr[12], 4) < 0 ||
-            bpf_skb_load_bytes(skb, L2_HLEN + 16, &key.raddr[12], 4) < 0)
+        if (bpf_skb_load_bytes(skb, L2_HLEN + LADDR4, &key.laddr[12], 4) < 0 ||
+            bpf_skb_load_bytes(skb, L2_HLEN + RADDR4, &key.raddr[12], 4) < 0)
             return NO_MATCH;
         l4 = L2_HLEN + (vihl & 0x0f) * 4;
     } else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
         __u8 nexthdr;
         if (bpf_skb_load_bytes(skb, L2_HLEN + 6, &nexthdr, 1) < 0 || nexthdr != 6)
             return NO_MATCH;
-        if (bpf_skb_load_bytes(skb, L2_HLEN + 8, key.laddr, 16) < 0 ||
-            bpf_skb_load_bytes(skb, L2_HLEN + 24, key.raddr, 16) < 0)
+        if (bpf_skb_load_bytes(skb, L2_HLEN + LADDR6, key.laddr, 16) < 0 ||
+            bpf_skb_load_bytes(skb, L2_HLEN + RADDR6, key.raddr, 16) < 0)
             return NO_MATCH;
         l4 = L2_HLEN + 40;
     } else {
@@ -127,8 +155,8 @@ int tl_classify(struct __sk_buff *skb)
     __u16 ports[2];
     if (bpf_skb_load_bytes(skb, l4, ports, 4) < 0)
         return NO_MATCH;
-    key.lport = bpf_ntohs(ports[0]);
-    key.rport = bpf_ntohs(ports[1]);
+    key.lport = bpf_ntohs(ports[LPORT]);
+    key.rport = bpf_ntohs(ports[1 - LPORT]);
 
     __u32 *slotp = hc_flows.lookup(&key);
     if (!slotp) {
@@ -159,3 +187,18 @@ int tl_classify(struct __sk_buff *skb)
         return NO_MATCH;
     return jc->classid;  /* classic cls_bpf mode: the return value is the classid */
 }
+
+#ifdef HC_INGRESS
+int tl_redirect(struct __sk_buff *skb)
+{
+    __u32 zero = 0;
+    struct hc_ctl *ctl = hc_ctl.lookup(&zero);
+    if (!ctl || !ctl->ifb_ifindex)
+        return TC_ACT_OK;
+    if (ctl->lease_ns && bpf_ktime_get_ns() - ctl->heartbeat_ns > ctl->lease_ns) {
+        __sync_fetch_and_add(&ctl->failopen_pkts, 1);
+        return TC_ACT_OK;
+    }
+    return bpf_redirect(ctl->ifb_ifindex, 0);
+}
+#endif

@@ -71,6 +71,7 @@ def start(
     iface: Optional[str] = IfaceOpt,
     link_rate: Optional[str] = typer.Option(None, "--link-rate", help="Root rate, e.g. 9.7gbit. Default 97% of the NIC speed."),
     other_rate: Optional[str] = typer.Option(None, "--other-rate", help="Guaranteed to non-DL traffic: a share like 10% or a rate."),
+    ingress_rate: Optional[str] = typer.Option(None, "--ingress-rate", help="one/rr: order received traffic too, through an IFB shaped to this share of the link rate or rate, e.g. 97%. Default: egress only."),
     ports: Optional[str] = PortsOpt,
     pids: Optional[str] = PidsOpt,
     match: Optional[str] = MatchOpt,
@@ -102,14 +103,16 @@ def start(
     cfg = build_config(config, policy=policy, iface=iface, link_rate=link_rate, other_rate=other_rate,
                        ports=ports, pids=pids, match=match, bands=bands, rr_interval=rr_interval,
                        rescan=rescan, lease=lease, metrics_port=metrics_port, cap=cap, cgroup=cgroup, slot=slot,
-                       switch=switch, curve_keys=curve_keys, horizon=horizon, plan_offset=plan_offset)
+                       switch=switch, curve_keys=curve_keys, horizon=horizon, plan_offset=plan_offset,
+                       ingress_rate=ingress_rate)
     the_iface = _resolve_iface(cfg)
     from hostctl.datapath.linux import link_info
 
     link_info(the_iface)  # clear error if the interface does not exist
     rate = _resolve_link_rate(cfg, the_iface)
     dataclasses.replace(cfg, link_rate_bps=rate).validate()  # guaranteed rates must fit in a sysfs rate too
-    plan = build_tc_plan(the_iface, rate, cfg.bands, cfg.other_rate_bps(rate), classify=cfg.band_policy != "fifo")
+    plan = build_tc_plan(the_iface, rate, cfg.bands, cfg.other_rate_bps(rate), classify=cfg.band_policy != "fifo",
+                         ingress_rate_bps=cfg.ingress_rate_bps(rate))
     if cfg.pacing:
         from hostctl.datapath.pacer import resolve_cgroup
 
@@ -237,8 +240,9 @@ def status(as_json: bool = JsonOpt) -> None:
     con = Console()
     nxt = st.get("next_rotation")
     when = f", next rotation in {max(0.0, nxt - time.time()):.1f}s" if nxt else ""
+    ingress = f", ingress bands at {format_rate(st['ingress_rate_bps'])}" if st.get("ingress_rate_bps") else ""
     con.print(f"hostctl pid {st['pid']} on {st['iface']}: policy {st['policy']}, link "
-              f"{format_rate(st['link_rate_bps'])}, {st['bands']} bands{when}")
+              f"{format_rate(st['link_rate_bps'])}, {st['bands']} bands{ingress}{when}")
     t = Table("job", "band", "class", "role", "flows", "tx", "rate", "last burst")
     for j in st["jobs"]:
         t.add_row(j["job_id"], "-" if j["band"] is None else str(j["band"]), j["classid"], j["role"],

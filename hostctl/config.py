@@ -22,7 +22,7 @@ from hostctl.errors import ConfigError
 
 TOP_KEYS = {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
             "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot", "phase_gap",
-            "switch", "curve_keys", "horizon", "plan_offset"}
+            "switch", "curve_keys", "horizon", "plan_offset", "ingress_rate"}
 JOB_KEYS = {"name", "ports", "pids", "match", "model_size", "cap"}
 PACING_POLICIES = ("cap", "mlcc")  # policies that run the sock_ops pacing datapath and the slot loop
 _ENDPOINT = re.compile(r"(tcp://[^\s,]+:\d{1,5}|ipc://[^\s,]+)")
@@ -49,6 +49,7 @@ class Config:
     curve_keys: str | None = None  # mlcc: folder with client.key_secret and server.key (switchemu keygen)
     horizon: int = consts.DEFAULT_HORIZON  # mlcc: K, slots planned ahead
     plan_offset_s: float | None = None  # mlcc: when in the slot this host plans; None: from its host name
+    ingress_rate: str | None = None  # ingress bands: "97%" of the link rate or a rate; None: off
 
     @property
     def pacing(self) -> bool:
@@ -69,6 +70,19 @@ class Config:
         assert bps is not None
         if bps > link_rate_bps // 2:
             raise ConfigError(f"other_rate {self.other_rate} is more than half the link rate; use at most 50%")
+        return bps
+
+    def ingress_rate_bps(self, link_rate_bps: int) -> int:
+        """Rate of the ingress bands' tree (0: off); a share is of the link rate."""
+        if self.ingress_rate is None:
+            return 0
+        frac, rate = parse_fraction_or_rate(self.ingress_rate, what="ingress_rate")
+        bps = int(link_rate_bps * frac) if frac is not None else rate
+        assert bps is not None
+        need = BAND_MIN_RATE_BPS * (self.bands + 1) + self.other_rate_bps(link_rate_bps)
+        if bps < need:
+            raise ConfigError(f"ingress_rate {self.ingress_rate} ({bps}bit/s) is below what {self.bands} bands and "
+                              f"other_rate {self.other_rate} guarantee ({need}bit/s); give e.g. --ingress-rate 97%")
         return bps
 
     def validate(self) -> "Config":
@@ -118,6 +132,16 @@ class Config:
                     f"link rate {self.link_rate_bps}bit/s is below what {self.bands} bands and other_rate "
                     f"{self.other_rate} guarantee ({need}bit/s): raise --link-rate or lower --bands/--other-rate"
                 )
+        if self.ingress_rate is not None:
+            frac, _rate = parse_fraction_or_rate(self.ingress_rate, what="ingress_rate")
+            if frac is not None and not 0.5 <= frac <= 1.0:
+                raise ConfigError(f"ingress_rate {self.ingress_rate} must be within 50%..100% of the link rate "
+                                  "(a little below the rate the switch delivers, e.g. 97%)")
+            if self.band_policy == "fifo":
+                raise ConfigError(f"ingress_rate orders received traffic by the bands of policy one or rr; "
+                                  f"policy {self.policy} has no bands: drop --ingress-rate")
+            if self.link_rate_bps is not None:
+                self.ingress_rate_bps(self.link_rate_bps)
         if self.policy != "fifo" and not self.jobs:
             raise ConfigError(
                 f"policy {self.policy} needs DL jobs to control: give --ports, --pids, --match "
@@ -235,6 +259,8 @@ def load_file(path: str) -> dict[str, Any]:
         kw["horizon"] = _num(data, "horizon", int, path)
     if "plan_offset" in data:
         kw["plan_offset_s"] = _num(data, "plan_offset", float, path)
+    if "ingress_rate" in data:
+        kw["ingress_rate"] = _str(data, "ingress_rate", path)
     specs: list[JobSpec] = []
     if "ports" in data:
         specs.append(JobSpec(ports=_ports_value(data["ports"], path)))

@@ -47,6 +47,7 @@ class _Rates:
     t: float = 0.0
     class_bytes: dict[int, int] = field(default_factory=dict)
     job_bytes: dict[str, int] = field(default_factory=dict)
+    ingress_class_bytes: dict[int, int] = field(default_factory=dict)
 
 
 PLAN_OFFSETS = 6  # mlcc: hosts plan at one of this many offsets in the slot, PLAN_OFFSET_STEP_S apart
@@ -163,14 +164,17 @@ class Daemon:
         now = self.mono()
         dt = now - self._rates.t if self._rates.t else 0.0
         prev = self._rates
-        class_rows = []
         names = {c.classid: c for c in self.plan.classes}
-        for cid, c in sorted(counters.classes.items()):
-            rate = (c.bytes - prev.class_bytes.get(cid, c.bytes)) * 8 / dt if dt > 0 else 0.0
-            hc = names.get(cid)
-            class_rows.append({"classid": fmt_handle(cid), "name": hc.name if hc else "?",
-                               "prio": hc.prio if hc else None, "bytes": c.bytes, "packets": c.packets,
-                               "rate_bps": max(rate, 0.0), "drops": c.drops, "backlog_bytes": c.backlog_bytes})
+
+        def class_rows(classes: dict, prev_bytes: dict) -> list[dict]:
+            rows = []
+            for cid, c in sorted(classes.items()):
+                rate = (c.bytes - prev_bytes.get(cid, c.bytes)) * 8 / dt if dt > 0 else 0.0
+                hc = names.get(cid)
+                rows.append({"classid": fmt_handle(cid), "name": hc.name if hc else "?",
+                             "prio": hc.prio if hc else None, "bytes": c.bytes, "packets": c.packets,
+                             "rate_bps": max(rate, 0.0), "drops": c.drops, "backlog_bytes": c.backlog_bytes})
+            return rows
         job_rows = []
         job_bytes = {}
         for jid, job in sorted(self.jobs.items()):
@@ -187,11 +191,15 @@ class Daemon:
                 "listen_ports": list(job.listen_ports), "flows": [str(f) for f in job.flows],
                 "model_bytes": job.model_bytes, "tx_bytes": tx, "rate_bps": max(rate, 0.0),
                 "last_burst_bytes": jc.last_burst_bytes if jc else 0, "bursts": jc.bursts if jc else 0,
+                "rx_bytes": counters.rx_jobs[slot].tx_bytes if slot in counters.rx_jobs else None,
             })
-        self._rates = _Rates(now, {cid: c.bytes for cid, c in counters.classes.items()}, job_bytes)
+        self._rates = _Rates(now, {cid: c.bytes for cid, c in counters.classes.items()}, job_bytes,
+                             {cid: c.bytes for cid, c in counters.ingress_classes.items()})
         status = {
             **self._base_status(), "state": "running",
-            "jobs": job_rows, "classes": class_rows, "failopen_pkts": counters.failopen_pkts,
+            "jobs": job_rows, "classes": class_rows(counters.classes, prev.class_bytes),
+            "ingress_classes": class_rows(counters.ingress_classes, prev.ingress_class_bytes),
+            "failopen_pkts": counters.failopen_pkts,
             "dropped_flows": self.table.dropped_flows,
             "pacing": self.pace.status() if self.pace is not None else None,
         }
@@ -201,12 +209,13 @@ class Daemon:
     def _base_status(self) -> dict:
         return {
             "pid": os.getpid(), "policy": self.config.policy, "iface": self.plan.iface,
-            "link_rate_bps": self.plan.link_rate_bps, "bands": self.config.bands,
+            "link_rate_bps": self.plan.link_rate_bps, "ingress_rate_bps": self.plan.ingress_rate_bps,
+            "bands": self.config.bands,
             "rr_interval_s": self.config.rr_interval_s, "epoch": self.epoch,
             "next_rotation": next_rotation_s(self.wall(), self.config.rr_interval_s)
             if self.config.policy == "rr" else None,
             "uptime_s": self.wall() - self.started_wall,
-            "jobs": [], "classes": [], "failopen_pkts": 0, "dropped_flows": 0, "pacing": None,
+            "jobs": [], "classes": [], "ingress_classes": [], "failopen_pkts": 0, "dropped_flows": 0, "pacing": None,
             "stats": dict(self.stats.__dict__),
         }
 

@@ -30,8 +30,17 @@ class StatusCollector:
             cb.add_metric([c["classid"], c["name"]], c["bytes"])
             cd.add_metric([c["classid"], c["name"]], c["drops"])
             cr.add_metric([c["classid"], c["name"]], c["rate_bps"])
+        ib = CounterMetricFamily("hostctl_ingress_class_bytes", "Bytes received through the ingress bands' htb class",
+                                 labels=["classid", "name"])
+        idr = CounterMetricFamily("hostctl_ingress_class_drops", "Received packets dropped in the ingress bands' htb class",
+                                  labels=["classid", "name"])
+        for c in st.get("ingress_classes", []):
+            ib.add_metric([c["classid"], c["name"]], c["bytes"])
+            idr.add_metric([c["classid"], c["name"]], c["drops"])
         stats = st.get("stats", {})
         yield from (band, txb, rate, burst, cb, cd, cr)
+        if st.get("ingress_classes"):
+            yield from (ib, idr)
         yield CounterMetricFamily("hostctl_rotations", "Priority rotations (policy rr)", value=stats.get("rotations", 0))
         yield CounterMetricFamily("hostctl_reassignments", "Band reassignments on job arrival/departure", value=stats.get("reassignments", 0))
         yield CounterMetricFamily("hostctl_errors", "Errors (discovery, map writes, counters)", value=stats.get("errors", 0))

@@ -45,6 +45,12 @@ def policy_order(policies: tuple[str, ...], repeat: int) -> list[str]:
     return list(policies[k:] + policies[:k])
 
 
+def daemon_policy(policy: str) -> str:
+    """`hostctl start --policy` of a bench policy: mlcc-local is mlcc without switchemu,
+    one-ingress / rr-ingress are one / rr with --ingress-rate."""
+    return "mlcc" if policy == "mlcc-local" else policy.removesuffix("-ingress")
+
+
 def host_jobs(sc: Scenario, host: str, workers: bool | None = None) -> list[dict]:
     """hostctl [[jobs]] entries for the DL traffic *sent* by `host`: its listening ports (PS shards,
     all-reduce ranks), torch ranks by command line, and with ``[hostctl] workers = true`` (or
@@ -195,7 +201,7 @@ class Run:
             cfg = os.path.join(self.raw_dir, f"hostctl-{h}.toml")
             with open(cfg, "w") as f:
                 f.write(_toml(jobs) if pol != "fifo" else "")
-            argv = [HOSTCTL, "start", "--policy", "mlcc" if pol == "mlcc-local" else pol, "--iface", "eth0",
+            argv = [HOSTCTL, "start", "--policy", daemon_policy(pol), "--iface", "eth0",
                     "--link-rate",
                     f"{sc.topology.link_bps}bit", "--other-rate", hs.other_rate, "--bands", str(hs.bands),
                     "--rr-interval", str(hs.rr_interval_s), "--rescan", str(hs.rescan_s), "--log-level", "WARNING"]
@@ -206,6 +212,8 @@ class Run:
                 argv += ["--cgroup", tb.host(h).cgroup]
             if pol == "cap":
                 argv += ["--cap", hs.cap or ""]
+            if pol.endswith("-ingress"):
+                argv += ["--ingress-rate", hs.ingress_rate]
             if pol == "mlcc":
                 argv += ["--switch", self.switch_ep]
             if mlcc:  # one host name for all namespaces: spread the planning offsets by host index

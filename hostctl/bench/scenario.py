@@ -17,6 +17,7 @@ and hostctl settings, parsed into frozen dataclasses (no I/O but reading the fil
     hosts = "all"                  # hosts that run the policy; others run fifo
     workers = false                # true: worker hosts order their PS workers' gradients too
                                    #   (TensorLights configures only the PS hosts)
+    ingress_rate = "97%"           # --ingress-rate of the policies one-ingress and rr-ingress
 
     [bench]
     policies = ["fifo", "one", "rr"]
@@ -61,8 +62,9 @@ from typing import Any
 from hostctl.config import ALL_POLICIES
 
 # bench-only name: policy mlcc without switchemu (each host plans on its own NIC link only)
-POLICIES = (*ALL_POLICIES, "mlcc-local")
-from hostctl.core.units import parse_rate_bps, parse_size_bytes
+# bench-only names: mlcc-local = mlcc without switchemu; one-ingress / rr-ingress = one / rr with ingress bands
+POLICIES = (*ALL_POLICIES, "mlcc-local", "one-ingress", "rr-ingress")
+from hostctl.core.units import parse_fraction_or_rate, parse_rate_bps, parse_size_bytes
 from hostctl.errors import ConfigError
 
 KINDS = ("ps", "allreduce", "torch")
@@ -73,7 +75,7 @@ MAX_PROCESSES = 400
 TOP_KEYS = {"name", "description", "testbed", "hostctl", "bench", "jobs", "cross"}
 TESTBED_KEYS = {"hosts", "racks", "hosts_per_rack", "link", "uplink", "queue", "tcp_cc", "sysctls"}
 _SYSCTL = re.compile(r"net\.(ipv4|ipv6|core)\.[a-z0-9_.]+")
-HOSTCTL_KEYS = {"rr_interval", "bands", "other_rate", "rescan", "hosts", "workers", "cap"}
+HOSTCTL_KEYS = {"rr_interval", "bands", "other_rate", "rescan", "hosts", "workers", "cap", "ingress_rate"}
 BENCH_KEYS = {"policies", "repeat", "timeout"}
 JOB_KEYS = {"name", "count", "kind", "ps", "servers", "workers", "model", "compute", "iterations",
             "arrival", "arrival_step", "backward", "buckets"}
@@ -136,6 +138,7 @@ class HostctlSettings:
     hosts: tuple[str, ...] | None = None  # None: all hosts run the policy under test
     workers: bool = False  # also order PS workers' gradients on their hosts (found by command line)
     cap: str | None = None  # policy cap: each job's rate cap on its hosts (a rate, e.g. "100mbit")
+    ingress_rate: str = "97%"  # policies one-ingress / rr-ingress: hostctl start --ingress-rate
 
 
 @dataclass(frozen=True)
@@ -222,6 +225,16 @@ def _cap(h: dict) -> str | None:
     if not isinstance(v, str):
         raise ConfigError(f"hostctl.cap must be a rate string such as \"100mbit\", got {v!r}")
     parse_rate_bps(v, what="hostctl.cap")
+    return v
+
+
+def _ingress_rate(h: dict) -> str:
+    v = h.get("ingress_rate", "97%")
+    if not isinstance(v, str):
+        raise ConfigError(f"hostctl.ingress_rate must be a share such as \"97%\" or a rate, got {v!r}")
+    frac, _rate = parse_fraction_or_rate(v, what="hostctl.ingress_rate")
+    if frac is not None and not 0.5 <= frac <= 1.0:
+        raise ConfigError(f"hostctl.ingress_rate {v} must be within 50%..100% of the link rate, e.g. \"97%\"")
     return v
 
 
@@ -385,7 +398,7 @@ def parse_scenario(data: dict, path: str = "") -> Scenario:
         rescan_s=float(_num(h, "rescan", "hostctl", 0.5, 0.05, 60.0)),
         hosts=None if hosts == "all" else _host_list(hosts, topo.hosts, "hostctl.hosts"),
         workers=_bool(h, "workers", "hostctl", False),
-        cap=_cap(h))
+        cap=_cap(h), ingress_rate=_ingress_rate(h))
     b = _check_keys(data.get("bench", {}), BENCH_KEYS, "bench")
     if "cap" in _policies(b.get("policies", ["fifo"]), "bench.policies") and settings.cap is None:
         raise ConfigError("bench.policies lists cap: give its rate with [hostctl] cap = \"100mbit\"")

@@ -18,6 +18,13 @@ guaranteed ``other_rate`` so non-DL traffic (ssh, storage, cross traffic) is
 never starved by DL bursts. Rotation never touches the htb tree: it re-points a
 job's classifier-map entry to another band class (ENVIRONMENT.md: changing the
 prio of a busy class does not flip precedence).
+
+Ingress bands (optional, ``ingress_rate``): the NIC's ingress is redirected to an
+IFB device that carries the same tree with the ingress rate in place of the link
+rate, classified by the same job table with local and remote swapped. Set below
+the rate at which the switch delivers, it moves the queue of a shared receive
+link (gradients converging on a parameter-server host) from the switch port,
+where the host has no say, into the host, where the bands order it.
 """
 
 from __future__ import annotations
@@ -90,35 +97,48 @@ class TcPlan:
     qdisc_handle: int = QDISC_HANDLE
     default_classid: int = DEFAULT_CLASSID
     filter_prio: int = FILTER_PRIO
+    ingress_rate_bps: int = 0  # 0: no ingress bands
+    ingress_classes: tuple[HtbClass, ...] = ()  # the IFB's tree (same handles, ingress rate)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["qdisc_handle"] = fmt_handle(self.qdisc_handle)
         d["default_classid"] = fmt_handle(self.default_classid)
-        d["classes"] = [
-            {**asdict(c), "classid": fmt_handle(c.classid), "parent": fmt_handle(c.parent),
-             "burst_bytes": c.burst_bytes, "cburst_bytes": c.cburst_bytes}
-            for c in self.classes
-        ]
+        for key, classes in (("classes", self.classes), ("ingress_classes", self.ingress_classes)):
+            d[key] = [
+                {**asdict(c), "classid": fmt_handle(c.classid), "parent": fmt_handle(c.parent),
+                 "burst_bytes": c.burst_bytes, "cburst_bytes": c.cburst_bytes}
+                for c in classes
+            ]
         return d
 
 
-def build_tc_plan(
-    iface: str, link_rate_bps: int, bands: int, other_rate_bps: int, classify: bool
-) -> TcPlan:
-    if other_rate_bps + bands * BAND_MIN_RATE_BPS > link_rate_bps:
+def _htb_classes(rate_bps: int, bands: int, other_rate_bps: int, classify: bool) -> tuple[HtbClass, ...]:
+    if other_rate_bps + bands * BAND_MIN_RATE_BPS > rate_bps:
         raise ValueError("guaranteed rates exceed the link rate")
     classes = [
-        HtbClass(ROOT_CLASSID, QDISC_HANDLE, link_rate_bps, link_rate_bps, 0, "root"),
+        HtbClass(ROOT_CLASSID, QDISC_HANDLE, rate_bps, rate_bps, 0, "root"),
         HtbClass(DEFAULT_CLASSID, ROOT_CLASSID, max(other_rate_bps, BAND_MIN_RATE_BPS),
-                 link_rate_bps, DEFAULT_PRIO, "default"),
+                 rate_bps, DEFAULT_PRIO, "default"),
     ]
     if classify:
         classes += [
-            HtbClass(band_classid(b), ROOT_CLASSID, BAND_MIN_RATE_BPS, link_rate_bps, b, f"band{b}")
+            HtbClass(band_classid(b), ROOT_CLASSID, BAND_MIN_RATE_BPS, rate_bps, b, f"band{b}")
             for b in range(bands)
         ]
-    return TcPlan(iface, link_rate_bps, tuple(classes), classify, bands)
+    return tuple(classes)
+
+
+def build_tc_plan(
+    iface: str, link_rate_bps: int, bands: int, other_rate_bps: int, classify: bool,
+    ingress_rate_bps: int = 0,
+) -> TcPlan:
+    """ingress_rate_bps > 0 adds ingress bands (only with classify: fifo orders nothing)."""
+    classes = _htb_classes(link_rate_bps, bands, other_rate_bps, classify)
+    ingress_rate_bps = ingress_rate_bps if classify else 0
+    ingress = _htb_classes(ingress_rate_bps, bands, other_rate_bps, True) if ingress_rate_bps else ()
+    return TcPlan(iface, link_rate_bps, classes, classify, bands,
+                  ingress_rate_bps=ingress_rate_bps, ingress_classes=ingress)
 
 
 @dataclass(frozen=True)

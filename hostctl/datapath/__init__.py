@@ -42,6 +42,8 @@ class Counters:
     classes: dict[int, ClassCounters] = field(default_factory=dict)
     jobs: dict[int, JobCounters] = field(default_factory=dict)
     failopen_pkts: int = 0
+    ingress_classes: dict[int, ClassCounters] = field(default_factory=dict)  # the IFB's (ingress bands)
+    rx_jobs: dict[int, JobCounters] = field(default_factory=dict)  # received, counted on the IFB
 
 
 @dataclass(frozen=True)

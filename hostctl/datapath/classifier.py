@@ -20,6 +20,7 @@ from hostctl.datapath import JobCounters
 from hostctl.errors import ProbeError
 
 PROG_NAME = "tl_classify"
+REDIRECT_NAME = "tl_redirect"
 
 
 def bpf_dir() -> Path:
@@ -27,9 +28,9 @@ def bpf_dir() -> Path:
     return Path(env) if env else Path(__file__).resolve().parents[2] / "bpf"
 
 
-def cflags(l2_hlen: int = 14) -> list[str]:
+def cflags(l2_hlen: int = 14, ingress: bool = False) -> list[str]:
     """Compile-time settings of the classifier (never edit the C text)."""
-    return [
+    return ["-DHC_INGRESS=1"] * ingress + [
         f"-DMAX_FLOW_ENTRIES={MAX_FLOW_ENTRIES}",
         f"-DMAX_PORT_ENTRIES={MAX_PORT_ENTRIES}",
         f"-DMAX_JOB_SLOTS={MAX_JOB_SLOTS}",
@@ -60,19 +61,24 @@ class Classifier:
     """The loaded program and its maps. ``fd`` / ``name`` go into the tc filter."""
 
     def __init__(self, l2_hlen: int = 14, lease_s: float = consts.DEFAULT_LEASE_S,
-                 burst_gap_s: float = consts.BURST_GAP_S) -> None:
+                 burst_gap_s: float = consts.BURST_GAP_S, ingress: bool = False) -> None:
+        """ingress: the instance for ingress bands: tl_classify reads the local end from the
+        destination, and ``redirect`` (tl_redirect, direct-action) sends the NIC's ingress
+        to the IFB set by ``redirect_to`` while the lease holds."""
         bcc = import_bcc()
         src = bpf_dir() / "tl_classify.c"
         if not src.exists():
             raise ProbeError(f"BPF source {src} is missing; set {consts.BPF_DIR_ENV} to the bpf/ folder")
         try:
-            self.bpf = bcc.BPF(src_file=str(src).encode(), cflags=cflags(l2_hlen))
+            self.bpf = bcc.BPF(src_file=str(src).encode(), cflags=cflags(l2_hlen, ingress))
         except Exception as e:  # bcc raises bare Exception on compile failure
             raise ProbeError(
                 f"cannot compile {src.name} with bcc ({e}); kernel headers must be at "
                 f"/lib/modules/$(uname -r)/build (scripts/setup.sh links them)"
             ) from e
         self.fn = self.bpf.load_func(PROG_NAME.encode(), bcc.BPF.SCHED_CLS)
+        self.redirect = self.bpf.load_func(REDIRECT_NAME.encode(), bcc.BPF.SCHED_CLS) if ingress else None
+        self.ifb_ifindex = 0
         self.flows = self.bpf[b"hc_flows"]
         self.ports = self.bpf[b"hc_ports"]
         self.job_class = self.bpf[b"hc_job_class"]
@@ -97,7 +103,13 @@ class Classifier:
         v.heartbeat_ns = time.monotonic_ns()  # CLOCK_MONOTONIC == bpf_ktime_get_ns()
         v.lease_ns = self.lease_ns
         v.burst_gap_ns = self.burst_gap_ns
+        v.ifb_ifindex = self.ifb_ifindex
         self.ctl[k] = v
+
+    def redirect_to(self, ifindex: int) -> None:
+        """Start (ifindex > 0) or stop (0) tl_redirect's redirection to that IFB."""
+        self.ifb_ifindex = ifindex
+        self.heartbeat()
 
     def failopen_pkts(self) -> int:
         return int(self.ctl[self.ctl.Key(0)].failopen_pkts)

@@ -28,6 +28,8 @@ class FakeDatapath:
         self.heartbeats = 0
         self.class_bytes: dict[int, int] = {}
         self.job_bytes: dict[int, int] = {}
+        self.ingress_class_bytes: dict[int, int] = {}  # the IFB's classes (ingress bands)
+        self.rx_job_bytes: dict[int, int] = {}
         self.torn_down = 0
         self.pace_table = PaceTable()
         self.pace_writes: list[PaceTable] = []
@@ -41,6 +43,10 @@ class FakeDatapath:
         self.root = f"htb {plan.qdisc_handle:x}"
         for c in plan.classes:
             self.class_bytes.setdefault(c.classid, 0)
+        if not plan.ingress_classes:
+            self.ingress_class_bytes.clear()
+        for c in plan.ingress_classes:
+            self.ingress_class_bytes.setdefault(c.classid, 0)
 
     def apply(self, table: ClassifierTable) -> int:
         if self.plan is None:
@@ -60,17 +66,32 @@ class FakeDatapath:
 
     def send(self, job_id: str, nbytes: int) -> None:
         """Pretend the job sent ``nbytes``: counted for the job and its class."""
+        self._count(job_id, nbytes, self.job_bytes, self.class_bytes)
+
+    def receive(self, job_id: str, nbytes: int) -> None:
+        """Pretend the job received ``nbytes``: counted on the IFB if ingress bands are set up."""
+        assert self.plan is not None
+        if self.plan.ingress_classes:
+            self._count(job_id, nbytes, self.rx_job_bytes, self.ingress_class_bytes)
+
+    def _count(self, job_id: str, nbytes: int, jobs: dict[int, int], classes: dict[int, int]) -> None:
         slot = self.table.slots[job_id]
-        self.job_bytes[slot] = self.job_bytes.get(slot, 0) + nbytes
+        jobs[slot] = jobs.get(slot, 0) + nbytes
         assert self.plan is not None
         cid = self.table.slot_classid.get(slot) or self.plan.default_classid
-        self.class_bytes[cid] = self.class_bytes.get(cid, 0) + nbytes
+        classes[cid] = classes.get(cid, 0) + nbytes
 
     def read_counters(self, slots: set[int] | None = None) -> Counters:
-        classes = {cid: ClassCounters(cid, b, b // 1500, 0, 0, 0) for cid, b in self.class_bytes.items()}
-        jobs = {s: JobCounters(s, self.job_bytes.get(s, 0), self.job_bytes.get(s, 0) // 1500, 0, 0)
-                for s in (slots or set())}
-        return Counters(classes, jobs, 0)
+        def classes(by: dict[int, int]) -> dict[int, ClassCounters]:
+            return {cid: ClassCounters(cid, b, b // 1500, 0, 0, 0) for cid, b in by.items()}
+
+        def jobs(by: dict[int, int]) -> dict[int, JobCounters]:
+            return {s: JobCounters(s, by.get(s, 0), by.get(s, 0) // 1500, 0, 0) for s in (slots or set())}
+
+        if not self.ingress_class_bytes:
+            return Counters(classes(self.class_bytes), jobs(self.job_bytes), 0)
+        return Counters(classes(self.class_bytes), jobs(self.job_bytes), 0,
+                        classes(self.ingress_class_bytes), jobs(self.rx_job_bytes))
 
     # -- pacing: the sock_ops program's behaviour, in memory ---------------------------------
     def pace(self, table: PaceTable) -> int:

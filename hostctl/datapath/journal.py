@@ -2,8 +2,10 @@
 
 One JSON file per interface under the per-netns state folder
 (``/run/hostctl/ns<inode>/<iface>.json``). It holds the previous egress qdisc tree
-(raw, see rtnl_raw.py), the handle of the qdisc hostctl created and the PID of the
-daemon. ``hostctl clean`` uses it to restore the interface after a crash.
+(raw, see rtnl_raw.py), the handle of the qdisc hostctl created, the PID of the
+daemon and, with ingress bands, the IFB device hostctl made and whether it added
+the NIC's clsact qdisc (else only its own ingress filter is removed).
+``hostctl clean`` uses it to restore the interface after a crash.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ class Journal:
     qdisc_handle: int
     previous: list[TcObject] = field(default_factory=list)
     policy: str = ""
+    ingress_ifb: str = ""  # IFB device hostctl created ("" = no ingress bands)
+    ingress_clsact: bool = False  # hostctl added the NIC's clsact qdisc (remove it on undo)
 
     @staticmethod
     def path(iface: str, directory: str | None = None) -> str:
@@ -37,7 +41,8 @@ class Journal:
         with open(tmp, "w") as f:
             json.dump({"iface": self.iface, "ifindex": self.ifindex, "pid": self.pid,
                        "qdisc_handle": self.qdisc_handle, "policy": self.policy,
-                       "previous": [o.to_json() for o in self.previous]}, f, indent=1)
+                       "previous": [o.to_json() for o in self.previous],
+                       "ingress_ifb": self.ingress_ifb, "ingress_clsact": self.ingress_clsact}, f, indent=1)
         os.replace(tmp, p)
 
     @classmethod
@@ -50,7 +55,8 @@ class Journal:
         except (OSError, ValueError):
             return None
         return cls(d["iface"], int(d["ifindex"]), int(d["pid"]), int(d["qdisc_handle"]),
-                   [TcObject.from_json(o) for o in d.get("previous", [])], d.get("policy", ""))
+                   [TcObject.from_json(o) for o in d.get("previous", [])], d.get("policy", ""),
+                   str(d.get("ingress_ifb", "")), bool(d.get("ingress_clsact", False)))
 
     @classmethod
     def all(cls, directory: str | None = None) -> list["Journal"]:

@@ -8,6 +8,14 @@ Order of effects (each undo is recorded before the change it undoes):
   3. load the classifier and attach it as the only filter of 6863: (direct-action).
 Teardown reverses it: restore the previous tree (which removes ours and with it
 the filter and the program), then drop the journal.
+
+With ingress bands (plan.ingress_classes), after step 3:
+  4. journal the IFB's name (``hcin<ifindex>``) and whether the NIC had a clsact qdisc;
+  5. create the IFB with the htb tree of plan.ingress_classes and a second classifier
+     instance (compiled for ingress) on it;
+  6. add clsact to the NIC if absent and attach tl_redirect to its ingress hook
+     (filter prio INGRESS_FILTER_PRIO), which redirects to the IFB while the lease holds.
+Undo removes the redirect filter (or the clsact qdisc, if hostctl added it) and the IFB.
 """
 
 from __future__ import annotations
@@ -34,6 +42,16 @@ ETH_P_ALL = 0x0003
 ARPHRD_ETHER = 1
 # Devices whose packets start at the IP header at tc egress (tun, wireguard, ip tunnels, raw IP).
 L3_DEVICE_TYPES = {65534, 768, 769, 776, 778, 823, 519}
+TC_H_CLSACT_INGRESS = 0xFFFFFFF2  # parent of clsact's ingress filters (ffff:fff2)
+TC_H_INGRESS = 0xFFFFFFF1  # parent of the ingress / clsact qdisc itself
+INGRESS_FILTER_PRIO = 0x6863  # hostctl's redirect filter on the NIC's ingress hook
+IFB_PREFIX = "hcin"
+IFB_QUEUE_PKTS = 1000  # the IFB's txqueuelen: the limit of each htb leaf's default pfifo
+
+
+def ifb_name(ifindex: int) -> str:
+    """The IFB of a NIC (unique per network namespace, at most 15 characters)."""
+    return f"{IFB_PREFIX}{ifindex}"
 
 
 def _nl_error(what: str, e: NetlinkError) -> DatapathError:
@@ -92,6 +110,8 @@ class LinuxDatapath:
         self.ifindex, self.link_type = link_info(iface)
         self.ipr = IPRoute()
         self.classifier = None
+        self.in_classifier = None  # ingress bands: the classifier on the IFB (with tl_redirect)
+        self.ifb_index = 0
         self.plan: TcPlan | None = None
         self.journal: Journal | None = None
 
@@ -106,6 +126,10 @@ class LinuxDatapath:
             self._detach_classifier()
         if plan.classify and self.classifier is None:
             self._attach_classifier(plan)
+        if plan.ingress_classes:
+            self._setup_ingress(plan)
+        elif self.in_classifier is not None:
+            self._remove_ingress()
         if self.pace_cgroup is not None and self.pacer is None:
             from hostctl.datapath.pacer import Pacer
 
@@ -150,28 +174,93 @@ class LinuxDatapath:
             log.info("%s: saved previous root qdisc %s %s (%d objects)", self.iface,
                      previous[0].kind, fmt_handle(previous[0].handle), len(previous))
 
-    def _root(self) -> TcObject | None:
+    def _ensure_qdisc(self, plan: TcPlan, index: int | None = None) -> None:
+        index = index or self.ifindex
         with RawRtnl() as rt:
-            tree = rt.dump(self.ifindex)
-        return tree[0] if tree else None
-
-    def _ensure_qdisc(self, plan: TcPlan) -> None:
-        root = self._root()
-        if root is not None and root.kind == "htb" and root.handle == plan.qdisc_handle:
+            tree = rt.dump(index)
+        if tree and tree[0].kind == "htb" and tree[0].handle == plan.qdisc_handle:
             return
         try:
-            self.ipr.tc("replace", "htb", index=self.ifindex, handle=plan.qdisc_handle,
+            self.ipr.tc("replace", "htb", index=index, handle=plan.qdisc_handle,
                         parent=TC_H_ROOT, default=plan.default_classid & 0xFFFF, r2q=10)
         except NetlinkError as e:
-            raise _nl_error(f"cannot install the htb root qdisc on {self.iface}", e) from e
+            raise _nl_error(f"cannot install the htb root qdisc on {self._dev(index)}", e) from e
 
-    def _ensure_class(self, c: HtbClass) -> None:
+    def _ensure_class(self, c: HtbClass, index: int | None = None) -> None:
+        index = index or self.ifindex
         try:
-            self.ipr.tc("replace-class", "htb", index=self.ifindex, handle=c.classid, parent=c.parent,
+            self.ipr.tc("replace-class", "htb", index=index, handle=c.classid, parent=c.parent,
                         rate=f"{c.rate_bps}bit", ceil=f"{c.ceil_bps}bit", prio=c.prio,
                         quantum=c.quantum_bytes, burst=c.burst_bytes, cburst=c.cburst_bytes)
         except NetlinkError as e:
-            raise _nl_error(f"cannot set htb class {fmt_handle(c.classid)} on {self.iface}", e) from e
+            raise _nl_error(f"cannot set htb class {fmt_handle(c.classid)} on {self._dev(index)}", e) from e
+
+    def _dev(self, index: int) -> str:
+        return self.iface if index == self.ifindex else ifb_name(self.ifindex)
+
+    # -- ingress bands ----------------------------------------------------------
+    def _ingress_qdisc(self) -> str | None:
+        """Kind of the NIC's ingress-side qdisc ("clsact", "ingress") or None."""
+        for q in self.ipr.get_qdiscs(index=self.ifindex):
+            if q["parent"] == TC_H_INGRESS:
+                return q.get_attr("TCA_KIND")
+        return None
+
+    def _setup_ingress(self, plan: TcPlan) -> None:
+        """Steps 4-6 of the module docstring; idempotent (a second call only re-sets the classes)."""
+        name = ifb_name(self.ifindex)
+        if self.in_classifier is None:
+            kind = self._ingress_qdisc()
+            if kind not in (None, "clsact"):
+                raise DatapathError(
+                    f"{self.iface} has an {kind!r} qdisc on its ingress; ingress bands need clsact there. "
+                    f"Remove it (tc qdisc del dev {self.iface} ingress) or drop --ingress-rate")
+            assert self.journal is not None
+            self.journal.ingress_ifb = name
+            self.journal.ingress_clsact = kind is None
+            self.journal.save(self.state_dir)
+            stale = self.ipr.link_lookup(ifname=name)
+            if stale:
+                log.warning("removing a leftover %s (no journal claimed it)", name)
+                self.ipr.link("del", index=stale[0])
+            try:
+                self.ipr.link("add", ifname=name, kind="ifb")
+                self.ifb_index = self.ipr.link_lookup(ifname=name)[0]
+                self.ipr.link("set", index=self.ifb_index, state="up", txqlen=IFB_QUEUE_PKTS)
+            except NetlinkError as e:
+                raise _nl_error(f"cannot create the IFB device {name} (is the ifb module available?)", e) from e
+        self._ensure_qdisc(plan, self.ifb_index)
+        for cls in plan.ingress_classes:
+            self._ensure_class(cls, self.ifb_index)
+        if self.in_classifier is not None:
+            return
+        from hostctl.datapath.classifier import Classifier
+
+        l2 = 0 if self.link_type in L3_DEVICE_TYPES else 14
+        self.in_classifier = Classifier(l2_hlen=l2, lease_s=self.lease_s, ingress=True)
+        try:
+            self.ipr.tc("replace-filter", "bpf", index=self.ifb_index, handle=1, parent=plan.qdisc_handle,
+                        prio=plan.filter_prio, protocol=ETH_P_ALL, fd=self.in_classifier.fd,
+                        name=self.in_classifier.name)
+            if self.journal is not None and self.journal.ingress_clsact and self._ingress_qdisc() is None:
+                self.ipr.tc("add", "clsact", index=self.ifindex)
+            redirect = self.in_classifier.redirect
+            self.ipr.tc("replace-filter", "bpf", index=self.ifindex, handle=1, parent=TC_H_CLSACT_INGRESS,
+                        prio=INGRESS_FILTER_PRIO, protocol=ETH_P_ALL, fd=redirect.fd, name=redirect.name,
+                        direct_action=True)
+        except NetlinkError as e:
+            raise _nl_error(f"cannot attach the ingress classifier of {self.iface}", e) from e
+        self.in_classifier.redirect_to(self.ifb_index)
+        log.info("%s: ingress bands through %s at %s bit/s", self.iface, name, plan.ingress_rate_bps)
+
+    def _remove_ingress(self) -> None:
+        assert self.journal is not None
+        clean_ingress(self.ipr, self.ifindex, self.journal.ingress_ifb, self.journal.ingress_clsact)
+        self.journal.ingress_ifb, self.journal.ingress_clsact = "", False
+        self.journal.save(self.state_dir)
+        self.in_classifier.close()
+        self.in_classifier = None
+        self.ifb_index = 0
 
     def _delete_class(self, classid: int) -> None:
         try:
@@ -208,6 +297,8 @@ class LinuxDatapath:
 
     # -- per tick --------------------------------------------------------------
     def apply(self, table: ClassifierTable) -> int:
+        if self.in_classifier is not None:
+            self.in_classifier.apply(table)
         if self.classifier is None:
             return 0
         return self.classifier.apply(table)
@@ -215,6 +306,8 @@ class LinuxDatapath:
     def heartbeat(self) -> None:
         if self.classifier is not None:
             self.classifier.heartbeat()
+        if self.in_classifier is not None:
+            self.in_classifier.heartbeat()
         if self.pacer is not None:
             self.pacer.heartbeat()
 
@@ -231,9 +324,21 @@ class LinuxDatapath:
             self.pacer.forget(keys)
 
     def read_counters(self, slots: set[int] | None = None) -> Counters:
+        classes = self._class_counters(self.ifindex)
+        jobs = {}
+        failopen = 0
+        if self.classifier is not None:
+            jobs = self.classifier.job_counters(slots or set())
+            failopen = self.classifier.failopen_pkts()
+        if self.in_classifier is None:
+            return Counters(classes, jobs, failopen)
+        return Counters(classes, jobs, failopen + self.in_classifier.failopen_pkts(),
+                        self._class_counters(self.ifb_index), self.in_classifier.job_counters(slots or set()))
+
+    def _class_counters(self, index: int) -> dict[int, ClassCounters]:
         classes: dict[int, ClassCounters] = {}
         try:
-            for msg in self.ipr.get_classes(index=self.ifindex):
+            for msg in self.ipr.get_classes(index=index):
                 if msg["handle"] >> 16 != QDISC_HANDLE >> 16:
                     continue
                 st = msg.get_attr("TCA_STATS2")
@@ -246,13 +351,8 @@ class LinuxDatapath:
                     int(queue["backlog"]) if queue else 0,
                 )
         except NetlinkError as e:
-            raise _nl_error(f"cannot read class counters of {self.iface}", e) from e
-        jobs = {}
-        failopen = 0
-        if self.classifier is not None:
-            jobs = self.classifier.job_counters(slots or set())
-            failopen = self.classifier.failopen_pkts()
-        return Counters(classes, jobs, failopen)
+            raise _nl_error(f"cannot read class counters of {self._dev(index)}", e) from e
+        return classes
 
     # -- teardown ----------------------------------------------------------------
     def teardown(self) -> None:
@@ -261,9 +361,11 @@ class LinuxDatapath:
             self.pacer = None
         if self.plan is not None or self.journal is not None:
             clean_interface(self.iface, self.state_dir)
-        if self.classifier is not None:
-            self.classifier.close()
-            self.classifier = None
+        for c in (self.classifier, self.in_classifier):
+            if c is not None:
+                c.close()
+        self.classifier = self.in_classifier = None
+        self.ifb_index = 0
         self.plan = None
         self.journal = None
 
@@ -271,8 +373,30 @@ class LinuxDatapath:
         self.ipr.close()
 
 
+def clean_ingress(ipr: IPRoute, ifindex: int, ifb: str, remove_clsact: bool) -> list[str]:
+    """Undo ingress bands on a NIC: hostctl's redirect filter (or the clsact qdisc that
+    hostctl added) and the IFB. Idempotent; returns what was removed."""
+    done = []
+    try:
+        if remove_clsact:
+            ipr.tc("del", "clsact", index=ifindex)
+            done.append("clsact")
+        else:
+            ipr.tc("del-filter", "bpf", index=ifindex, handle=1, parent=TC_H_CLSACT_INGRESS,
+                   prio=INGRESS_FILTER_PRIO, protocol=ETH_P_ALL)
+            done.append("ingress redirect")
+    except NetlinkError as e:
+        if e.code not in (errno.ENOENT, errno.EINVAL):
+            raise _nl_error("cannot remove hostctl's ingress redirect", e) from e
+    idx = ipr.link_lookup(ifname=ifb) if ifb else []
+    if idx:
+        ipr.link("del", index=idx[0])
+        done.append(ifb)
+    return done
+
+
 def clean_interface(iface: str, state_dir: str | None = None) -> str:
-    """Undo hostctl on one interface (journal first, else by our qdisc handle).
+    """Undo hostctl on one interface (journal first, else by our qdisc handle and IFB name).
 
     Idempotent; returns a one-line description of what was done."""
     journal = Journal.load(iface, state_dir)
@@ -280,9 +404,24 @@ def clean_interface(iface: str, state_dir: str | None = None) -> str:
         ifindex, _ = link_info(iface)
     except DatapathError:
         if journal is not None:
+            with IPRoute() as ipr:  # the NIC took its filters with it; the IFB may remain
+                clean_ingress(ipr, 0, journal.ingress_ifb, remove_clsact=False)
             journal.remove(state_dir)
             return f"{iface}: gone; dropped its journal"
         return f"{iface}: not found"
+    with IPRoute() as ipr:
+        if journal is not None:
+            ingress = clean_ingress(ipr, ifindex, journal.ingress_ifb, journal.ingress_clsact) \
+                if journal.ingress_ifb else []
+        elif ipr.link_lookup(ifname=ifb_name(ifindex)):  # no journal: by name and filter prio
+            ingress = clean_ingress(ipr, ifindex, ifb_name(ifindex), remove_clsact=False)
+        else:
+            ingress = []
+    extra = f"; removed {', '.join(ingress)}" if ingress else ""
+    return _clean_egress(iface, ifindex, journal, state_dir) + extra
+
+
+def _clean_egress(iface: str, ifindex: int, journal: Journal | None, state_dir: str | None) -> str:
     with RawRtnl() as rt:
         tree = rt.dump(ifindex)
         ours = bool(tree) and tree[0].kind == "htb" and tree[0].handle == QDISC_HANDLE

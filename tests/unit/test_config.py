@@ -542,7 +542,7 @@ def test_mlcc_settings(toml):
 def test_keys_sets_match_the_documented_ones():
     assert TOP_KEYS == {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
                         "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot",
-                        "phase_gap", "switch", "curve_keys", "horizon", "plan_offset"}
+                        "phase_gap", "switch", "curve_keys", "horizon", "plan_offset", "ingress_rate"}
     assert JOB_KEYS == {"name", "ports", "pids", "match", "model_size", "cap"}
 
 
@@ -840,3 +840,26 @@ def test_policy_flag_fifo_over_file_without_jobs(toml):
 def test_policy_flag_rr_over_fifo_file_without_jobs(toml):
     with raises("policy rr needs DL jobs"):
         build_config(toml('policy = "fifo"\n'), policy="rr")
+
+
+def test_ingress_rate_share_or_rate(toml):
+    c = build_config(policy="one", ports="5201", ingress_rate="97%")
+    assert c.ingress_rate_bps(10**9) == 970_000_000
+    assert build_config(policy="rr", ports="5201", ingress_rate="900mbit").ingress_rate_bps(10**9) == 900_000_000
+    assert build_config(policy="one", ports="5201").ingress_rate_bps(10**9) == 0
+    c = build_config(toml('policy = "one"\nports = "5201"\ningress_rate = "95%"\n'))
+    assert c.ingress_rate == "95%"
+
+
+@pytest.mark.parametrize("kw,fragments", [
+    ({"policy": "fifo"}, ("policy fifo has no bands", "drop --ingress-rate")),
+    ({"policy": "mlcc"}, ("policy mlcc has no bands",)),
+    ({"policy": "one", "ingress_rate": "30%"}, ("ingress_rate 30%", "50%..100%")),
+    ({"policy": "one", "ingress_rate": "101%"}, ("bad ingress_rate", "0%..100%")),
+    ({"policy": "one", "ingress_rate": "fast"}, ("bad ingress_rate 'fast'",)),
+    ({"policy": "one", "ingress_rate": "1mbit", "link_rate": "100mbit"}, ("below what 6 bands", "--ingress-rate 97%")),
+])
+def test_ingress_rate_mistakes(kw, fragments):
+    kw = {"ports": "5201", "ingress_rate": "97%", **kw}
+    with raises(*fragments):
+        build_config(**kw)

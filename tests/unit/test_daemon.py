@@ -115,3 +115,32 @@ def test_run_tears_down_once_when_stopped():
     assert dp.torn_down == 1 and dp.root == "noqueue" and dp.heartbeats >= 1
     assert d.stats.rotations >= 1
     assert band_classid(0) in {c for t in dp.applies for c in t.slot_classid.values()}
+
+
+def test_status_reports_received_bytes_with_ingress_bands():
+    cfg = Config(policy="one", jobs=(JobSpec(ports=(1,)),), ingress_rate="90%")
+    plan = build_tc_plan("eth0", 10**9, 6, 10**8, True, ingress_rate_bps=cfg.ingress_rate_bps(10**9))
+    dp = FakeDatapath()
+    d = Daemon(cfg, plan, dp, ScriptedDiscovery(J), wall=Clock(1000.0), mono=Clock(5.0))
+    dp.setup(plan)
+    d.scan()
+    d.reassign()
+    dp.receive("b", 3000)
+    dp.send("b", 1000)
+    d.refresh_status()
+    st = d.status(max_age_s=float("inf"))
+    assert st["ingress_rate_bps"] == 900_000_000
+    b = next(j for j in st["jobs"] if j["job_id"] == "b")
+    assert (b["rx_bytes"], b["tx_bytes"]) == (3000, 1000)
+    ing = {c["classid"]: c["bytes"] for c in st["ingress_classes"]}
+    assert ing["6863:21"] == 3000 and {c["classid"]: c["bytes"] for c in st["classes"]}["6863:21"] == 1000
+
+
+def test_status_without_ingress_bands_has_none():
+    d, dp, _ = make("one", [J])
+    d.scan()
+    d.reassign()
+    d.refresh_status()
+    st = d.status(max_age_s=float("inf"))
+    assert st["ingress_rate_bps"] == 0 and st["ingress_classes"] == []
+    assert all(j["rx_bytes"] is None for j in st["jobs"])

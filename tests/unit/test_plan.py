@@ -57,3 +57,21 @@ def test_unassigned_jobs_point_to_default_and_limits():
     assert len(t.flows) == 3 and t.dropped_flows == 2
     slots, dropped = allocate_slots(["a", "b", "c"], {}, 2)
     assert len(slots) == 2 and dropped == 1
+
+
+def test_ingress_tree_mirrors_egress_at_the_ingress_rate():
+    p = build_tc_plan("eth0", 10**9, 6, 10**8, True, ingress_rate_bps=9 * 10**8)
+    assert p.ingress_rate_bps == 9 * 10**8
+    eg, ing = {c.classid: c for c in p.classes}, {c.classid: c for c in p.ingress_classes}
+    assert eg.keys() == ing.keys()
+    for cid, c in ing.items():
+        assert c.ceil_bps == 9 * 10**8 and (c.prio, c.parent, c.name) == (eg[cid].prio, eg[cid].parent, eg[cid].name)
+    assert [c["name"] for c in p.to_dict()["ingress_classes"]] == [c.name for c in p.ingress_classes]
+    assert build_tc_plan("eth0", 10**9, 6, 10**8, True).ingress_classes == ()
+
+
+def test_fifo_has_no_ingress_bands_and_ingress_guarantees_fit():
+    p = build_tc_plan("eth0", 10**9, 6, 10**8, False, ingress_rate_bps=9 * 10**8)
+    assert p.ingress_rate_bps == 0 and p.ingress_classes == ()
+    with pytest.raises(ValueError):
+        build_tc_plan("eth0", 10**9, 6, 10**8, True, ingress_rate_bps=10**8)

@@ -189,3 +189,16 @@ def test_switch_topology_of_the_testbed():
     t = Topology.parse(switch_topology(racks, addr), filename="t.toml")
     assert t.path_ids("10.9.0.1", "10.9.0.4") == ("h0>tor0", "tor0>agg", "agg>tor1", "tor1>h3")
     assert t.capacity_Bps(t.link_index["tor0>agg"]) == 50_000_000 // 8
+
+
+def test_ingress_policies_map_to_one_and_rr_with_the_scenario_rate():
+    from hostctl.bench.runner import daemon_policy
+
+    s = sc(bench={"policies": ["fifo", "one-ingress", "rr-ingress"]}, hostctl={"ingress_rate": "95%"})
+    assert s.policies == ("fifo", "one-ingress", "rr-ingress") and s.hostctl.ingress_rate == "95%"
+    assert sc().hostctl.ingress_rate == "97%"
+    assert [daemon_policy(p) for p in ("one-ingress", "rr-ingress", "mlcc-local", "one", "fifo")] == [
+        "one", "rr", "mlcc", "one", "fifo"]
+    for bad in ("20%", 97, "fast"):
+        with pytest.raises(ConfigError, match="ingress_rate"):
+            sc(hostctl={"ingress_rate": bad})

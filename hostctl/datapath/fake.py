@@ -69,9 +69,10 @@ class FakeDatapath:
         self._count(job_id, nbytes, self.job_bytes, self.class_bytes)
 
     def receive(self, job_id: str, nbytes: int) -> None:
-        """Pretend the job received ``nbytes``: counted on the IFB if ingress bands are set up."""
+        """Pretend the job received ``nbytes``: counted on the IFB if ingress bands are set up and
+        some job is in a band (LinuxDatapath redirects to the IFB only then)."""
         assert self.plan is not None
-        if self.plan.ingress_classes:
+        if self.plan.ingress_classes and any(self.table.slot_classid.values()):
             self._count(job_id, nbytes, self.rx_job_bytes, self.ingress_class_bytes)
 
     def _count(self, job_id: str, nbytes: int, jobs: dict[int, int], classes: dict[int, int]) -> None:

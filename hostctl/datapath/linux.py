@@ -14,7 +14,8 @@ With ingress bands (plan.ingress_classes), after step 3:
   5. create the IFB with the htb tree of plan.ingress_classes and a second classifier
      instance (compiled for ingress) on it;
   6. add clsact to the NIC if absent and attach tl_redirect to its ingress hook
-     (filter prio INGRESS_FILTER_PRIO), which redirects to the IFB while the lease holds.
+     (filter prio INGRESS_FILTER_PRIO), which redirects to the IFB while the lease holds
+     and apply() has some job in a band (else there is nothing to order).
 Undo removes the redirect filter (or the clsact qdisc, if hostctl added it) and the IFB.
 """
 
@@ -250,7 +251,6 @@ class LinuxDatapath:
                         direct_action=True)
         except NetlinkError as e:
             raise _nl_error(f"cannot attach the ingress classifier of {self.iface}", e) from e
-        self.in_classifier.redirect_to(self.ifb_index)
         log.info("%s: ingress bands through %s at %s bit/s", self.iface, name, plan.ingress_rate_bps)
 
     def _remove_ingress(self) -> None:
@@ -299,6 +299,11 @@ class LinuxDatapath:
     def apply(self, table: ClassifierTable) -> int:
         if self.in_classifier is not None:
             self.in_classifier.apply(table)
+            # redirect only while some job is in a band: with nothing to order (fifo, a lone job)
+            # received traffic skips the IFB and its shaping costs nothing
+            want = self.ifb_index if any(table.slot_classid.values()) else 0
+            if want != self.in_classifier.ifb_ifindex:
+                self.in_classifier.redirect_to(want)
         if self.classifier is None:
             return 0
         return self.classifier.apply(table)

@@ -140,6 +140,23 @@ def test_kill9_stops_redirecting_and_clean_removes_ifb(pair):
     assert pair.ps.hostctl("clean").returncode == 0 and links(pair) == links_before  # idempotent
 
 
+def test_a_lone_job_is_not_redirected(pair):
+    """With one job there is nothing to order: received traffic skips the IFB, unshaped."""
+    ns = pair.ps.ns
+    start_sinks(pair)
+    d = pair.start(pair.ps, HOSTCTL, "start", "--policy", "one", "--iface", pair.ps.dev, "--link-rate", LINK,
+                   "--ingress-rate", INGRESS, "--ports", str(PORTS[0]), "--rescan", "0.5")
+    wait_for(lambda: (json.loads(r.stdout)["jobs"] if (r := pair.ps.hostctl("status", "--json")).returncode == 0
+                      else None), 30, 0.2, "daemon with its job")
+    ifb = ifb_of(pair)
+    res = result(send(pair, PORTS[0], 2))
+    assert sum(oracle.class_bytes(ns, ifb).values()) == 0
+    rate = res["total_bytes"] * 8 / res["seconds"]
+    assert rate > 1.2 * INGRESS_BPS, f"{rate / 1e6:.0f} Mbit/s: a lone job was shaped"
+    assert pair.ps.hostctl("stop").returncode == 0
+    d.wait(10)
+
+
 def test_existing_clsact_and_its_filter_are_kept(pair):
     """A NIC that already has clsact (another tool's) keeps it and its filter; hostctl adds and
     removes only its own redirect filter."""

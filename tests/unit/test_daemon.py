@@ -144,3 +144,15 @@ def test_status_without_ingress_bands_has_none():
     st = d.status(max_age_s=float("inf"))
     assert st["ingress_rate_bps"] == 0 and st["ingress_classes"] == []
     assert all(j["rx_bytes"] is None for j in st["jobs"])
+
+
+def test_fake_counts_received_bytes_on_the_ifb_only_while_a_job_is_banded():
+    cfg = Config(policy="one", jobs=(JobSpec(ports=(1,)),), ingress_rate="90%")
+    plan = build_tc_plan("eth0", 10**9, 6, 10**8, True, ingress_rate_bps=9 * 10**8)
+    dp = FakeDatapath()
+    d = Daemon(cfg, plan, dp, ScriptedDiscovery(J[:1]), wall=Clock(1000.0), mono=Clock(5.0))
+    dp.setup(plan)
+    d.scan()
+    d.reassign(force=True)  # a lone job: no band
+    dp.receive("a", 3000)
+    assert sum(dp.ingress_class_bytes.values()) == 0

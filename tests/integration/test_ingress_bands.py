@@ -12,11 +12,11 @@ import pytest
 
 from tests import oracle
 from tests.conftest import HOSTCTL, PY, wait_for
-from tests.integration.test_tl_netns import PORTS, result, window_bytes
+from tests.integration.test_tl_netns import LINK, PORTS, result, window_bytes
+from tests.integration.test_tl_netns import start_daemon as tl_start_daemon
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf]
 
-LINK = "200mbit"
 INGRESS = "90%"
 INGRESS_BPS = 180_000_000
 
@@ -46,19 +46,7 @@ def send(pair, port, seconds):
 
 
 def start_daemon(pair, *extra):
-    d = pair.start(pair.ps, HOSTCTL, "start", "--policy", "one", "--iface", pair.ps.dev, "--link-rate", LINK,
-                   "--ingress-rate", INGRESS, "--ports", ",".join(map(str, PORTS)), "--rescan", "0.5", *extra)
-
-    def ready():
-        if d.poll() is not None:
-            raise AssertionError(f"daemon exited: {d.stderr.read()}")
-        r = pair.ps.hostctl("status", "--json")
-        if r.returncode != 0:
-            return None
-        st = json.loads(r.stdout)
-        return st if len(st["jobs"]) == len(PORTS) and all(j["band"] is not None for j in st["jobs"]) else None
-
-    return d, wait_for(ready, 30, 0.2, "daemon ready with both jobs")
+    return tl_start_daemon(pair, "one", "--ingress-rate", INGRESS, *extra)
 
 
 def test_ingress_tree_matches_plan_and_stop_removes_it(pair):

@@ -6,7 +6,7 @@ h0 serves a bulk sender on one port (hostctl.tools.bulk); one process on h1 open
 and reads them all (one process, so the receivers do not swamp the machine); the daemon on h0 plans and
 paces all N flows. After a warm-up, the daemon's user + system CPU time (/proc/PID/stat) over --seconds
 gives its share of one core; its status gives the slot work's p50/p90 and overruns. Writes JSON
-(default results/bench_daemon_cpu.json). The testbed has a unique name and is removed at the end."""
+(default results/bench_daemon_cpu.json). --profile FILE runs the daemon under cProfile. The testbed has a unique name and is removed at the end."""
 
 from __future__ import annotations
 
@@ -65,6 +65,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=8.0)
     ap.add_argument("--link", default="500mbit")
     ap.add_argument("--out", default="results/bench_daemon_cpu.json")
+    ap.add_argument("--profile", metavar="FILE", help="run the daemon under cProfile (HOSTCTL_PROFILE), stats to "
+                    "FILE (the CPU share is then inflated by the profiler; read the breakdown, not the total)")
     a = ap.parse_args()
     sc = parse_scenario({"testbed": {"hosts": 2, "link": a.link}, "jobs": [{"name": "j", "ps": ["h0"]}]})
     tb = Testbed("c" + uuid.uuid4().hex[:7], sc.topology)
@@ -76,7 +78,8 @@ def main() -> None:
         pol = ["--policy", "mlcc"] if a.policy == "mlcc" else ["--policy", "cap", "--cap", "400mbit"]
         d = tb.popen("h0", [HOSTCTL, "start", *pol, "--iface", "eth0", "--link-rate", a.link, "--ports", "7100",
                             "--cgroup", h0.cgroup, "--rescan", "0.5", "--log-level", "WARNING"],
-                     net_only=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                     net_only=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                     env={**os.environ, "HOSTCTL_PROFILE": os.path.abspath(a.profile)} if a.profile else None)
         deadline = time.monotonic() + 30
         while not status(tb).get("pacing"):
             if d.poll() is not None or time.monotonic() > deadline:
@@ -104,6 +107,10 @@ def main() -> None:
         print(f"{a.policy}, {res['flows_seen']} flows: daemon {res['core_pct']:.1f}% of a core; slot work p50 "
               f"{res['slot_work_ms_p50']:.2f} ms, p90 {res['slot_work_ms_p90']:.2f} ms; "
               f"{res['slot_overruns']} overruns in {res['slots']} slots; goodput {res['goodput_bps'] / 1e6:.0f} Mbit/s")
+        if a.profile:  # a clean stop, so that the daemon writes its stats
+            subprocess.run(tb.command("h0", [HOSTCTL, "stop"], net_only=True), capture_output=True, timeout=30)
+            d.wait(30)
+            print(f"profile: {a.profile} (python -m pstats {a.profile})")
     finally:
         tb.down()
     doc = {"benchmark": "pacing daemon CPU with N flows", "date": dt.datetime.now(dt.timezone.utc).isoformat(

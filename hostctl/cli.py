@@ -189,11 +189,26 @@ def start(
             from hostctl.metrics import serve
 
             serve(cfg.metrics_port, daemon.status, metrics_addr)
-        daemon.run()
+        _run_profiled(daemon.run, os.environ.get("HOSTCTL_PROFILE"))
     finally:
         server.close()
         if switch_client is not None:
             switch_client.close()
+
+
+def _run_profiled(run, path: str | None) -> None:
+    """HOSTCTL_PROFILE=FILE: run the daemon's loop under cProfile and write the stats to FILE
+    (read them with `python -m pstats FILE`). For finding where the daemon's CPU goes."""
+    if not path:
+        run()
+        return
+    import cProfile
+
+    prof = cProfile.Profile()
+    try:
+        prof.runcall(run)
+    finally:
+        prof.dump_stats(path)
 
 
 def _owns_job(daemon, job, uid: int) -> bool:

@@ -149,7 +149,10 @@ class PaceControl:
         """This host's open inter-host DL flows, with the monitor's view of each."""
         from hostctl.mlccctl import FlowIn
 
-        row_of = {int(fid): i for i, fid in enumerate(stats.flow_id)}
+        row_of = {fid: i for i, fid in enumerate(stats.flow_id.tolist())}
+        # plain lists: indexing numpy arrays element by element costs more than the conversion
+        left, max_rate = stats.bytes_left.tolist(), stats.max_rate_Bps.tolist()
+        it_bytes, active = stats.iter_bytes.tolist(), stats.active.tolist()
         out = []
         for key, job in sorted(self._flow_job.items()):
             rec = self._records[key]
@@ -159,8 +162,7 @@ class PaceControl:
             if i is None:
                 out.append(FlowIn(key, job, float("nan"), 0.0, 0.0))
                 continue
-            out.append(FlowIn(key, job, float(stats.bytes_left[i]), float(stats.max_rate_Bps[i]),
-                              float(stats.iter_bytes[i]), bool(stats.active[i])))
+            out.append(FlowIn(key, job, float(left[i]), float(max_rate[i]), float(it_bytes[i]), bool(active[i])))
         return out
 
     def close(self) -> None:

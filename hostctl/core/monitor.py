@@ -632,7 +632,7 @@ class FlowMonitor:
         n = len(rows)
         starts, ends, use = [0] * n, [0] * n, [False] * n
         tracks: dict[int, _Track] = {}
-        thr: dict[int, float] = {}
+        thr: dict[int, _Track] = {}
         first_ok = a["first_ok"][rows].tolist()
         rl, sl, el, bl = rows.tolist(), s.tolist(), e.tolist(), b.tolist()
         st_l, lo_l, hi_l = c_start.tolist(), c_lo.tolist(), c_hi.tolist()
@@ -655,10 +655,10 @@ class FlowMonitor:
             tr.rec_pos = end
             if tr.last_e > -INF and si - tr.last_e + EPS >= p.phase_gap_s:
                 tr.gaps.append(si - tr.last_e)
-                thr[i] = gap_threshold(tr.gaps, p.gap_ratio)
+                thr[i] = tr  # its threshold changes: computed once per flow below, from all its new gaps
             tr.last_e = ei
-        for i, v in thr.items():
-            a["thr"][i] = v
+        for i, tr in thr.items():
+            a["thr"][i] = gap_threshold(tr.gaps, p.gap_ratio)
         # when each record's flow next moved past its end, from the reads
         past = cs > np.array(ends, dtype=np.int64)[:, None]
         s_lo = np.where(ok & ~past, ts, -INF).max(axis=1).tolist()

@@ -29,6 +29,7 @@ import ipaddress
 import json
 import logging
 import os
+import struct
 import time
 
 from hostctl import consts
@@ -73,6 +74,9 @@ _LIVE_SCOPES: set[str] = set()
 class FlowKeyC(ctypes.Structure):
     _fields_ = [("laddr", ctypes.c_uint8 * 16), ("raddr", ctypes.c_uint8 * 16),
                 ("lport", ctypes.c_uint16), ("rport", ctypes.c_uint16), ("pad", ctypes.c_uint32)]
+
+
+_KEY_SIZE = ctypes.sizeof(FlowKeyC)
 
 
 class PortKeyC(ctypes.Structure):
@@ -131,8 +135,21 @@ def _addr(raw: bytes) -> str:
     return str(ip.ipv4_mapped) if ip.ipv4_mapped else str(ip)
 
 
+_KEYS: dict[bytes, FlowKey] = {}  # raw key bytes -> FlowKey: every flow is decoded once, not per read
+
+
 def key_of(k: FlowKeyC) -> FlowKey:
-    return FlowKey(_addr(bytes(k.laddr)), int(k.lport), _addr(bytes(k.raddr)), int(k.rport))
+    return _key_raw(ctypes.string_at(ctypes.addressof(k), _KEY_SIZE))
+
+
+def _key_raw(raw: bytes) -> FlowKey:
+    f = _KEYS.get(raw)
+    if f is None:
+        if len(_KEYS) >= 65536:
+            _KEYS.clear()
+        k = FlowKeyC.from_buffer_copy(raw)
+        f = _KEYS[raw] = FlowKey(_addr(bytes(k.laddr)), int(k.lport), _addr(bytes(k.raddr)), int(k.rport))
+    return f
 
 
 # -- where cgroup2 and bpffs are ------------------------------------------------------------
@@ -200,10 +217,18 @@ def scope_id(cgroup_path: str) -> str:
     return f"cg{os.stat(cgroup_path).st_ino}"
 
 
+_FLOW = struct.Struct("=8Q8I")  # FlowC's fields in order (checked against ctypes at import)
+assert _FLOW.size == ctypes.sizeof(FlowC)
+_BURST_SIZE = ctypes.sizeof(BurstC)
+_BURST_TAIL = struct.Struct("=3QI")  # BurstC after its key: start_ns, end_ns, bytes, slot
+assert BurstC.start_ns.offset == _KEY_SIZE and BurstC.slot.offset == _KEY_SIZE + 24
+
+
 def _record(key: FlowKeyC, v: FlowC) -> FlowRecord:
-    return FlowRecord(key_of(key), int(v.slot), int(v.bytes_acked), int(v.bytes_sent), int(v.first_ns),
-                      int(v.last_ns), int(v.bursts), int(v.callbacks), int(v.rate_Bps), int(v.orig_rate_Bps),
-                      int(v.srtt_us), int(v.snd_cwnd), int(v.total_retrans), int(v.flags), int(v.setopt_errors))
+    (acked, sent, first, last, _bs, _bb, bursts, callbacks, slot, rate, orig, srtt, cwnd, retrans, flags,
+     errors) = _FLOW.unpack(ctypes.string_at(ctypes.addressof(v), _FLOW.size))
+    return FlowRecord(key_of(key), slot, acked, sent, first, last, bursts, callbacks, rate, orig, srtt, cwnd,
+                      retrans, flags, errors)
 
 
 # -- owner records ------------------------------------------------------------------------------
@@ -412,8 +437,9 @@ class Pacer:
                 pass
 
     def _on_burst(self, _ctx, data, _size) -> None:
-        b = ctypes.cast(data, ctypes.POINTER(BurstC)).contents
-        self._bursts.append(Burst(key_of(b.key), int(b.slot), int(b.start_ns), int(b.end_ns), int(b.bytes)))
+        raw = ctypes.string_at(data, _BURST_SIZE)
+        start, end, nbytes, slot = _BURST_TAIL.unpack_from(raw, _KEY_SIZE)
+        self._bursts.append(Burst(_key_raw(raw[:_KEY_SIZE]), slot, start, end, nbytes))
 
     def bursts(self) -> list[Burst]:
         """Completed bursts since the last call (drains the ring buffer, never blocks)."""

@@ -552,7 +552,7 @@ def demo(
     iterations: int = typer.Option(15, "--iterations", help="Iterations per job (the full scenario has 40)."),
     out: str = typer.Option("results/demo", "--out", help="Folder for JSON and plots."),
 ) -> None:
-    """A short placement #1 run (12 PS jobs colocated on one host): fifo vs one vs rr."""
+    """A short placement #1 run (12 PS jobs colocated on one host): fifo vs one vs rr vs one with ingress bands."""
     _run_bench(_demo_scenario(), None, repeat, iterations, out)
 
 

@@ -8,7 +8,9 @@
 
 The load generators are a few processes, each multiplexing many DEALER sockets; each daemon sends
 at its own random phase inside the slot. On a small machine their CPU competes with the switch's:
-the report gives both.
+the report gives both. A generator polls only the sockets that wait for a reply (zmq_poll is
+O(sockets): polling all 250 of a process's sockets on every wake-up was most of its CPU until
+2026-11-23 18:00 UTC) and decodes each reply frame once.
 
     nice -n 5 .venv/bin/python benchmarks/bench_switchemu.py --out docs/results/switchemu.json [--quick]
 """
@@ -61,6 +63,21 @@ def metrics(port: int) -> dict[str, float]:
 # ---------------------------------------------------------------------- load generator (a subprocess)
 
 
+def exchange_frames(rng, seq: int, slot: int, host: int, n_hosts: int) -> tuple[bytes, bytes]:
+    """One emulated daemon's per-slot frames: an update_schedule (one flow to the next host, K random
+    rates) and a fetch_feedback for the same flow."""
+    from hostctl.core import wire
+
+    src, dst = f"h{host}", f"h{(host + 1) % n_hosts}"
+    flow = f"{src}>{dst}"
+    rates = tuple(float(rng.randrange(10**6, 10**8)) for _ in range(K))
+    upd = wire.encode_request(wire.Request("update_schedule", seq * 2, slot, src,
+                                           (wire.FlowSchedule(flow, f"j{host % 50}", src, dst, seq, rates),)))
+    fet = wire.encode_request(wire.Request("fetch_feedback", seq * 2 + 1, slot, src,
+                                           (wire.FlowQuery(flow, src, dst),)))
+    return upd, fet
+
+
 def worker(endpoint: str, first: int, count: int, n_hosts: int, duration_s: float, seed: int) -> None:
     import zmq
 
@@ -74,13 +91,15 @@ def worker(endpoint: str, first: int, count: int, n_hosts: int, duration_s: floa
         s.linger = 0
         s.connect(endpoint)
         socks.append(s)
-        poller.register(s, zmq.POLLIN)
         owner[s] = i
     time.sleep(0.5)  # connections up
     start = time.time() + 0.2
     heap = [(start + rng.random() * SLOT_S, i) for i in range(count)]
     heapq.heapify(heap)
     sent_at: dict[int, tuple[int, float]] = {}  # daemon -> (request id, send time)
+    # only the sockets waiting for a reply are polled: zmq_poll is O(sockets), and polling all 250 of a
+    # process's sockets on every wake-up cost ~0.3 ms, i.e. most of a generator's CPU
+    polled: set[int] = set()
     rtts, late, errors, seq = [], 0, 0, 0
     t_first = time.monotonic()
     end = start + duration_s
@@ -93,7 +112,12 @@ def worker(endpoint: str, first: int, count: int, n_hosts: int, duration_s: floa
             late += len(sent_at)
             break
         timeout_ms = math.ceil(max(0.0, (heap[0][0] - now) * 1000.0)) if now < end else 50
-        for s, _ in poller.poll(timeout_ms):  # whole ms: no busy loop competing with the switch
+        if not polled:  # zmq_poll returns at once without sockets
+            time.sleep(timeout_ms / 1000.0)
+            ready = []
+        else:
+            ready = poller.poll(timeout_ms)  # whole ms: no busy loop competing with the switch
+        for s, _ in ready:
             i = owner[s]
             while True:
                 try:
@@ -101,16 +125,19 @@ def worker(endpoint: str, first: int, count: int, n_hosts: int, duration_s: floa
                 except zmq.Again:
                     break
                 t_rx = time.monotonic()
-                r = wire.decode_reply(parts[-1])
-                if any(wire.decode_reply(p).type == "error" for p in parts):
+                replies = [wire.decode_reply(p) for p in parts]  # each frame decoded (validated) once
+                if any(x.type == "error" for x in replies):
                     errors += 1
                 got = sent_at.get(i)
-                if got is not None and got[0] == r.req_id:
+                if got is not None and got[0] == replies[-1].req_id:
                     rtt = t_rx - got[1]
                     rtts.append((got[1] - t_first, rtt))
                     if rtt > SLOT_S:
                         late += 1
                     del sent_at[i]
+            if i not in sent_at:
+                poller.unregister(s)
+                polled.discard(i)
         now = time.time()
         while now < end and heap[0][0] <= now:
             t, i = heapq.heappop(heap)
@@ -118,17 +145,14 @@ def worker(endpoint: str, first: int, count: int, n_hosts: int, duration_s: floa
                 late += 1
                 del sent_at[i]
             host = first + i
-            src, dst = f"h{host}", f"h{(host + 1) % n_hosts}"
-            flow = f"{src}>{dst}"
             slot = int(now // SLOT_S)
             seq += 1
-            rates = tuple(float(rng.randrange(10**6, 10**8)) for _ in range(K))
-            upd = wire.encode_request(wire.Request("update_schedule", seq * 2, slot, src,
-                                                   (wire.FlowSchedule(flow, f"j{host % 50}", src, dst, seq, rates),)))
-            fet = wire.encode_request(wire.Request("fetch_feedback", seq * 2 + 1, slot, src,
-                                                   (wire.FlowQuery(flow, src, dst),)))
+            upd, fet = exchange_frames(rng, seq, slot, host, n_hosts)
             sent_at[i] = (seq * 2 + 1, time.monotonic())
             socks[i].send_multipart([upd, fet], zmq.NOBLOCK)
+            if i not in polled:
+                poller.register(socks[i], zmq.POLLIN)
+                polled.add(i)
             heapq.heappush(heap, (t + SLOT_S, i))
     cpu = cpu_s() - cpu0
     for s in socks:

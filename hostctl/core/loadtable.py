@@ -11,33 +11,41 @@ the link. Rules (spec section 4, properties 19-21):
 * **Self-exclusion** (Q-M8): ``loads(..., exclude=flow)`` leaves out that flow's own schedule and keeps
   everybody else's, including the same job's other flows.
 
-Units: rates are bytes/s, stored as exact integers (``np.int64``, rounded on input), so adding and
-subtracting schedules never drifts and a withdrawn flow leaves exactly 0 behind. Slots are absolute
+Units: rates are bytes/s, stored as exact integers (rounded on input, half to even like ``np.rint``), so
+adding and subtracting schedules never drifts and a withdrawn flow leaves exactly 0 behind. Slots are absolute
 integers (``floor(unix_time / slot_s)``); this module never reads a clock: every call gets ``now_slot``.
 
 Cost: the aggregate per link is kept incrementally in a ring of ``ring`` slot columns, so an update is
 O(links of the flow x K) and a read O(links x K), independent of the number of flows. Advancing the
 clock zeroes the columns that became past (O(links x slots advanced)) and forgets expired flows
 (amortised O(1) per flow, from per-slot expiry buckets).
+
+Representation: the aggregate is a Python list of ``ring`` ints per link and a schedule a list of K ints,
+not numpy arrays: the arrays here are tiny (a flow crosses 1-4 links, K = 10), where numpy's per-call
+overhead (~1 us per operation) dominates, while list slices with ``map(operator.add, ...)`` run at C
+speed. ``rows()`` and ``update_valid()`` are the allocation-light API the switch uses per frame;
+``loads()`` / ``path_load()`` / ``recompute()`` return ``np.int64`` arrays as before (a copy).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import add, sub
 
 import numpy as np
 
-MAX_RATE_Bps = 10**12  # 8 Tbit/s per flow: keeps sums of a million flows inside int64
+MAX_RATE_Bps = 10**12  # 8 Tbit/s per flow: keeps sums of a million flows inside int64 (the numpy views)
 
 
 @dataclass(slots=True)
 class FlowEntry:
     """The latest schedule of one flow, as the table holds it."""
 
-    links: np.ndarray  # int64 link indices (unique)
+    links: tuple[int, ...]  # link indices (distinct)
     start_slot: int  # absolute slot of rates_Bps[0]
-    rates_Bps: np.ndarray  # int64, length K
+    rates_Bps: list[int]  # K integer rates, bytes/s (slots beyond the ring already zeroed)
     seq: int  # the sender's sequence number of this schedule
     job_id: str
 
@@ -63,7 +71,8 @@ class LoadTable:
         self.ring = ring if ring is not None else 2 * horizon
         if self.ring < horizon:
             raise ValueError("ring must be >= horizon")
-        self._agg = np.zeros((n_links, self.ring), dtype=np.int64)
+        # per link, the aggregate of the ring columns: column c holds the slot s with s % ring == c
+        self._rows: list[list[int]] = [[0] * self.ring for _ in range(n_links)]
         self._flows: dict[Hashable, FlowEntry] = {}
         self._by_job: dict[str, set[Hashable]] = {}  # job id -> its flows in the table
         self._expiry: dict[int, set[Hashable]] = {}  # last_slot -> flows whose schedule ends there
@@ -77,19 +86,25 @@ class LoadTable:
 
         Returns the number of flows forgotten. ``now_slot`` never goes backwards (an older value is
         ignored: a clock step back cannot resurrect dropped slots)."""
-        now_slot = int(now_slot)
         old = self.now_slot
+        if now_slot == old:
+            return 0
+        now_slot = int(now_slot)
         if old is None:
             self.now_slot = now_slot
             return 0
         if now_slot <= old:
             return 0
-        gone = now_slot - old
-        if gone >= self.ring:
-            self._agg[:, :] = 0
+        ring = self.ring
+        if now_slot - old >= ring:
+            zeros = [0] * ring
+            for row in self._rows:
+                row[:] = zeros
         else:
-            for s in range(old, now_slot):
-                self._agg[:, s % self.ring] = 0
+            cols = [s % ring for s in range(old, now_slot)]
+            for row in self._rows:
+                for c in cols:
+                    row[c] = 0
         self.now_slot = now_slot
         return self._expire(old, now_slot)
 
@@ -123,47 +138,86 @@ class LoadTable:
         Slots before ``now_slot`` and from ``now_slot + ring`` on are dropped. Rates are rounded to
         integer bytes/s; they must be finite and within [0, MAX_RATE_Bps] (ValueError otherwise)."""
         self.advance(now_slot)
+        if isinstance(rates_Bps, np.ndarray):
+            if rates_Bps.shape != (self.horizon,):
+                raise ValueError(f"schedule must have {self.horizon} rates, got shape {rates_Bps.shape}")
+            vals = rates_Bps.tolist()
+        else:
+            vals = list(rates_Bps)
+            if len(vals) != self.horizon:
+                raise ValueError(f"schedule must have {self.horizon} rates, got {len(vals)}")
+        rates = [_int_rate(r) for r in vals]
+        if rates and (min(rates) < 0 or max(rates) > MAX_RATE_Bps):
+            raise ValueError(f"rates must be within 0..{MAX_RATE_Bps} bytes/s")
+        idx = tuple(links.tolist() if isinstance(links, np.ndarray) else map(int, links))
+        if idx and (min(idx) < 0 or max(idx) >= self.n_links):
+            raise ValueError(f"link index out of range 0..{self.n_links - 1}")
+        if len(idx) > 1 and len(set(idx)) != len(idx):
+            raise ValueError("links of a flow must be distinct")
+        return self._put(key, idx, int(start_slot), rates, int(seq), job_id)
+
+    def update_valid(self, key: Hashable, links: tuple[int, ...], start_slot: int, rates_Bps: list[int],
+                     now_slot: int, seq: int = 0, job_id: str = "") -> bool:
+        """``update`` for input the caller has validated already (the switch's per-frame path): ``links``
+        a tuple of distinct indices in range, ``rates_Bps`` a new list of K ints within
+        0..MAX_RATE_Bps (the table keeps it and may modify it), ``start_slot`` and ``seq`` ints."""
+        if now_slot != self.now_slot:
+            self.advance(now_slot)
+        return self._put(key, links, start_slot, rates_Bps, seq, job_id)
+
+    def _put(self, key: Hashable, idx: tuple[int, ...], start_slot: int, rates: list[int], seq: int,
+             job_id: str) -> bool:
         now = self.now_slot
         assert now is not None
-        rates = np.asarray(rates_Bps)
-        if rates.shape != (self.horizon,):
-            raise ValueError(f"schedule must have {self.horizon} rates, got shape {rates.shape}")
-        if rates.dtype.kind != "i":
-            if not np.all(np.isfinite(rates)):
-                raise ValueError("rates must be finite")
-            rates = np.rint(rates).astype(np.int64)
-        else:
-            rates = rates.astype(np.int64, copy=False)
-        lo, hi = int(rates.min()), int(rates.max())
-        if lo < 0 or hi > MAX_RATE_Bps:
-            raise ValueError(f"rates must be within 0..{MAX_RATE_Bps} bytes/s")
-        idx = np.asarray(links, dtype=np.int64)
-        if idx.ndim != 1 or (idx.size and (idx.min() < 0 or idx.max() >= self.n_links)):
-            raise ValueError(f"link index out of range 0..{self.n_links - 1}")
-        if idx.size > 1 and np.unique(idx).size != idx.size:
-            raise ValueError("links of a flow must be distinct")
-        old = self._flows.get(key)
-        if old is not None and seq < old.seq:
-            return False
-        start_slot = int(start_slot)
+        flows = self._flows
+        k = self.horizon
+        old = flows.get(key)
         if old is not None:
-            self._add(old.links, old.start_slot, old.rates_Bps, -1)
-            self._unbucket(key, old.last_slot)
-            self._unjob(key, old)
+            if seq < old.seq:
+                return False
+            self._add(old.links, old.start_slot, old.rates_Bps, sub)
         beyond = now + self.ring - start_slot  # offsets from here on are not stored: drop them now
-        if beyond < self.horizon:
-            rates = rates.copy()
-            rates[max(0, beyond):] = 0
-        if hi == 0 or not rates.any() or start_slot + self.horizon - 1 < now or idx.size == 0:
-            self._flows.pop(key, None)  # withdrawn, wholly past, or crosses none of our links
+        if beyond < k:
+            beyond = max(0, beyond)
+            rates[beyond:] = [0] * (k - beyond)
+        last = start_slot + k - 1
+        if not idx or last < now or not any(rates):  # withdrawn, wholly past, or crosses none of our links
+            if old is not None:
+                del flows[key]
+                self._unbucket(key, old.start_slot + k - 1)
+                self._unjob(key, old)
             return True
-        entry = FlowEntry(idx.copy(), start_slot, rates, int(seq), job_id)
-        self._flows[key] = entry
-        if job_id:
-            self._by_job.setdefault(job_id, set()).add(key)
-        self._add(entry.links, start_slot, rates, +1)
-        self._expiry.setdefault(entry.last_slot, set()).add(key)
+        if old is None:
+            flows[key] = FlowEntry(idx, start_slot, rates, seq, job_id)
+            self._bucket(key, last)
+            if job_id:
+                self._job(key, job_id)
+        else:  # replace in place (the common case: a flow's schedule for the next slot)
+            old_last = old.start_slot + k - 1
+            if old_last != last:
+                self._unbucket(key, old_last)
+                self._bucket(key, last)
+            if old.job_id != job_id:
+                self._unjob(key, old)
+                if job_id:
+                    self._job(key, job_id)
+            old.links, old.start_slot, old.rates_Bps, old.seq, old.job_id = idx, start_slot, rates, seq, job_id
+        self._add(idx, start_slot, rates, add)
         return True
+
+    def _bucket(self, key: Hashable, last_slot: int) -> None:
+        b = self._expiry.get(last_slot)
+        if b is None:
+            self._expiry[last_slot] = {key}
+        else:
+            b.add(key)
+
+    def _job(self, key: Hashable, job_id: str) -> None:
+        jf = self._by_job.get(job_id)
+        if jf is None:
+            self._by_job[job_id] = {key}
+        else:
+            jf.add(key)
 
     def withdraw(self, key: Hashable, now_slot: int) -> bool:
         """Remove ``key``'s schedule; True if it was present."""
@@ -171,7 +225,7 @@ class LoadTable:
         e = self._flows.pop(key, None)
         if e is None:
             return False
-        self._add(e.links, e.start_slot, e.rates_Bps, -1)
+        self._add(e.links, e.start_slot, e.rates_Bps, sub)
         self._unbucket(key, e.last_slot)
         self._unjob(key, e)
         return True
@@ -198,23 +252,99 @@ class LoadTable:
         b = min(n, now + self.ring - start_slot)
         return a, max(a, b)
 
-    def _add(self, links: np.ndarray, start_slot: int, rates: np.ndarray, sign: int) -> None:
-        a, b = self._live(start_slot, len(rates))
-        if a >= b or links.size == 0:
+    def _add(self, links: tuple[int, ...], start_slot: int, rates: list[int], op) -> None:
+        """Add (``op`` = operator.add) or subtract (operator.sub) a schedule's live part on ``links``."""
+        now = self.now_slot
+        ring = self.ring
+        a = now - start_slot
+        if a < 0:
+            a = 0
+        b = now + ring - start_slot
+        k = len(rates)
+        if b > k:
+            b = k
+        if a >= b or not links:
             return
-        c0 = (start_slot + a) % self.ring
-        vals = rates[a:b] if sign > 0 else -rates[a:b]
+        rows = self._rows
+        c0 = (start_slot + a) % ring
         n = b - a
-        if c0 + n <= self.ring:
-            if links.size == 1:
-                self._agg[links[0], c0:c0 + n] += vals
-            else:
-                self._agg[links, c0:c0 + n] += vals
+        seg = rates[a:b] if n != k else rates
+        if c0 + n <= ring:
+            c1 = c0 + n
+            for ln in links:
+                row = rows[ln]
+                row[c0:c1] = map(op, row[c0:c1], seg)
         else:
-            cols = (np.arange(c0, c0 + n)) % self.ring
-            self._agg[np.ix_(links, cols)] += vals
+            k1 = ring - c0
+            s1, s2 = seg[:k1], seg[k1:]
+            for ln in links:
+                row = rows[ln]
+                row[c0:] = map(op, row[c0:], s1)
+                row[:n - k1] = map(op, row[:n - k1], s2)
 
     # ------------------------------------------------------------------ reads
+
+    def rows(self, links: Sequence[int], start_slot: int, now_slot: int, exclude: Hashable | None = None,
+             exclude_job: str | None = None) -> list[list[int]]:
+        """``loads()`` as a list of K-int lists, one per link (the switch's per-frame read)."""
+        if now_slot != self.now_slot:
+            self.advance(now_slot)
+        now = self.now_slot
+        assert now is not None
+        k = self.horizon
+        ring = self.ring
+        a = now - start_slot
+        if a < 0:
+            a = 0
+        b = now + ring - start_slot
+        if b > k:
+            b = k
+        rows = self._rows
+        if a >= b:
+            out = [[0] * k for _ in links]
+        else:
+            c0 = (start_slot + a) % ring
+            n = b - a
+            if c0 + n <= ring:
+                c1 = c0 + n
+                if a == 0 and b == k:
+                    out = [rows[ln][c0:c1] for ln in links]
+                else:
+                    pre, post = [0] * a, [0] * (k - b)
+                    out = [pre + rows[ln][c0:c1] + post for ln in links]
+            else:
+                pre, post = [0] * a, [0] * (k - b)
+                n2 = n - (ring - c0)
+                out = [pre + rows[ln][c0:] + rows[ln][:n2] + post for ln in links]
+        if exclude is not None or exclude_job:
+            flows = self._flows
+            if exclude is not None:
+                e = flows.get(exclude)
+                if e is not None:
+                    self._subtract(out, links, e, start_slot)
+            if exclude_job:
+                for key in self._by_job.get(exclude_job, ()):
+                    e = flows.get(key) if key != exclude else None
+                    if e is not None:
+                        self._subtract(out, links, e, start_slot)
+        return out
+
+    def _subtract(self, out: list[list[int]], links: Sequence[int], e: FlowEntry, start_slot: int) -> None:
+        """Take ``e``'s live contribution off the rows of ``out`` whose link ``e`` crosses."""
+        now = self.now_slot
+        es = e.start_slot
+        k = self.horizon
+        lo = max(start_slot, es, now)
+        hi = min(start_slot + k, es + k, now + self.ring)
+        if lo >= hi:
+            return
+        mine = e.links
+        seg = e.rates_Bps[lo - es:hi - es]
+        a, b = lo - start_slot, hi - start_slot
+        for i, ln in enumerate(links):  # a handful of links
+            if ln in mine:
+                r = out[i]
+                r[a:b] = map(sub, r[a:b], seg)
 
     def loads(self, links: Sequence[int] | np.ndarray, start_slot: int, now_slot: int,
               exclude: Hashable | None = None, exclude_job: str | None = None) -> np.ndarray:
@@ -223,37 +353,16 @@ class LoadTable:
         left out (self-exclusion, Q-M8); with ``exclude_job``, so are all that job's flows (the
         paper's b_l: the load of *other* jobs)."""
         self.advance(now_slot)
-        idx = np.asarray(links, dtype=np.int64)
-        k = self.horizon
-        out = np.zeros((idx.size, k), dtype=np.int64)
-        a, b = self._live(int(start_slot), k)
-        if a < b and idx.size:
-            c0 = (start_slot + a) % self.ring
-            n = b - a
-            if c0 + n <= self.ring:
-                out[:, a:b] = self._agg[idx, c0:c0 + n]
-            else:
-                out[:, a:b] = self._agg[np.ix_(idx, np.arange(c0, c0 + n) % self.ring)]
-        left_out = [exclude] if exclude is not None else []
-        if exclude_job:
-            left_out += [k for k in self._by_job.get(exclude_job, ()) if k != exclude]
-        for key in left_out:
-            e = self._flows.get(key)
-            if e is not None:
-                own = self._window(e, int(start_slot))
-                if own is not None:
-                    mine = set(e.links.tolist()) if e.links.size > 1 else {int(e.links[0])}
-                    for i, ln in enumerate(idx.tolist()):  # a handful of links: cheaper than np.isin
-                        if ln in mine:
-                            out[i] -= own
-        return out
+        idx = links.tolist() if isinstance(links, np.ndarray) else [int(x) for x in links]
+        out = self.rows(idx, int(start_slot), self.now_slot, exclude, exclude_job)
+        return np.array(out, dtype=np.int64).reshape(len(idx), self.horizon)
 
     def path_load(self, links: Sequence[int] | np.ndarray, start_slot: int, now_slot: int,
                   exclude: Hashable | None = None) -> np.ndarray:
         """Sum over ``links`` of ``loads(...)``: the path load PL_f(t) (spec 2.4.2), shape (K,)."""
         return self.loads(links, start_slot, now_slot, exclude).sum(axis=0)
 
-    def _window(self, e: FlowEntry, start_slot: int) -> np.ndarray | None:
+    def _window(self, e: FlowEntry, start_slot: int) -> list[int] | None:
         """``e``'s live contribution mapped onto the window [start_slot, start_slot + K)."""
         k = self.horizon
         now = self.now_slot
@@ -262,12 +371,13 @@ class LoadTable:
         hi = min(start_slot + k, e.start_slot + k, now + self.ring)
         if lo >= hi:
             return None
-        own = np.zeros(k, dtype=np.int64)
+        own = [0] * k
         own[lo - start_slot:hi - start_slot] = e.rates_Bps[lo - e.start_slot:hi - e.start_slot]
         return own
 
     def schedule(self, key: Hashable) -> FlowEntry | None:
-        """The stored entry of ``key`` (None if unknown, withdrawn or expired)."""
+        """The stored entry of ``key`` (None if unknown, withdrawn or expired). It is the table's own
+        object, updated in place by the flow's next ``update``: read it, do not keep it."""
         return self._flows.get(key)
 
     def __len__(self) -> int:
@@ -275,6 +385,11 @@ class LoadTable:
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._flows
+
+    @property
+    def _agg(self) -> np.ndarray:
+        """The per-link ring aggregate as an (n_links, ring) int64 array (a copy; for tests)."""
+        return np.array(self._rows, dtype=np.int64).reshape(self.n_links, self.ring)
 
     def recompute(self, start_slot: int | None = None) -> np.ndarray:
         """O(flows) reference: per-link load over K slots from ``start_slot`` (default now), summed
@@ -285,5 +400,15 @@ class LoadTable:
         for e in self._flows.values():
             w = self._window(e, s0)
             if w is not None:
-                out[e.links] += w
+                out[list(e.links)] += np.array(w, dtype=np.int64)
         return out
+
+
+def _int_rate(r) -> int:
+    """One rate -> integer bytes/s (round half to even, as np.rint); ValueError if not finite."""
+    if type(r) is int:
+        return r
+    f = float(r)
+    if not math.isfinite(f):
+        raise ValueError("rates must be finite")
+    return round(f)

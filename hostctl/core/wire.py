@@ -253,7 +253,10 @@ def encode_reply(r: Reply) -> bytes:
 
 
 def error_reply(code: Code | int, message: str, req_id: int | None = None, slot_now: int | None = None) -> bytes:
-    return encode_reply(Reply("error", req_id, int(code), slot_now, message=message[:200]))
+    """The bytes of ``encode_reply(Reply("error", req_id, code, slot_now, message=message[:200]))``,
+    without building the Reply (a switch that is behind answers many frames with stale_slot)."""
+    return _pack({"v": WIRE_VERSION, "type": "error", "id": req_id, "status": int(code), "slot_now": slot_now,
+                  "msg": message[:200]})
 
 
 # ---------------------------------------------------------------------- decoding
@@ -294,13 +297,104 @@ def decode_request(frame: bytes, *, horizon: int, max_bytes: int = MAX_FRAME_BYT
 
     Raises only ``WireError``; the error carries the request id if one could be read
     (``e.req_id``, else None)."""
-    m = unpack_frame(frame, max_bytes)
-    rid = _req_id(m)
+    return request_from_map(unpack_frame(frame, max_bytes), horizon)
+
+
+def request_from_map(m: dict[str, Any], horizon: int) -> Request:
+    """``decode_request`` after ``unpack_frame``: validate an unpacked frame map."""
     try:
         return _decode_request(m, horizon)
     except WireError as e:
-        e.req_id = rid
+        e.req_id = _req_id(m)
         raise
+
+
+# The switch's per-frame fast path. ``fast_request`` accepts only a plainly valid update_schedule or
+# fetch_feedback map and returns it as plain tuples (no dataclasses); anything else, valid or not, gives
+# None and the caller falls back to ``request_from_map`` for the verdict. Invariant (tested):
+# fast_request(m) is not None  =>  request_from_map(m) succeeds with the same content.
+_NUM_TYPES = frozenset({int, float})
+
+
+def fast_request(m: dict[str, Any], k: int) -> tuple | None:
+    """(type, id, slot, host, items) of a valid update_schedule / fetch_feedback map, else None.
+
+    update_schedule items: ``(flow, job, src, dst, seq, rates, links)``, ``rates`` the list as sent
+    (K ints/floats within 0..MAX_RATE_Bps, finite), ``links`` a tuple or None.
+    fetch_feedback items: ``(flow, src, dst, links, job)``, ``job`` None when absent."""
+    # Required keys are read by subscript (a missing one: KeyError -> None); once they are all there,
+    # "no unknown key" is a length test: len(map) == required + the optional keys present.
+    try:
+        t = m["type"]
+        if t == "update_schedule":
+            sched = True
+        elif t == "fetch_feedback":
+            sched = False
+        else:
+            return None
+        v, rid, slot, flows = m["v"], m["id"], m["slot"], m["flows"]
+        host = m.get("host")
+        if (len(m) != (5 if "host" not in m else 6) or type(v) is not int or v != WIRE_VERSION
+                or type(rid) is not int or not 0 <= rid <= MAX_U64 or type(slot) is not int
+                or not 0 <= slot < 2**62 or type(flows) is not list or len(flows) > MAX_ITEMS):
+            return None
+        if host is not None and (type(host) is not str or not 0 < len(host) <= MAX_STR):
+            return None
+        out = []
+        append = out.append
+        if sched:
+            for d in flows:
+                if type(d) is not dict:
+                    return None
+                flow, job, src, dst, seq, rates = d["flow"], d["job"], d["src"], d["dst"], d["seq"], d["rates_Bps"]
+                links = d.get("links")
+                if (len(d) != (6 if "links" not in d else 7)
+                        or type(flow) is not str or not 0 < len(flow) <= MAX_STR
+                        or type(job) is not str or not 0 < len(job) <= MAX_STR
+                        or type(src) is not str or not 0 < len(src) <= MAX_STR
+                        or type(dst) is not str or not 0 < len(dst) <= MAX_STR
+                        or type(seq) is not int or not 0 <= seq <= MAX_U64
+                        or type(rates) is not list or len(rates) != k or not set(map(type, rates)) <= _NUM_TYPES):
+                    return None
+                # NaN or inf anywhere makes the sum NaN or inf (fails the test); without them min/max are exact
+                if not (0 <= min(rates) and max(rates) <= MAX_RATE_Bps and sum(rates) <= MAX_RATE_Bps * k):
+                    return None
+                if links is not None:
+                    links = _fast_links(links)
+                    if links is None:
+                        return None
+                append((flow, job, src, dst, seq, rates, links))
+        else:
+            for d in flows:
+                if type(d) is not dict:
+                    return None
+                flow, src, dst = d["flow"], d["src"], d["dst"]
+                links, job = d.get("links"), d.get("job")
+                if (len(d) != 3 + ("links" in d) + ("job" in d)
+                        or type(flow) is not str or not 0 < len(flow) <= MAX_STR
+                        or type(src) is not str or not 0 < len(src) <= MAX_STR
+                        or type(dst) is not str or not 0 < len(dst) <= MAX_STR):
+                    return None
+                if job is not None and (type(job) is not str or not 0 < len(job) <= MAX_STR):
+                    return None
+                if links is not None:
+                    links = _fast_links(links)
+                    if links is None:
+                        return None
+                append((flow, src, dst, links, job))
+    except (KeyError, TypeError):  # a missing field, or an unhashable map key (cannot happen from msgpack)
+        return None
+    return t, rid, slot, host, out
+
+
+def _fast_links(v: Any) -> tuple[str, ...] | None:
+    if type(v) is not list or len(v) > MAX_LINKS:
+        return None
+    for x in v:
+        if type(x) is not str or not 0 < len(x) <= MAX_STR:
+            return None
+    out = tuple(v)
+    return out if len(set(out)) == len(out) else None
 
 
 def _decode_request(m: dict[str, Any], k: int) -> Request:

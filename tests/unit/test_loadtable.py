@@ -184,3 +184,45 @@ def test_exclude_job_leaves_out_the_whole_job():
     assert t.loads([0], 100, 100, exclude_job="a").tolist() == [[0] * 4]
     t.update("a2", [1], 100, [5, 5, 5, 5], 100, job_id="c")  # moved to another job
     assert t.loads([1], 100, 100, exclude_job="a").tolist() == [[5] * 4]
+
+
+jobs = st.sampled_from(["", "j1", "j2"])
+float_rates = st.lists(st.one_of(st.integers(0, 10**9), st.floats(0, 1e9), st.integers(0, 50).map(lambda x: x + 0.5)),
+                       min_size=K, max_size=K)
+fast_ops = st.lists(st.one_of(
+    st.tuples(st.just("update"), flow_ids, link_sets, st.integers(-2, 3), float_rates, st.integers(0, 3), jobs),
+    st.tuples(st.just("withdraw"), flow_ids),
+    st.tuples(st.just("tick"), st.integers(0, 7)),
+), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fast_ops)
+def test_update_valid_and_rows_match_update_and_loads(seq_ops):
+    """The switch's per-frame API (update_valid with caller-rounded ints, rows() lists) against the
+    generic one (update rounds, loads() arrays), including exclude / exclude_job."""
+    a, b = LoadTable(N_LINKS, K, ring=RING), LoadTable(N_LINKS, K, ring=RING)
+    now = 100
+    for op in seq_ops:
+        if op[0] == "update":
+            _, f, links, off, rates, seq, job = op
+            ra = a.update(f, links, now + off, rates, now, seq=seq, job_id=job)
+            rb = b.update_valid(f, tuple(links), now + off, [round(r) for r in rates], now, seq, job)
+            assert ra == rb
+        elif op[0] == "withdraw":
+            assert a.withdraw(op[1], now) == b.withdraw(op[1], now)
+        else:
+            now += op[1]
+        links = list(range(N_LINKS))
+        for start in (now - 1, now, now + 2):
+            for f, job in ((None, None), ("a", None), ("b", "j1"), (None, "j2")):
+                assert a.loads(links, start, now, exclude=f, exclude_job=job).tolist() == \
+                    b.rows(links, start, now, f, job)
+        assert a._rows == b._rows and a._flows == b._flows
+
+
+def test_rounding_is_half_to_even_like_numpy():
+    t = LoadTable(1, K)
+    rates = [0.5, 1.5, 2.5, 1e9 / 3]
+    t.update("f", [0], 10, rates, 10)
+    assert t.loads([0], 10, 10).tolist() == [np.rint(rates).astype(np.int64).tolist()]

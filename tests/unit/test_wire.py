@@ -169,3 +169,122 @@ def test_batch_of_100_flows_is_small():
                   tuple(wire.FlowSchedule(f"10.0.0.1:{4000 + i}>10.0.0.2:9000", "job", "10.0.0.1", "10.0.0.2", 5,
                                           tuple([125_000_000] * K)) for i in range(100)))
     assert len(wire.encode_request(req)) < 25_000
+
+
+# ---------------------------------------------------------------------- the switch's fast path
+
+
+def _fast_view(req: Request) -> tuple:
+    """What ``fast_request`` returns for a valid update_schedule / fetch_feedback ``req``."""
+    if req.type == "update_schedule":
+        items = [(f.flow_id, f.job_id, f.src, f.dst, f.seq, list(f.rates_Bps), f.links) for f in req.flows]
+    else:
+        items = [(f.flow_id, f.src, f.dst, f.links, f.job_id) for f in req.flows]
+    return (req.type, req.req_id, req.slot, req.host, items)
+
+
+queries_job = st.builds(wire.FlowQuery, ids, ids, ids, links, st.none() | ids)
+fast_requests = st.one_of(
+    st.builds(Request, st.just("update_schedule"), st.integers(0, 2**64 - 1), st.integers(0, 2**62 - 1),
+              st.none() | ids, st.lists(scheds, max_size=4).map(tuple)),
+    st.builds(Request, st.just("fetch_feedback"), st.integers(0, 2**64 - 1), st.integers(0, 2**62 - 1),
+              st.none() | ids, st.lists(queries_job, max_size=4).map(tuple)),
+)
+
+
+def _fast_agrees(m: dict) -> None:
+    """fast_request accepts exactly the valid update_schedule / fetch_feedback maps, with their content."""
+    got = wire.fast_request(m, K)
+    try:
+        req = wire.request_from_map(m, K)
+    except WireError:
+        assert got is None, m
+        return
+    if req.type in ("update_schedule", "fetch_feedback"):
+        assert got == _fast_view(req)
+    else:
+        assert got is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(fast_requests, requests))
+def test_fast_request_accepts_every_valid_update_and_fetch(req):
+    m = wire.unpack_frame(wire.encode_request(req))
+    _fast_agrees(m)
+    if req.type in ("update_schedule", "fetch_feedback"):
+        assert wire.fast_request(m, K) == _fast_view(req)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(fast_requests, st.data())
+def test_fast_request_rejects_what_the_validator_rejects(req, data):
+    """One random change to a valid frame (a key set to any msgpack value, or removed, at the top,
+    in an item or in its rates/links): the fast path never accepts a frame the validator refuses."""
+    m = wire.unpack_frame(wire.encode_request(req))
+    targets = [m]
+    for d in m.get("flows", []):
+        targets.append(d)
+        for k in ("rates_Bps", "links"):
+            if isinstance(d.get(k), list) and d[k]:
+                targets.append(d[k])
+    for _ in range(data.draw(st.integers(1, 3))):
+        t = data.draw(st.sampled_from(targets))
+        if isinstance(t, list):
+            t[data.draw(st.integers(0, len(t) - 1))] = data.draw(values | st.sampled_from(
+                [math.nan, math.inf, -0.0, True, 10**12, 10**12 + 1, 2**64 - 1, "x" * 129]))
+        elif data.draw(st.booleans()) and t:
+            del t[data.draw(st.sampled_from(sorted(t)))]
+        else:
+            t[data.draw(keys | st.text(max_size=5))] = data.draw(values)
+    _fast_agrees(m)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(keys, values, max_size=8), st.sampled_from(["update_schedule", "fetch_feedback"]))
+def test_fast_request_on_random_maps(m, t):
+    _fast_agrees({**m, "v": 1, "type": t})
+
+
+BAD_RATES = [-1, -0.5, math.nan, math.inf, -math.inf, True, False, None, "1", b"1", [1], {}, wire.MAX_RATE_Bps + 1,
+             wire.MAX_RATE_Bps + 0.5, 2**64 - 1]
+BAD_STRS = ["", "x" * (wire.MAX_STR + 1), 5, 1.5, True, None, b"h0", ["h0"], {}]
+
+
+@pytest.mark.parametrize("where", range(K))
+@pytest.mark.parametrize("bad", BAD_RATES, ids=repr)
+def test_fast_request_refuses_each_bad_rate(bad, where):
+    m = upd()
+    m["flows"][0]["rates_Bps"][where] = bad
+    if where == 0:
+        m["flows"].insert(0, upd()["flows"][0])  # not only in the first item
+    _fast_agrees(m)
+    assert wire.fast_request(m, K) is None
+
+
+@pytest.mark.parametrize("field", ["flow", "job", "src", "dst", "host", "links0"])
+@pytest.mark.parametrize("bad", BAD_STRS, ids=repr)
+def test_fast_request_refuses_each_bad_string(field, bad):
+    for m in (upd(), {"v": 1, "type": "fetch_feedback", "id": 3, "slot": 9, "host": "h0",
+                      "flows": [{"flow": "f", "src": "h0", "dst": "h1", "job": "j", "links": ["a>b"]}]}):
+        if field == "host":
+            m["host"] = bad
+        elif field == "links0":
+            m["flows"][0]["links"] = [bad]
+        else:
+            m["flows"][0][field] = bad
+        _fast_agrees(m)  # refused by both (None is a valid host, and a valid job of a fetch: accepted by both)
+
+
+@pytest.mark.parametrize("links", [["a", "a"], ["l"] * (wire.MAX_LINKS + 1), "a>b", [], None, ["a", "b"]])
+def test_fast_request_links(links):
+    m = upd(flow={"links": links})
+    _fast_agrees(m)
+    assert (wire.fast_request(m, K) is None) == (links not in ([], None, ["a", "b"]))
+
+
+@pytest.mark.parametrize("req_id, slot_now", [(None, None), (7, 99), (2**64 - 1, 2**40)])
+@pytest.mark.parametrize("message", ["", "late", "x" * 300])
+def test_error_reply_is_encode_reply_of_an_error(req_id, slot_now, message):
+    for code in (Code.MALFORMED, Code.STALE_SLOT, 11):
+        assert wire.error_reply(code, message, req_id, slot_now) == wire.encode_reply(
+            wire.Reply("error", req_id, int(code), slot_now, message=message[:200]))

@@ -167,3 +167,18 @@ def test_ingress_qdisc_in_the_way_is_a_clear_error(pair):
                     "--ingress-rate", INGRESS, "--ports", "5201", check=False, timeout=60)
     assert r.returncode != 0 and "clsact" in r.stderr and "Traceback" not in r.stderr
     assert oracle.root_qdisc(pair.ps.ns, pair.ps.dev)["kind"] != "htb"  # egress restored too
+
+
+def test_restart_after_crash_replaces_the_ifb_and_stop_removes_it(pair):
+    ns, dev = pair.ps.ns, pair.ps.dev
+    before, links_before = oracle.qdiscs(ns, dev), links(pair)
+    start_sinks(pair)
+    d, _ = start_daemon(pair)
+    d.kill()
+    d.wait(5)
+    assert ifb_of(pair) in links(pair)  # left behind by the crash
+    d2, _ = start_daemon(pair)  # restores from the journal first, then sets up again
+    assert len(oracle.filters(ns, dev, "ffff:fff2")) == 1
+    assert pair.ps.hostctl("stop").returncode == 0
+    d2.wait(10)
+    assert oracle.qdiscs(ns, dev) == before and links(pair) == links_before

@@ -258,11 +258,13 @@ def status(as_json: bool = JsonOpt) -> None:
     ingress = f", ingress bands at {format_rate(st['ingress_rate_bps'])}" if st.get("ingress_rate_bps") else ""
     con.print(f"hostctl pid {st['pid']} on {st['iface']}: policy {st['policy']}, link "
               f"{format_rate(st['link_rate_bps'])}, {st['bands']} bands{ingress}{when}")
-    t = Table("job", "band", "class", "role", "flows", "tx", "rate", "last burst")
+    rx = bool(st.get("ingress_rate_bps"))  # ingress bands: the bytes each job received through them
+    t = Table("job", "band", "class", "role", "flows", "tx", "rate", "last burst", *(["rx"] if rx else []))
     for j in st["jobs"]:
         t.add_row(j["job_id"], "-" if j["band"] is None else str(j["band"]), j["classid"], j["role"],
                   str(len(j["flows"])), format_bytes(j["tx_bytes"]), format_rate(j["rate_bps"]),
-                  format_bytes(j["last_burst_bytes"]))
+                  format_bytes(j["last_burst_bytes"]),
+                  *([format_bytes(j.get("rx_bytes") or 0)] if rx else []))
     con.print(t)
     c = Table("class", "name", "prio", "bytes", "rate", "drops", "backlog")
     for r in st["classes"]:

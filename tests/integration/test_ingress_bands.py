@@ -105,6 +105,8 @@ def test_received_traffic_is_ordered_by_band(pair):
     assert rx[f"ps:10.77.0.1:{PORTS[0]}"] <= 1.1 * hi["total_bytes"]
     by_name = {c["name"]: c["bytes"] for c in st["ingress_classes"]}
     assert by_name["band0"] >= 0.9 * hi["total_bytes"] and by_name["band1"] >= 0.9 * lo["total_bytes"]
+    human = pair.ps.hostctl("status", check=True).stdout
+    assert "ingress bands at 180Mbit" in " ".join(human.split()) and " rx " in human, human  # rich wraps lines
 
 
 def test_kill9_stops_redirecting_and_clean_removes_ifb(pair):

@@ -9,7 +9,11 @@ htb layout (handle major 0x6863, "hc"):
     6863:    root htb qdisc, default class 6863:10
     6863:1   root class     rate = ceil = link rate
     6863:10  default class  rate = other_rate, ceil = link, prio 7   (all non-DL traffic)
+    6863:11  control class  rate = 100kbit,    ceil = link, prio 0   (non-DL TCP segments without data)
     6863:20+b band b class  rate = 100kbit,    ceil = link, prio b   (b = 0..bands-1)
+
+The control class (only with bands) keeps the pure ACKs of non-DL flows that this host
+receives from queueing behind bulk data in the default class, below the bands.
 
 Every band class is guaranteed only a token rate and borrows the rest from the
 root class; htb lends excess to the lowest prio value first, which makes the
@@ -38,6 +42,7 @@ QDISC_MAJOR = 0x6863
 QDISC_HANDLE = QDISC_MAJOR << 16
 ROOT_CLASSID = QDISC_HANDLE | 0x1
 DEFAULT_CLASSID = QDISC_HANDLE | 0x10
+CONTROL_CLASSID = QDISC_HANDLE | 0x11
 BAND_CLASSID_BASE = QDISC_HANDLE | 0x20
 DEFAULT_PRIO = 7
 BAND_MIN_RATE_BPS = 100_000  # 100kbit guaranteed per band (reference code's $MIN)
@@ -114,7 +119,7 @@ class TcPlan:
 
 
 def _htb_classes(rate_bps: int, bands: int, other_rate_bps: int, classify: bool) -> tuple[HtbClass, ...]:
-    if other_rate_bps + bands * BAND_MIN_RATE_BPS > rate_bps:
+    if other_rate_bps + (bands + 1) * BAND_MIN_RATE_BPS > rate_bps:
         raise ValueError("guaranteed rates exceed the link rate")
     classes = [
         HtbClass(ROOT_CLASSID, QDISC_HANDLE, rate_bps, rate_bps, 0, "root"),
@@ -122,6 +127,7 @@ def _htb_classes(rate_bps: int, bands: int, other_rate_bps: int, classify: bool)
                  rate_bps, DEFAULT_PRIO, "default"),
     ]
     if classify:
+        classes.append(HtbClass(CONTROL_CLASSID, ROOT_CLASSID, BAND_MIN_RATE_BPS, rate_bps, 0, "control"))
         classes += [
             HtbClass(band_classid(b), ROOT_CLASSID, BAND_MIN_RATE_BPS, rate_bps, b, f"band{b}")
             for b in range(bands)

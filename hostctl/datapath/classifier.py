@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hostctl import consts
 from hostctl.core.plan import (
-    MAX_FLOW_ENTRIES, MAX_JOB_SLOTS, MAX_PORT_ENTRIES, ClassifierTable,
+    CONTROL_CLASSID, MAX_FLOW_ENTRIES, MAX_JOB_SLOTS, MAX_PORT_ENTRIES, ClassifierTable,
 )
 from hostctl.core.types import FlowKey
 from hostctl.datapath import JobCounters
@@ -35,6 +35,7 @@ def cflags(l2_hlen: int = 14, ingress: bool = False) -> list[str]:
         f"-DMAX_PORT_ENTRIES={MAX_PORT_ENTRIES}",
         f"-DMAX_JOB_SLOTS={MAX_JOB_SLOTS}",
         f"-DL2_HLEN={l2_hlen}",
+        f"-DCONTROL_CLASSID={CONTROL_CLASSID:#x}",
         "-w",
     ]
 

@@ -223,7 +223,7 @@ def test_dry_run_plan(tmp_path):
     assert "6863:1" in classes and "6863:10" in classes
     bands = [f"6863:{0x20 + b:x}" for b in range(plan["bands"])]
     assert plan["bands"] == 6 and bands[0] == "6863:20" and bands[-1] == "6863:25"
-    assert set(classes) == {"6863:1", "6863:10", *bands}
+    assert set(classes) == {"6863:1", "6863:10", "6863:11", *bands}  # 6863:11: the control class (pure ACKs)
     assert classes["6863:10"]["prio"] == 7 and classes["6863:10"]["rate_bps"] == 10**8  # 10% default
     assert [classes[b]["prio"] for b in bands] == list(range(6))
     assert plan["default_classid"] == "6863:10"

@@ -203,3 +203,27 @@ def test_second_daemon_in_same_namespace_is_refused(pair):
                     "--ports", "7000", check=False, timeout=30)
     assert r.returncode != 0 and "already runs" in r.stderr and "Traceback" not in r.stderr
     assert oracle.root_qdisc(pair.ps.ns, pair.ps.dev)["handle"] == "6863:"
+
+
+def test_pure_acks_of_non_dl_flows_go_to_the_control_class(pair):
+    """ps receives a non-DL bulk flow (port 5999, no job) while the daemon runs `one`: the pure ACKs
+    ps sends back go to the control class 6863:11 (prio 0), not behind bulk data in the default class;
+    the data ps sends on its DL ports still goes to the bands."""
+    ns, dev = pair.ps.ns, pair.ps.dev
+    start_servers(pair)
+    pair.start(pair.ps, PY, "-m", "hostctl.tools.bulk", "serve", "--sink", "--bind", pair.ps.addr, "--port", "5999")
+    wait_for(lambda: pair.wk.run("bash", "-c", f"echo > /dev/tcp/{pair.ps.addr}/5999", check=False).returncode == 0,
+             10, 0.1, "sink on 5999")
+    start_daemon(pair, "one")
+    before = oracle.class_bytes(ns, dev)
+    up = pair.start(pair.wk, PY, "-m", "hostctl.tools.bulk", "send", "--connect", f"{pair.ps.addr}:5999",
+                    "--seconds", "2", "--bucket", "0.1")
+    dl = recv(pair, PORTS[0], 2)
+    sent, got = result(up), result(dl)
+    after = oracle.class_bytes(ns, dev)
+    delta = {c: after[c] - before.get(c, 0) for c in after}
+    assert sent["total_bytes"] > 10**7, sent
+    assert delta["6863:11"] >= 10**5, delta  # the ACKs (fewer than one per segment: GRO coalesces)
+    assert delta["6863:11"] < 0.05 * sent["total_bytes"], delta  # only ACKs, no data
+    assert delta["6863:10"] < 0.01 * delta["6863:11"], delta  # not in the default class
+    assert delta["6863:20"] >= 0.9 * got["total_bytes"], delta  # DL data still in its band

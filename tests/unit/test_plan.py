@@ -1,7 +1,7 @@
 import pytest
 
 from hostctl.core.plan import (
-    BAND_MIN_RATE_BPS, DEFAULT_CLASSID, DEFAULT_PRIO, ROOT_CLASSID, allocate_slots, band_classid,
+    BAND_MIN_RATE_BPS, CONTROL_CLASSID, DEFAULT_CLASSID, DEFAULT_PRIO, ROOT_CLASSID, allocate_slots, band_classid,
     build_classifier, build_tc_plan, burst_bytes, fmt_handle,
 )
 from hostctl.core.types import FlowKey, Job
@@ -18,7 +18,10 @@ def test_tc_plan_layout():
     assert all(c.prio < DEFAULT_PRIO for c in p.classes if c.name.startswith("band"))
     assert fmt_handle(band_classid(0)) == "6863:20"
     d = p.to_dict()
-    assert d["qdisc_handle"] == "6863:0" and len(d["classes"]) == 8
+    assert d["qdisc_handle"] == "6863:0" and len(d["classes"]) == 9
+    ctl = by[CONTROL_CLASSID]
+    assert (ctl.prio, ctl.rate_bps, ctl.ceil_bps, ctl.name) == (0, BAND_MIN_RATE_BPS, 10**9, "control")
+    assert fmt_handle(CONTROL_CLASSID) == "6863:11"
 
 
 def test_fifo_plan_has_no_bands_and_guarantees_fit():

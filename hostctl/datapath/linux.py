@@ -243,7 +243,8 @@ class LinuxDatapath:
             self.ipr.tc("replace-filter", "bpf", index=self.ifb_index, handle=1, parent=plan.qdisc_handle,
                         prio=plan.filter_prio, protocol=ETH_P_ALL, fd=self.in_classifier.fd,
                         name=self.in_classifier.name)
-            if self.journal is not None and self.journal.ingress_clsact and self._ingress_qdisc() is None:
+            assert self.journal is not None
+            if self.journal.ingress_clsact:  # the NIC had none (checked above, in this same call)
                 self.ipr.tc("add", "clsact", index=self.ifindex)
             redirect = self.in_classifier.redirect
             self.ipr.tc("replace-filter", "bpf", index=self.ifindex, handle=1, parent=TC_H_CLSACT_INGRESS,
@@ -378,12 +379,15 @@ class LinuxDatapath:
         self.ipr.close()
 
 
-def clean_ingress(ipr: IPRoute, ifindex: int, ifb: str, remove_clsact: bool) -> list[str]:
+def clean_ingress(ipr: IPRoute, ifindex: int | None, ifb: str, remove_clsact: bool) -> list[str]:
     """Undo ingress bands on a NIC: hostctl's redirect filter (or the clsact qdisc that
-    hostctl added) and the IFB. Idempotent; returns what was removed."""
+    hostctl added) and the IFB. ifindex None: the NIC is gone (and its filters with it), only
+    the IFB is left. Idempotent; returns what was removed."""
     done = []
     try:
-        if remove_clsact:
+        if ifindex is None:
+            pass
+        elif remove_clsact:
             ipr.tc("del", "clsact", index=ifindex)
             done.append("clsact")
         else:
@@ -410,7 +414,7 @@ def clean_interface(iface: str, state_dir: str | None = None) -> str:
     except DatapathError:
         if journal is not None:
             with IPRoute() as ipr:  # the NIC took its filters with it; the IFB may remain
-                clean_ingress(ipr, 0, journal.ingress_ifb, remove_clsact=False)
+                clean_ingress(ipr, None, journal.ingress_ifb, remove_clsact=False)
             journal.remove(state_dir)
             return f"{iface}: gone; dropped its journal"
         return f"{iface}: not found"

@@ -184,3 +184,17 @@ def test_restart_after_crash_replaces_the_ifb_and_stop_removes_it(pair):
     assert pair.ps.hostctl("stop").returncode == 0
     d2.wait(10)
     assert oracle.qdiscs(ns, dev) == before and links(pair) == links_before
+
+
+def test_clean_after_the_nic_vanished_removes_the_ifb(pair):
+    """kill -9, then the NIC goes away (a veth deleted, a driver unloaded): `hostctl clean` drops the
+    journal and removes the IFB that is left behind, without an error."""
+    start_sinks(pair)
+    d, _ = start_daemon(pair)
+    ifb = ifb_of(pair)
+    d.kill()
+    d.wait(5)
+    pair.ps.run("ip", "link", "del", pair.ps.dev)
+    r = pair.ps.hostctl("clean")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "gone" in r.stdout and ifb not in links(pair)

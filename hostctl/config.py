@@ -65,21 +65,22 @@ class Config:
         return {s.name: s.cap_bps for s in self.jobs if s.name and s.cap_bps}
 
     def other_rate_bps(self, link_rate_bps: int) -> int:
-        frac, rate = parse_fraction_or_rate(self.other_rate, what="other_rate")
-        bps = int(link_rate_bps * frac) if frac is not None else rate
-        assert bps is not None
+        bps = _share_or_rate_bps(self.other_rate, "other_rate", link_rate_bps)
         if bps > link_rate_bps // 2:
             raise ConfigError(f"other_rate {self.other_rate} is more than half the link rate; use at most 50%")
         return bps
+
+    def guaranteed_bps(self, link_rate_bps: int) -> int:
+        """What an htb tree of this config guarantees: a token rate per band and the control
+        class, plus other_rate for the default class."""
+        return BAND_MIN_RATE_BPS * (self.bands + 1) + self.other_rate_bps(link_rate_bps)
 
     def ingress_rate_bps(self, link_rate_bps: int) -> int:
         """Rate of the ingress bands' tree (0: off); a share is of the link rate."""
         if self.ingress_rate is None:
             return 0
-        frac, rate = parse_fraction_or_rate(self.ingress_rate, what="ingress_rate")
-        bps = int(link_rate_bps * frac) if frac is not None else rate
-        assert bps is not None
-        need = BAND_MIN_RATE_BPS * (self.bands + 1) + self.other_rate_bps(link_rate_bps)
+        bps = _share_or_rate_bps(self.ingress_rate, "ingress_rate", link_rate_bps)
+        need = self.guaranteed_bps(link_rate_bps)
         if bps < need:
             raise ConfigError(f"ingress_rate {self.ingress_rate} ({bps}bit/s) is below what {self.bands} bands and "
                               f"other_rate {self.other_rate} guarantee ({need}bit/s); give e.g. --ingress-rate 97%")
@@ -126,17 +127,14 @@ class Config:
         if frac is not None and frac > 0.5:  # a share is checkable before the link rate is known
             raise ConfigError(f"other_rate {self.other_rate} is more than half the link rate; use at most 50%")
         if self.link_rate_bps is not None:
-            need = BAND_MIN_RATE_BPS * (self.bands + 1) + self.other_rate_bps(self.link_rate_bps)
+            need = self.guaranteed_bps(self.link_rate_bps)
             if self.link_rate_bps < need:
                 raise ConfigError(
                     f"link rate {self.link_rate_bps}bit/s is below what {self.bands} bands and other_rate "
                     f"{self.other_rate} guarantee ({need}bit/s): raise --link-rate or lower --bands/--other-rate"
                 )
         if self.ingress_rate is not None:
-            frac, _rate = parse_fraction_or_rate(self.ingress_rate, what="ingress_rate")
-            if frac is not None and not 0.5 <= frac <= 1.0:
-                raise ConfigError(f"ingress_rate {self.ingress_rate} must be within 50%..100% of the link rate "
-                                  "(a little below the rate the switch delivers, e.g. 97%)")
+            check_ingress_rate(self.ingress_rate, "ingress_rate")
             if self.band_policy == "fifo":
                 raise ConfigError(f"ingress_rate orders received traffic by the bands of policy one or rr; "
                                   f"policy {self.policy} has no bands: drop --ingress-rate")
@@ -148,6 +146,23 @@ class Config:
                 "or [[jobs]] in --config"
             )
         return self
+
+
+def _share_or_rate_bps(text: str, what: str, link_rate_bps: int) -> int:
+    """'10%' of the link rate, or a rate ('50mbit'), in bits/s."""
+    frac, rate = parse_fraction_or_rate(text, what=what)
+    bps = int(link_rate_bps * frac) if frac is not None else rate
+    assert bps is not None
+    return bps
+
+
+def check_ingress_rate(text: str, what: str) -> None:
+    """An ingress rate given as a share must be 50%..100% of the link rate (a rate is checked
+    against the guarantees once the link rate is known: Config.ingress_rate_bps)."""
+    frac, _rate = parse_fraction_or_rate(text, what=what)
+    if frac is not None and not 0.5 <= frac <= 1.0:
+        raise ConfigError(f"{what} {text} must be within 50%..100% of the link rate "
+                          "(a little below the rate the switch delivers, e.g. 97%)")
 
 
 def _num(d: dict, key: str, typ: type, where: str) -> Any:

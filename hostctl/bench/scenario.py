@@ -59,13 +59,12 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hostctl.config import ALL_POLICIES
+from hostctl.config import ALL_POLICIES, check_ingress_rate
+from hostctl.core.units import parse_rate_bps, parse_size_bytes
+from hostctl.errors import ConfigError
 
-# bench-only name: policy mlcc without switchemu (each host plans on its own NIC link only)
 # bench-only names: mlcc-local = mlcc without switchemu; one-ingress / rr-ingress = one / rr with ingress bands
 POLICIES = (*ALL_POLICIES, "mlcc-local", "one-ingress", "rr-ingress")
-from hostctl.core.units import parse_fraction_or_rate, parse_rate_bps, parse_size_bytes
-from hostctl.errors import ConfigError
 
 KINDS = ("ps", "allreduce", "torch")
 PORT_BASE = 7100  # first port handed to a job's servers / ranks
@@ -232,9 +231,7 @@ def _ingress_rate(h: dict) -> str:
     v = h.get("ingress_rate", "97%")
     if not isinstance(v, str):
         raise ConfigError(f"hostctl.ingress_rate must be a share such as \"97%\" or a rate, got {v!r}")
-    frac, _rate = parse_fraction_or_rate(v, what="hostctl.ingress_rate")
-    if frac is not None and not 0.5 <= frac <= 1.0:
-        raise ConfigError(f"hostctl.ingress_rate {v} must be within 50%..100% of the link rate, e.g. \"97%\"")
+    check_ingress_rate(v, "hostctl.ingress_rate")
     return v
 
 

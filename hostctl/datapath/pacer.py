@@ -24,7 +24,6 @@ Teardown (orderly stop, ``hostctl clean`` after a crash: one function, ``release
 from __future__ import annotations
 
 import ctypes
-import functools
 import ipaddress
 import json
 import logging
@@ -127,10 +126,8 @@ def key_bytes(f: FlowKey) -> FlowKeyC:
     return k
 
 
-@functools.lru_cache(maxsize=65536)
 def _addr(raw: bytes) -> str:
-    """16 bytes (IPv6, or IPv4-mapped) -> text. Cached: a busy host decodes the same few addresses
-    for every flow record and every burst (hundreds per second)."""
+    """16 bytes (IPv6, or IPv4-mapped) -> text (once per flow: whole keys are cached in _KEYS)."""
     ip = ipaddress.IPv6Address(raw)
     return str(ip.ipv4_mapped) if ip.ipv4_mapped else str(ip)
 

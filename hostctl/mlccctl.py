@@ -32,13 +32,14 @@ of every flow, which the daemon does not know yet: every flow has role NONE (no 
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -54,9 +55,9 @@ RATE_DEADBAND = 0.03  # a new rate within 3% of the applied one is not written
 NIC = "nic"  # this host's own egress link (the local table's link)
 
 
-@dataclass
-class FlowIn:
-    """One flow of this host for the slot (from the monitor)."""
+class FlowIn(NamedTuple):
+    """One flow of this host for the slot (from the monitor). A NamedTuple: a hundred are made
+    every slot."""
 
     key: FlowKey
     job: str
@@ -74,8 +75,10 @@ def _code_name(code: int) -> str:
         return str(code)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def flow_id(key: FlowKey) -> str:
-    """A flow's id on the wire: its 4-tuple (unique in the fabric)."""
+    """A flow's id on the wire: its 4-tuple (unique in the fabric). Cached: asked for every flow
+    every slot."""
     return f"{key.laddr}:{key.lport}>{key.raddr}:{key.rport}"
 
 
@@ -130,14 +133,17 @@ class MlccControl:
         self._remember(slot, ids, flows, plan)
         if self.trace is not None:
             self._trace(slot, flows, ids, plan)
-        return self._hysteresis({f.key: max(1, int(r)) for f, r in zip(flows, plan.applied_Bps)})
+        return self._hysteresis([f.key for f in flows], plan.applied_Bps.tolist())
 
-    def _hysteresis(self, rates: dict[FlowKey, int]) -> dict[FlowKey, int]:
-        """Keep a flow's previous rate when the new one is within RATE_DEADBAND of it: a map write
-        per flow and slot costs more than pacing a few percent off (the pacer is that precise anyway)."""
+    def _hysteresis(self, keys: list[FlowKey], rates: list[float]) -> dict[FlowKey, int]:
+        """Rates to apply (bytes/s, >= 1), keeping a flow's previous rate when the new one is within
+        RATE_DEADBAND of it: a map write per flow and slot costs more than pacing a few percent off
+        (the pacer is that precise anyway)."""
         out = {}
-        for k, r in rates.items():
-            w = self._written.get(k)
+        written = self._written
+        for k, r in zip(keys, rates):
+            r = max(1, int(r))
+            w = written.get(k)
             out[k] = w if w is not None and abs(r - w) <= RATE_DEADBAND * w else r
         self._written = out
         return out
@@ -196,9 +202,11 @@ class MlccControl:
         col = {lid: i for i, lid in enumerate(used)}
         L = max(1, len(used))
         P = max((len(ls) for ls in links), default=1)
-        path = np.full((n, P), -1, dtype=np.int64)
-        for r, ls in enumerate(links):
-            path[r, :len(ls)] = [col[x] for x in ls]
+        if L == 1:  # local mode, or no switch path known: every flow crosses the NIC link only
+            path = np.zeros((n, 1), dtype=np.int64)
+        else:
+            path = np.array([[col[x] for x in ls] + [-1] * (P - len(ls)) for ls in links],
+                            dtype=np.int64).reshape(n, P)
         cap = np.array([float(self.caps.get(lid, self.caps[NIC])) for lid in used] or [float(self.caps[NIC])])
         others = np.zeros((L, K))
         fresh = self.fb_slot is not None and 0 <= slot - self.fb_slot < K

@@ -29,6 +29,7 @@ from hostctl.core.plan import MAX_JOB_SLOTS, allocate_slots
 from hostctl.core.types import FlowKey, Job
 from hostctl.datapath import UNLIMITED_BPS_BYTES, FlowRecord
 
+NAN = float("nan")
 log = logging.getLogger("hostctl")
 
 
@@ -107,8 +108,14 @@ class PaceControl:
                         readout.ctl["flows_full"])
             self.full_warned = readout.ctl["flows_full"]
         live = [r for r in readout.flows if r.slot in slot_job]
-        self._records = {r.key: r for r in live}
-        self._flow_job = {r.key: slot_job[r.slot] for r in live}
+        self._records = records = {}
+        self._flow_job = flow_job = {}
+        jobs_l, acked_l = [], []
+        for r in live:
+            records[r.key] = r
+            flow_job[r.key] = job = slot_job[r.slot]
+            jobs_l.append(job)
+            acked_l.append(r.bytes_acked)
         if readout.bursts:
             known = [b for b in readout.bursts if b.key in self._ids]
             if known:
@@ -116,9 +123,10 @@ class PaceControl:
                                     np.array([b.start_ns / 1e9 for b in known]),
                                     np.array([b.end_ns / 1e9 for b in known]),
                                     np.array([b.bytes for b in known], dtype=np.int64))
-        ids = np.array([self._flow_id(r.key) for r in live], dtype=np.int64)
-        self.monitor.observe(max(now, t_read), ids, [self._flow_job[r.key] for r in live],
-                             np.array([r.bytes_acked for r in live], dtype=np.int64))
+        # ids after the bursts: the records of a flow read for the first time are left out
+        ids = np.array([self._flow_id(k) for k in records], dtype=np.int64)
+        self.monitor.observe(max(now, t_read), ids, jobs_l,
+                             np.array(acked_l, dtype=np.int64))
         closed = [r.key for r in readout.flows if r.closed or r.slot not in slot_job]
         if closed:
             self.datapath.forget(closed)
@@ -154,15 +162,16 @@ class PaceControl:
         left, max_rate = stats.bytes_left.tolist(), stats.max_rate_Bps.tolist()
         it_bytes, active = stats.iter_bytes.tolist(), stats.active.tolist()
         out = []
+        records, ids = self._records, self._ids
         for key, job in sorted(self._flow_job.items()):
-            rec = self._records[key]
-            if rec.closed or key.raddr == key.laddr or key.raddr.startswith("127."):
+            if records[key].closed or key.raddr == key.laddr or key.raddr.startswith("127."):
                 continue  # intra-host traffic is not scheduled (spec 2.2)
-            i = row_of.get(self._ids.get(key, -1))
+            i = row_of.get(ids.get(key, -1))
             if i is None:
-                out.append(FlowIn(key, job, float("nan"), 0.0, 0.0))
+                out.append(FlowIn(key, job, NAN, 0.0, 0.0))
                 continue
-            out.append(FlowIn(key, job, float(left[i]), float(max_rate[i]), float(it_bytes[i]), bool(active[i])))
+            # (tolist() gave Python floats and bools already)
+            out.append(FlowIn(key, job, left[i], max_rate[i], float(it_bytes[i]), active[i]))
         return out
 
     def close(self) -> None:

@@ -169,12 +169,9 @@ def gap_threshold(gaps: Iterable[float], ratio: float, min_long: int = _MIN_LONG
     g = sorted(gaps)
     if len(g) <= min_long or g[0] <= 0 or g[-min_long] < ratio * g[0]:
         return NAN  # no jump can reach the ratio
-    best, best_r = NAN, ratio
-    for k in range(len(g) - min_long):
-        r = g[k + 1] / g[k]
-        if r >= best_r:
-            best, best_r = math.sqrt(g[k] * g[k + 1]), r
-    return best
+    # the largest jump, the last one on ties (cuts k = 0 .. len - min_long - 1)
+    r, k = max(zip([b / a for a, b in zip(g, g[1:len(g) - min_long + 1])], range(len(g))))
+    return math.sqrt(g[k] * g[k + 1]) if r >= ratio else NAN
 
 
 @dataclass

@@ -8,7 +8,7 @@ contract tests (tests/unit/test_datapath_contract.py, tests/integration/...).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from hostctl.core.pace import PaceTable
 from hostctl.core.plan import ClassifierTable, TcPlan
@@ -46,9 +46,9 @@ class Counters:
     rx_jobs: dict[int, JobCounters] = field(default_factory=dict)  # received, counted on the IFB
 
 
-@dataclass(frozen=True)
-class FlowRecord:
-    """One paced/monitored flow as the kernel sees it (a row of hp_flows, bpf/hc_pace.c)."""
+class FlowRecord(NamedTuple):
+    """One paced/monitored flow as the kernel sees it (a row of hp_flows, bpf/hc_pace.c). A
+    NamedTuple: every flow's row is read every slot."""
 
     key: FlowKey
     slot: int
@@ -75,8 +75,7 @@ class FlowRecord:
         return not self.closed and self.rate_Bps != self.orig_rate_Bps
 
 
-@dataclass(frozen=True)
-class Burst:
+class Burst(NamedTuple):
     """A completed burst of ACK progress of one flow (CLOCK_MONOTONIC ns)."""
 
     key: FlowKey

@@ -28,6 +28,7 @@ BPF_OBJ_GET = 7
 BPF_PROG_ATTACH = 8
 BPF_PROG_DETACH = 9
 BPF_PROG_QUERY = 16
+BPF_MAP_LOOKUP_BATCH = 24
 BPF_ENABLE_STATS = 32
 
 BPF_CGROUP_SOCK_OPS = 3  # enum bpf_attach_type
@@ -117,6 +118,45 @@ def map_keys(fd: int, key_size: int, limit: int = 1 << 20) -> list[bytes]:
         prev = ctypes.create_string_buffer(nxt.raw, key_size)
         prev_addr = ctypes.addressof(prev)
     return out
+
+
+class BatchReader:
+    """Reads a whole hash map with BPF_MAP_LOOKUP_BATCH (Linux 5.6+), ``chunk`` entries per call,
+    into buffers kept between reads: bcc's items_lookup_batch() allocates and zeroes room for
+    max_entries keys and values on every call (2 MB for the pacer's flow map) and builds a
+    ctypes object per entry."""
+
+    _ATTR = struct.Struct("=QQQQIIQQ")  # in_batch, out_batch, keys, values, count, map_fd, elem_flags, flags
+
+    def __init__(self, fd: int, key_size: int, value_size: int, chunk: int = 1024) -> None:
+        self.fd, self.ks, self.vs, self.chunk = fd, key_size, value_size, chunk
+        self.keys = ctypes.create_string_buffer(key_size * chunk)
+        self.values = ctypes.create_string_buffer(value_size * chunk)
+        self.tok_in, self.tok_out = ctypes.c_uint32(0), ctypes.c_uint32(0)  # hash maps: a bucket index
+        self.attr = ctypes.create_string_buffer(ATTR_SIZE)
+
+    def read(self) -> tuple[bytes, bytes]:
+        """(keys, values): every entry's key and value bytes, concatenated in the same order.
+        Raises BpfError (e.g. EINVAL where the kernel has no batch ops for this map type)."""
+        keys, values = [], []
+        first = True
+        while True:
+            self._ATTR.pack_into(self.attr, 0, 0 if first else ctypes.addressof(self.tok_in),
+                                 ctypes.addressof(self.tok_out), ctypes.addressof(self.keys),
+                                 ctypes.addressof(self.values), self.chunk, self.fd, 0, 0)
+            ret = _libc.syscall(_NR_BPF, BPF_MAP_LOOKUP_BATCH, self.attr, ATTR_SIZE)
+            err = ctypes.get_errno() if ret < 0 else 0
+            if ret < 0 and err != errno.ENOENT:
+                raise BpfError(err, f"bpf map lookup batch: {os.strerror(err)}")
+            n = struct.unpack_from("=I", self.attr, 32)[0]  # entries copied (also with ENOENT: the last ones)
+            if n:
+                keys.append(ctypes.string_at(self.keys, n * self.ks))
+                values.append(ctypes.string_at(self.values, n * self.vs))
+            if ret < 0:  # ENOENT: no more entries
+                break
+            self.tok_in.value = self.tok_out.value
+            first = False
+        return b"".join(keys), b"".join(values)
 
 
 def enable_stats() -> int:

@@ -7,7 +7,6 @@ counters grow with the traffic a test injects with ``send``.
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 from hostctl.core.pace import PaceTable
 from hostctl.core.plan import ClassifierTable, TcPlan
@@ -102,7 +101,7 @@ class FakeDatapath:
         self.pace_writes.append(table)
         # like the program at the flows' next callback: apply the wanted rate
         for k, r in self.kflows.items():
-            self.kflows[k] = replace(r, rate_Bps=self._want(k, r.slot))
+            self.kflows[k] = r._replace(rate_Bps=self._want(k, r.slot))
         return writes
 
     def _want(self, key: FlowKey, slot: int) -> int:
@@ -127,12 +126,12 @@ class FakeDatapath:
     def transfer(self, key: FlowKey, nbytes: int, start_ns: int, end_ns: int) -> None:
         """The flow moved ``nbytes`` between start and end; reported as one completed burst."""
         r = self.kflows[key]
-        self.kflows[key] = replace(r, bytes_acked=r.bytes_acked + nbytes, bytes_sent=r.bytes_sent + nbytes,
+        self.kflows[key] = r._replace(bytes_acked=r.bytes_acked + nbytes, bytes_sent=r.bytes_sent + nbytes,
                                    last_ns=end_ns, bursts=r.bursts + 1)
         self.kbursts.append(Burst(key, r.slot, start_ns, end_ns, nbytes))
 
     def close_flow(self, key: FlowKey) -> None:
-        self.kflows[key] = replace(self.kflows[key], flags=self.kflows[key].flags | FLOW_CLOSED)
+        self.kflows[key] = self.kflows[key]._replace(flags=self.kflows[key].flags | FLOW_CLOSED)
 
     def read_pacing(self) -> PacingReadout:
         bursts, self.kbursts = self.kbursts, []
@@ -145,7 +144,7 @@ class FakeDatapath:
     def teardown(self) -> None:
         self.torn_down += 1
         for k, r in self.kflows.items():  # release: every flow gets its original rate back
-            self.kflows[k] = replace(r, rate_Bps=r.orig_rate_Bps)
+            self.kflows[k] = r._replace(rate_Bps=r.orig_rate_Bps)
         self.root = self.previous_root
         self.plan = None
         self.table = ClassifierTable()

@@ -221,11 +221,21 @@ _BURST_TAIL = struct.Struct("=3QI")  # BurstC after its key: start_ns, end_ns, b
 assert BurstC.start_ns.offset == _KEY_SIZE and BurstC.slot.offset == _KEY_SIZE + 24
 
 
-def _record(key: FlowKeyC, v: FlowC) -> FlowRecord:
+def _row(key: FlowKey, fields: tuple) -> FlowRecord:
     (acked, sent, first, last, _bs, _bb, bursts, callbacks, slot, rate, orig, srtt, cwnd, retrans, flags,
-     errors) = _FLOW.unpack(ctypes.string_at(ctypes.addressof(v), _FLOW.size))
-    return FlowRecord(key_of(key), slot, acked, sent, first, last, bursts, callbacks, rate, orig, srtt, cwnd,
+     errors) = fields
+    return FlowRecord(key, slot, acked, sent, first, last, bursts, callbacks, rate, orig, srtt, cwnd,
                       retrans, flags, errors)
+
+
+def _record(key: FlowKeyC, v: FlowC) -> FlowRecord:
+    return _row(key_of(key), _FLOW.unpack(ctypes.string_at(ctypes.addressof(v), _FLOW.size)))
+
+
+def _records(keys: bytes, values: bytes) -> list[FlowRecord]:
+    """Rows from a batch read: keys and values concatenated in the same order."""
+    ks = _KEY_SIZE
+    return [_row(_key_raw(keys[i * ks:(i + 1) * ks]), f) for i, f in enumerate(_FLOW.iter_unpack(values))]
 
 
 # -- owner records ------------------------------------------------------------------------------
@@ -292,6 +302,7 @@ class Pacer:
         self.track_all = track_all
         self._flags = HP_CTL_TRACK_ALL if track_all else 0
         self._bursts: list[Burst] = []
+        self._batch: bpfsys.BatchReader | None | bool = None  # False: the kernel has no batch reads
         try:
             self._load()
         except BaseException:
@@ -418,11 +429,15 @@ class Pacer:
     def flows(self) -> list[FlowRecord]:
         """One batched read of every selected flow."""
         m = self.maps["hp_flows"]
-        try:
-            items = list(m.items_lookup_batch())
-        except Exception:  # kernels without batch ops on hash maps
-            items = list(m.items())
-        return [_record(k, v) for k, v in items]
+        if self._batch is not False:
+            try:
+                if self._batch is None:
+                    self._batch = bpfsys.BatchReader(m.map_fd, _KEY_SIZE, _FLOW.size)
+                return _records(*self._batch.read())
+            except OSError as e:  # kernels without batch ops on hash maps: one lookup per key from now on
+                log.info("batched reads of the flow map failed (%s): reading it key by key", e)
+                self._batch = False
+        return [_record(k, v) for k, v in m.items()]
 
     def forget(self, keys: list[FlowKey]) -> None:
         """Delete closed flows' entries (after their last counters were read)."""

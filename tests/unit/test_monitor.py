@@ -72,6 +72,29 @@ def test_gap_threshold():
     assert 0.2 < gap_threshold([0.03, 0.2, 0.2, 5.0, 5.0], 3.0) < 5.0  # the largest jump wins
 
 
+def _gap_threshold_loop(gaps, ratio, min_long=2):
+    """The rule written as a plain loop (the first implementation): the largest jump >= ratio
+    leaving min_long gaps above it, the last one on ties."""
+    g = sorted(gaps)
+    if len(g) <= min_long or g[0] <= 0:
+        return math.nan
+    best, best_r = math.nan, ratio
+    for k in range(len(g) - min_long):
+        r = g[k + 1] / g[k]
+        if r >= best_r:
+            best, best_r = math.sqrt(g[k] * g[k + 1]), r
+    return best
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([0.001, 0.02, 0.03, 0.06, 0.1, 0.2, 0.5, 1.0, 5.0]) | st.floats(1e-4, 10.0),
+                max_size=40),
+       st.sampled_from([1.5, 2.0, 3.0, 10.0]), st.integers(1, 4))
+def test_gap_threshold_is_the_loop(gaps, ratio, min_long):
+    got, want = gap_threshold(gaps, ratio, min_long), _gap_threshold_loop(gaps, ratio, min_long)
+    assert (math.isnan(got) and math.isnan(want)) or got == want
+
+
 def test_synth_trace_is_the_kernel_view():
     bursts = [(0.1, 1000, 0.01), (0.111, 500, 0.01), (0.2, 300, 0.0)]  # 1 ms gap: one kernel burst
     nxt = synth_trace(bursts, slot_s=0.05, t_end=0.3, kernel_gap_s=0.002, emit="next")

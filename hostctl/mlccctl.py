@@ -195,9 +195,14 @@ class MlccControl:
             return (NIC,)
         return (NIC, *self.paths.get(fid, ()))
 
+    def _all_links(self, ids: list[str]) -> list[tuple[str, ...]]:
+        if self.mode == "local" or not self.paths:
+            return [(NIC,)] * len(ids)
+        return [self._links_of(fid) for fid in ids]
+
     def _plan(self, slot: int, flows: Sequence[FlowIn], ids: list[str]) -> HostSlot:
         n, K = len(flows), self.K
-        links = [self._links_of(fid) for fid in ids]
+        links = self._all_links(ids)
         used = sorted({lid for ls in links for lid in ls}, key=lambda x: (x != NIC, x))
         col = {lid: i for i, lid in enumerate(used)}
         L = max(1, len(used))
@@ -271,9 +276,10 @@ class MlccControl:
         return total, per_job
 
     def _remember(self, slot: int, ids: list[str], flows: Sequence[FlowIn], plan: HostSlot) -> None:
-        for fid in set(self.paths) - set(ids):
-            self.paths.pop(fid, None)
-        self.prev_links = [self._links_of(fid) for fid in ids]
+        if self.paths:
+            for fid in set(self.paths) - set(ids):
+                self.paths.pop(fid, None)
+        self.prev_links = self._all_links(ids)
         self.prev_rates = np.maximum(plan.rates_Bps, 0.0)
         self.last, self.last_slot = plan, slot
         self.last_flows = dict(zip(ids, flows))

@@ -363,21 +363,16 @@ class Pacer:
 
     # -- control --------------------------------------------------------------------------
     def _write_ctl(self, flags: int) -> None:
-        m = self.maps["hp_ctl"]
-        k = m.Key(HP_CTL_KEY_CONTROL)  # the program never writes this entry: no update is lost
-        v = m[k]
-        v.heartbeat_ns = time.monotonic_ns()  # CLOCK_MONOTONIC == bpf_ktime_get_ns()
-        v.lease_ns = self.lease_ns
-        v.gap_ns = self.gap_ns
-        v.flags = flags
-        m[k] = v
+        # the control entry is the daemon's alone (the program writes its counters to the other
+        # one), so it is written whole, without reading it first; raw syscall: every slot
+        bpfsys.map_update(self.maps["hp_ctl"].map_fd, _CTL_KEYS[0], _CTL.pack(
+            time.monotonic_ns(), self.lease_ns, self.gap_ns, flags, 0, 0, 0, 0))  # CLOCK_MONOTONIC == bpf_ktime_get_ns()
 
     def heartbeat(self) -> None:
         self._write_ctl(self._flags)
 
     def ctl(self) -> dict[str, int]:
-        m = self.maps["hp_ctl"]
-        return _ctl_dict(m[m.Key(HP_CTL_KEY_CONTROL)], m[m.Key(HP_CTL_KEY_COUNTERS)])
+        return _read_ctl(self.maps["hp_ctl"].map_fd)
 
     def apply(self, table: PaceTable) -> int:
         """Diff against what is loaded and write only the changes. New selectors and rates
@@ -492,22 +487,26 @@ def clamp_rate(rate_Bps: int) -> int:
     return int(min(max(rate_Bps, MIN_RATE_BYTES), MAX_RATE_BPS_BYTES))
 
 
-def _ctl_dict(control, counters) -> dict[str, int]:
+_CTL = struct.Struct("=8Q")  # CtlC's fields in order
+assert _CTL.size == ctypes.sizeof(CtlC) and all(f[1] is ctypes.c_uint64 for f in CtlC._fields_)
+_CTL_NAMES = [n for n, _t in CtlC._fields_]
+_CTL_KEYS = [k.to_bytes(4, "little") for k in (HP_CTL_KEY_CONTROL, HP_CTL_KEY_COUNTERS)]
+
+
+def _read_ctl(fd: int) -> dict[str, int]:
     """hp_ctl's two entries as one dict: control words from the first, counters from the second."""
-    return {n: int(getattr(counters if n in CTL_COUNTERS else control, n)) for n, _t in CtlC._fields_}
+    control, counters = (bpfsys.map_lookup(fd, k, _CTL.size) or bytes(_CTL.size) for k in _CTL_KEYS)
+    c, n = _CTL.unpack(control), _CTL.unpack(counters)
+    return {name: (n if name in CTL_COUNTERS else c)[i] for i, name in enumerate(_CTL_NAMES)}
 
 
 def pinned_ctl(pin_dir: str) -> dict[str, int]:
     """ctl() of a pacer from its pinned hp_ctl (e.g. a crashed daemon's)."""
     fd = bpfsys.obj_get(os.path.join(pin_dir, "hp_ctl"))
     try:
-        entries = []
-        for key in (HP_CTL_KEY_CONTROL, HP_CTL_KEY_COUNTERS):
-            raw = bpfsys.map_lookup(fd, key.to_bytes(4, "little"), ctypes.sizeof(CtlC))
-            entries.append(CtlC.from_buffer_copy(raw) if raw else CtlC())
+        return _read_ctl(fd)
     finally:
         os.close(fd)
-    return _ctl_dict(*entries)
 
 
 def _pinned_flows(pin_dir: str) -> list[FlowRecord]:

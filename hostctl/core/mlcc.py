@@ -484,7 +484,11 @@ def allocate(G_bytes, path, load_Bps, avail_Bps, cap_Bps, B_Bps, *, role=None, s
     if priority is None:
         waves = [active] if active.any() else []
     else:
-        waves = [active & (prio == v) for v in np.unique(prio[active])]
+        pa = prio[active]
+        if pa.size and pa.min() == pa.max():  # one wave (the common case): no np.unique
+            waves = [active]
+        else:
+            waves = [active & (prio == v) for v in np.unique(pa)]
     # Each round is a cheap feasibility test on the shares (a deadline exists iff the
     # widest one, K, holds the bytes); Algorithm 1 runs once per flow, in the round
     # where the flow is frozen, so rounds cost O(n K) and Alg. 1 O(n K^2) once.

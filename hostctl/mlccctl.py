@@ -52,6 +52,7 @@ log = logging.getLogger("hostctl")
 
 SILENT_SLOTS = 3  # switches silent this many slots in a row -> local mode
 RATE_DEADBAND = 0.03  # a new rate within 3% of the applied one is not written
+KEPT_WEIGHT = 0.5  # EWMA weight of the last slot in a flow's kept fraction (see _kept_factors)
 NIC = "nic"  # this host's own egress link (the local table's link)
 
 
@@ -65,6 +66,7 @@ class FlowIn(NamedTuple):
     B_Bps: float  # max rate over the last 4 slots
     sent_bytes: float  # bytes of this iteration so far
     moving: bool = True  # progress in the last slot
+    rate_Bps: float = math.nan  # measured over the last slot (nan: not measured)
 
 
 def _code_name(code: int) -> str:
@@ -110,6 +112,7 @@ class MlccControl:
         self.last: HostSlot | None = None
         self.last_flows: dict[str, FlowIn] = {}  # flow id -> flow, in the order of the last plan's rows
         self._written: dict[FlowKey, int] = {}
+        self.kept: dict[str, float] = {}  # flow id -> fraction of its slot-0 reservations it used (EWMA)
         self.last_slot: int | None = None
         self._warned: set[str] = set()
         trace = os.environ.get("HOSTCTL_MLCC_TRACE")
@@ -127,10 +130,11 @@ class MlccControl:
         if self.switch is not None:
             self._fetch(slot, flows, ids)
         plan = self._plan(slot, flows, ids)
+        published = self._published(plan, self._kept_factors(ids, flows))
         if self.switch is not None:
-            self._publish(slot, flows, ids, plan)
+            self._publish(slot, flows, ids, published)
             self.exchange_ms.append((time.perf_counter() - t0) * 1e3)
-        self._remember(slot, ids, flows, plan)
+        self._remember(slot, ids, flows, plan, published)
         if self.trace is not None:
             self._trace(slot, flows, ids, plan)
         return self._hysteresis([f.key for f in flows], plan.applied_Bps.tolist())
@@ -240,12 +244,44 @@ class MlccControl:
                          np.array([f.job for f in flows], dtype=object), path, cap, cap, others,
                          moving=moving, params=self.params)
 
-    def _publish(self, slot: int, flows: Sequence[FlowIn], ids: list[str], plan: HostSlot) -> None:
+    def _kept_factors(self, ids: list[str], flows: Sequence[FlowIn]) -> np.ndarray:
+        """Per flow, the share of its reservations it has been using: an EWMA (KEPT_WEIGHT) of
+        min(1, measured rate / planned slot-0 rate) over the slots in which its plan gave it more
+        than twice the wait floor; 1 for a new flow, unchanged without a measurement.
+
+        Why: a flow's plan reserves the slots it needs to carry its bytes left, but a flow that
+        waits for others (a ring step for its predecessor's chunk, a worker for the PS's update)
+        does not send them, and in switch mode the other hosts plan around the reservation anyway.
+        The daemon does not know the flows' roles yet (Algorithm 2's dependency rules would), so
+        it discounts the future slots a flow publishes by how much of its reservations it used."""
+        prev = {}
+        if self.last is not None:
+            prev = dict(zip(self.last_flows, self.last.rates_Bps[:, 0].tolist()))
+        held = wait_floor_Bps(self.slot_s) * 2
+        kept = {}
+        for fid, f in zip(ids, flows):
+            k = self.kept.get(fid, 1.0)
+            p0 = prev.get(fid, 0.0)
+            if p0 > held and f.rate_Bps == f.rate_Bps:
+                k += KEPT_WEIGHT * (min(1.0, f.rate_Bps / p0) - k)
+            kept[fid] = k
+        self.kept = kept
+        return np.fromiter(kept.values(), dtype=np.float64, count=len(kept))
+
+    def _published(self, plan: HostSlot, kept: np.ndarray) -> np.ndarray:
+        """The K-slot schedules this host publishes (switch mode): slot 0 as planned, later slots
+        scaled by the flow's kept fraction. In local mode nobody else reads them: the plan."""
+        rates = np.maximum(plan.rates_Bps, 0.0)
+        if self.mode == "switch" and rates.shape[1] > 1:
+            rates[:, 1:] *= kept[:, None]
+        return rates
+
+    def _publish(self, slot: int, flows: Sequence[FlowIn], ids: list[str], published: np.ndarray) -> None:
         if self.mode != "switch":
             return
         self.seq += 1
         ups = [wire.FlowSchedule(fid, f.job, f.key.laddr, f.key.raddr, self.seq,
-                                 tuple(float(x) for x in np.round(plan.rates_Bps[r])))
+                                 tuple(float(x) for x in np.round(published[r])))
                for r, (fid, f) in enumerate(zip(ids, flows))]
         # flows that ended: withdraw their schedules (all zeros)
         now = set(ids)
@@ -275,12 +311,13 @@ class MlccControl:
                 per_job[f.job, lid] = per_job.get((f.job, lid), 0.0) + rates[r]
         return total, per_job
 
-    def _remember(self, slot: int, ids: list[str], flows: Sequence[FlowIn], plan: HostSlot) -> None:
+    def _remember(self, slot: int, ids: list[str], flows: Sequence[FlowIn], plan: HostSlot,
+                  published: np.ndarray) -> None:
         if self.paths:
             for fid in set(self.paths) - set(ids):
                 self.paths.pop(fid, None)
         self.prev_links = self._all_links(ids)
-        self.prev_rates = np.maximum(plan.rates_Bps, 0.0)
+        self.prev_rates = published  # this host's own load table: what the switches were told
         self.last, self.last_slot = plan, slot
         self.last_flows = dict(zip(ids, flows))
 
@@ -313,7 +350,7 @@ class MlccControl:
             return None
         return {"schedule_Bps": [int(x) for x in np.maximum(self.last.rates_Bps[r], 0)],
                 "kind": str(self.last.kind[r]), "wave": int(self.last.wave[r]),
-                "links": list(self._links_of(fid))}
+                "links": list(self._links_of(fid)), "kept": round(self.kept.get(fid, 1.0), 3)}
 
     def status(self) -> dict:
         def pct(d, q):

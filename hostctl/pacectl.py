@@ -159,7 +159,7 @@ class PaceControl:
 
         row_of = {fid: i for i, fid in enumerate(stats.flow_id.tolist())}
         # plain lists: indexing numpy arrays element by element costs more than the conversion
-        left, max_rate = stats.bytes_left.tolist(), stats.max_rate_Bps.tolist()
+        left, max_rate, rate = stats.bytes_left.tolist(), stats.max_rate_Bps.tolist(), stats.rate_Bps.tolist()
         it_bytes, active = stats.iter_bytes.tolist(), stats.active.tolist()
         out = []
         records, ids = self._records, self._ids
@@ -171,7 +171,7 @@ class PaceControl:
                 out.append(FlowIn(key, job, NAN, 0.0, 0.0))
                 continue
             # (tolist() gave Python floats and bools already)
-            out.append(FlowIn(key, job, left[i], max_rate[i], float(it_bytes[i]), active[i]))
+            out.append(FlowIn(key, job, left[i], max_rate[i], float(it_bytes[i]), active[i], rate[i]))
         return out
 
     def close(self) -> None:

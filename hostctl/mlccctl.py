@@ -253,7 +253,7 @@ class MlccControl:
         waits for others (a ring step for its predecessor's chunk, a worker for the PS's update)
         does not send them, and in switch mode the other hosts plan around the reservation anyway.
         The daemon does not know the flows' roles yet (Algorithm 2's dependency rules would), so
-        it discounts the future slots a flow publishes by how much of its reservations it used."""
+        it discounts the schedule a flow publishes by how much of its reservations it used."""
         prev = {}
         if self.last is not None:
             prev = dict(zip(self.last_flows, self.last.rates_Bps[:, 0].tolist()))
@@ -269,11 +269,12 @@ class MlccControl:
         return np.fromiter(kept.values(), dtype=np.float64, count=len(kept))
 
     def _published(self, plan: HostSlot, kept: np.ndarray) -> np.ndarray:
-        """The K-slot schedules this host publishes (switch mode): slot 0 as planned, later slots
-        scaled by the flow's kept fraction. In local mode nobody else reads them: the plan."""
+        """The K-slot schedules this host publishes (switch mode): the plan scaled by each flow's
+        kept fraction, slot 0 included (the flow is still paced at its planned rate). In local mode
+        nobody else reads them: the plan."""
         rates = np.maximum(plan.rates_Bps, 0.0)
-        if self.mode == "switch" and rates.shape[1] > 1:
-            rates[:, 1:] *= kept[:, None]
+        if self.mode == "switch":
+            rates *= kept[:, None]
         return rates
 
     def _publish(self, slot: int, flows: Sequence[FlowIn], ids: list[str], published: np.ndarray) -> None:

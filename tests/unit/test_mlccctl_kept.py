@@ -1,6 +1,6 @@
-"""MlccControl in switch mode publishes a flow's future slots scaled by the share of its
-reservations it has been using (the kept fraction), so that a flow that waits (a ring step, a
-worker at its barrier) does not hold other hosts' flows back; slot 0 stays as planned."""
+"""MlccControl in switch mode publishes a flow's schedule scaled by the share of its reservations
+it has been using (the kept fraction), so that a flow that waits (a ring step, a worker at its
+barrier) does not hold other hosts' flows back; the flow is still paced at its planned rate."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _ctl() -> tuple[MlccControl, FakeSwitch, list[float]]:
     return MlccControl(C, SLOT, switch=sw, wall=lambda: t[0]), sw, t
 
 
-def test_a_flow_that_does_not_use_its_reservations_publishes_less_ahead():
+def test_a_flow_that_does_not_use_its_reservations_publishes_less():
     ctl, sw, t = _ctl()
     busy, idle = FlowKey("10.0.0.1", 5000, "10.0.0.2", 9000), FlowKey("10.0.0.1", 5001, "10.0.0.3", 9000)
     G = 8 * C * SLOT  # more than one slot each: both plan ahead
@@ -49,8 +49,8 @@ def test_a_flow_that_does_not_use_its_reservations_publishes_less_ahead():
     pub = {k: np.array(sw.published[-1][flow_id(k)]) for k in (busy, idle)}
     assert plan[idle][1:].sum() > 0 and plan[busy][1:].sum() > 0
     assert pub[busy] == pytest.approx(plan[busy], rel=1e-6, abs=1.0)  # used: published as planned
-    assert pub[idle][0] == pytest.approx(plan[idle][0], rel=1e-6, abs=1.0)  # slot 0 as planned
-    assert pub[idle][1:].sum() <= (1 - KEPT_WEIGHT) ** 6 * plan[idle][1:].sum() + 1.0  # ahead: discounted
+    assert plan[idle][0] > 0  # it may still send now (the pacer gets the plan's rate)
+    assert pub[idle].sum() <= (1 - KEPT_WEIGHT) ** 6 * plan[idle].sum() + 1.0  # but publishes little
     assert ctl.schedule_of(idle)["kept"] < 0.05 and ctl.schedule_of(busy)["kept"] == pytest.approx(1.0)
     # this host's own load table (subtracted from the switches' feedback) is what it published
     assert ctl.prev_rates.sum() == pytest.approx(sum(p.sum() for p in pub.values()), rel=1e-6)

@@ -130,7 +130,7 @@ class MlccControl:
         if self.switch is not None:
             self._fetch(slot, flows, ids)
         plan = self._plan(slot, flows, ids)
-        published = self._published(plan, self._kept_factors(ids, flows))
+        published = self._published(plan, self._kept_factors(ids, flows) if self.mode == "switch" else None)
         if self.switch is not None:
             self._publish(slot, flows, ids, published)
             self.exchange_ms.append((time.perf_counter() - t0) * 1e3)
@@ -247,7 +247,8 @@ class MlccControl:
     def _kept_factors(self, ids: list[str], flows: Sequence[FlowIn]) -> np.ndarray:
         """Per flow, the share of its reservations it has been using: an EWMA (KEPT_WEIGHT) of
         min(1, measured rate / planned slot-0 rate) over the slots in which its plan gave it more
-        than twice the wait floor; 1 for a new flow, unchanged without a measurement.
+        than twice the wait floor; 1 for a new flow, unchanged without a measurement. Kept in
+        switch mode only (in local mode nobody reads this host's reservations).
 
         Why: a flow's plan reserves the slots it needs to carry its bytes left, but a flow that
         waits for others (a ring step for its predecessor's chunk, a worker for the PS's update)
@@ -268,12 +269,12 @@ class MlccControl:
         self.kept = kept
         return np.fromiter(kept.values(), dtype=np.float64, count=len(kept))
 
-    def _published(self, plan: HostSlot, kept: np.ndarray) -> np.ndarray:
+    def _published(self, plan: HostSlot, kept: np.ndarray | None) -> np.ndarray:
         """The K-slot schedules this host publishes (switch mode): the plan scaled by each flow's
         kept fraction, slot 0 included (the flow is still paced at its planned rate). In local mode
         nobody else reads them: the plan."""
         rates = np.maximum(plan.rates_Bps, 0.0)
-        if self.mode == "switch":
+        if kept is not None:
             rates *= kept[:, None]
         return rates
 

@@ -91,12 +91,17 @@ def _mlcc_metrics(ml: dict, pc: dict):
     yield err
     plan = GaugeMetricFamily("hostctl_flow_plan_bps", "Planned rate of a flow per future slot, bits/s",
                              labels=["flow", "job", "slot"])
+    kept = GaugeMetricFamily("hostctl_flow_kept_ratio", "Share of its reservations the flow has been using (switch "
+                             "mode: its published schedule is scaled by it)", labels=["flow", "job"])
     for f in pc.get("flows", []):
         p = f.get("plan")
         if p:
             for k, r in enumerate(p["schedule_Bps"]):
                 plan.add_metric([f["flow"], f["job"] or "", str(k)], r * 8)
+            if p.get("kept") is not None:
+                kept.add_metric([f["flow"], f["job"] or ""], p["kept"])
     yield plan
+    yield kept
 
 
 def serve(port: int, status: Callable[[], dict], addr: str = "127.0.0.1"):

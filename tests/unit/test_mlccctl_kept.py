@@ -75,3 +75,46 @@ def test_local_mode_plans_are_not_discounted():
         t[0] += SLOT
     assert ctl.schedule_of(k)["kept"] == 1.0  # not tracked in local mode
     assert ctl.prev_rates[0] == pytest.approx(ctl.schedule_of(k)["schedule_Bps"], abs=1.0)
+
+
+def test_kept_is_exported_per_flow():
+    from prometheus_client.core import CollectorRegistry
+    from prometheus_client.exposition import generate_latest
+
+    from hostctl.metrics import _mlcc_metrics
+
+    ml = {"mode": "switch", "fallbacks": 0, "recoveries": 0, "errors": {}}
+    pc = {"flows": [{"flow": "a", "job": "j", "plan": {"schedule_Bps": [1, 2], "kept": 0.25}},
+                    {"flow": "b", "job": None, "plan": None}]}
+
+    class One:
+        def collect(self):
+            return list(_mlcc_metrics(ml, pc))
+
+    reg = CollectorRegistry()
+    reg.register(One())
+    text = generate_latest(reg).decode()
+    assert 'hostctl_flow_kept_ratio{flow="a",job="j"} 0.25' in text
+    assert 'hostctl_flow_kept_ratio{flow="b"' not in text
+
+
+@pytest.mark.parametrize("mode", ["switch", "local"])
+def test_human_status_shows_kept_in_switch_mode(mode):
+    import io
+
+    from rich.console import Console
+
+    from hostctl.cli import _print_pacing
+
+    flow = {"flow": "10.0.0.1:5000->10.0.0.2:9000", "job": "j", "target_bps": 8e6, "applied_bps": 8e6,
+            "rate_bps": 4e6, "max_rate_bps": 8e6, "iter_bytes": 1000, "iterations": 3, "bytes_per_iter": 5000.0,
+            "bytes_left": 4000.0, "srtt_us": 150,
+            "plan": {"schedule_Bps": [1e6, 5e5], "kind": "active", "wave": 0, "links": ["nic"], "kept": 0.25}}
+    ml = {"mode": mode, "switch": True, "K": 2, "negotiation_ms_p50": 0.3, "negotiation_ms_p90": 0.5,
+          "fallbacks": 0, "recoveries": 0, "silent_slots": 0, "errors": {}, "nic_load_Bps": [1e6, 5e5]}
+    pc = {"flows": [flow], "mlcc": ml, "jobs": {}, "slot_s": 0.06, "kernel": {}, "tick_ms_p90": 1.0}
+    out = io.StringIO()
+    _print_pacing(Console(file=out, width=250), pc, {"slots": 10, "slot_overruns": 0})
+    text = out.getvalue()
+    assert "8 4  active w0" in text
+    assert ("kept 0.25" in text) == (mode == "switch")

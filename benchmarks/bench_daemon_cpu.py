@@ -104,9 +104,14 @@ def main() -> None:
                "slots": s1["stats"]["slots"] - s0["stats"]["slots"],
                "slot_overruns": s1["stats"]["slot_overruns"] - s0["stats"]["slot_overruns"],
                "goodput_bps": float(out.strip() or 0), "load_avg": os.getloadavg()}
+        # what the CPU paid for: slots and burst records (the monitor's input) in the window
+        pc0 = s0.get("pacing") or {}
+        res["burst_records_per_s"] = (pc.get("burst_records", 0) - pc0.get("burst_records", 0)) / res["window_s"]
+        res["cpu_us_per_slot"] = 1e6 * res["daemon_cpu_s"] / max(1, res["slots"])
         print(f"{a.policy}, {res['flows_seen']} flows: daemon {res['core_pct']:.1f}% of a core; slot work p50 "
               f"{res['slot_work_ms_p50']:.2f} ms, p90 {res['slot_work_ms_p90']:.2f} ms; "
-              f"{res['slot_overruns']} overruns in {res['slots']} slots; goodput {res['goodput_bps'] / 1e6:.0f} Mbit/s")
+              f"{res['slot_overruns']} overruns in {res['slots']} slots; goodput {res['goodput_bps'] / 1e6:.0f} Mbit/s; "
+              f"{res['burst_records_per_s']:.0f} burst records/s; {res['cpu_us_per_slot'] / 1000:.2f} ms CPU per slot")
         if a.profile:  # a clean stop, so that the daemon writes its stats
             subprocess.run(tb.command("h0", [HOSTCTL, "stop"], net_only=True), capture_output=True, timeout=30)
             d.wait(30)

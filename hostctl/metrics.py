@@ -63,6 +63,8 @@ def _pacing_metrics(pc: dict, stats: dict):
         iters.add_metric(lab, f["iterations"])
     yield from (target, rate, iters)
     yield CounterMetricFamily("hostctl_slots", "Pacing slots run", value=stats.get("slots", 0))
+    yield CounterMetricFamily("hostctl_pacing_burst_records", "Burst records read from the kernel",
+                              value=pc.get("burst_records", 0))
     yield CounterMetricFamily("hostctl_slot_overruns", "Pacing slots whose work overran the slot", value=stats.get("slot_overruns", 0))
     if pc.get("tick_ms_p90") is not None:
         yield GaugeMetricFamily("hostctl_slot_decision_p90_ms", "p90 time of one slot's work (last 200), ms", value=pc["tick_ms_p90"])

@@ -57,6 +57,7 @@ class PaceControl:
         self._hint_lock = threading.Lock()
         self.ctl: dict[str, int] = {}
         self.ticks = 0
+        self.burst_records = 0  # burst records read from the kernel (the monitor's main input)
         self.errors = 0
         self.tick_ms: deque[float] = deque(maxlen=200)
         self.full_warned = 0
@@ -117,6 +118,7 @@ class PaceControl:
             jobs_l.append(job)
             acked_l.append(r.bytes_acked)
         if readout.bursts:
+            self.burst_records += len(readout.bursts)
             known = [b for b in readout.bursts if b.key in self._ids]
             if known:
                 self.monitor.bursts(np.array([self._ids[b.key] for b in known], dtype=np.int64),
@@ -209,6 +211,7 @@ class PaceControl:
         ms = sorted(self.tick_ms)
         return {
             "slot_s": self.config.slot_s, "flows": flows, "jobs": jobs, "ticks": self.ticks,
+            "burst_records": self.burst_records,
             "tick_ms_p50": ms[len(ms) // 2] if ms else None, "tick_ms_p90": ms[int(len(ms) * 0.9)] if ms else None,
             "kernel": dict(self.ctl), "mlcc": self.mlcc.status() if self.mlcc is not None else None,
         }

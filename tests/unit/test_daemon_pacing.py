@@ -173,6 +173,7 @@ def test_pacing_metrics_are_exported():
     text = generate_latest(reg).decode()
     assert 'hostctl_flow_target_bps{flow="10.0.0.1:9000->10.0.0.2:40000",job="a"} 8e+07' in text
     assert "hostctl_slots_total 2.0" in text and "hostctl_pacing_flows_not_tracked_total 0.0" in text
+    assert "hostctl_pacing_burst_records_total 0.0" in text
 
 
 def test_selectors_never_exceed_the_map_sizes():
@@ -183,3 +184,17 @@ def test_selectors_never_exceed_the_map_sizes():
     ports, flows = selectors(jobs, {f"j{i}": i for i in range(5)}, max_flows=25, max_ports=3)
     assert len(flows) == 25 and len(ports) == 3
     assert set(flows.values()) == {0, 1, 2}
+
+
+def test_burst_records_are_counted_in_the_status():
+    d, dp, mono = make()
+    tick(d, mono)
+    f = flow(9000)
+    dp.connect(f)
+    tick(d, mono)
+    ns = int(mono.t * 1e9)
+    dp.transfer(f, 100_000, ns, ns + 10_000_000)
+    dp.transfer(f, 100_000, ns + 50_000_000, ns + 60_000_000)
+    tick(d, mono)
+    d.refresh_status()
+    assert d.status(max_age_s=1e9)["pacing"]["burst_records"] == 2

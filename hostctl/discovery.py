@@ -3,9 +3,9 @@ network namespace, then group them into jobs with hostctl.core.grouping.
 
 Two ways to take a snapshot:
 
-* `take_socket_snapshot()` parses /proc/net/tcp and /proc/net/tcp6 only: no
-  processes, no socket owners. Cheap (about a millisecond per few hundred
-  sockets), enough when every job spec selects by listening port.
+* `take_socket_snapshot()` reads the listening and established TCP sockets over
+  sock_diag (/proc/net/tcp and /proc/net/tcp6 where it is missing): no processes,
+  no socket owners. Cheap, enough when every job spec selects by listening port.
 * `take_snapshot()` lists processes (pid, ppid, command line) and sockets with
   their owners via psutil. `psutil.net_connections()` walks every /proc/<pid>/fd,
   so its cost grows with the number of open files on the host. As root every
@@ -316,14 +316,15 @@ class Discovery:
         Port-only: listening sockets are read every scan (sock_diag, cheap) and
         decide which jobs exist and how packets are classified (by source port);
         the established connections, which only feed `status` and the job ids of
-        wildcard listeners, are re-read from /proc every ``flows_every`` scans."""
+        wildcard listeners, are re-read every ``flows_every`` scans, in the same
+        dump as that scan's listeners (every scan where sock_diag is missing)."""
         if self.port_only:
-            listeners = read_diag_listeners()
-            if listeners is None or self._full is None or self._scans % self.flows_every == 0:
-                self._full = take_socket_snapshot(self.iface)
+            full_due = self._full is None or self._scans % self.flows_every == 0
             self._scans += 1
-            if listeners is None:
-                return self._full
+            listeners = None if full_due else read_diag_listeners()
+            if listeners is None:  # the full read is due, or there is no sock_diag: one read gives both
+                self._full = take_socket_snapshot(self.iface)
+                listeners = [s for s in self._full.socks if s.state == LISTEN]
             established = tuple(s for s in self._full.socks if s.state == ESTABLISHED)
             return Snapshot(procs=(), socks=tuple(listeners) + established, host_addr=self._full.host_addr)
         procs, handles = _list_procs()

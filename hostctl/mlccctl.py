@@ -129,12 +129,13 @@ class MlccControl:
         t0 = time.perf_counter()
         if self.switch is not None:
             self._fetch(slot, flows, ids)
-        plan = self._plan(slot, flows, ids)
+        links = self._all_links(ids)  # after the fetch, which may learn paths or change the mode
+        plan = self._plan(slot, flows, ids, links)
         published = self._published(plan, self._kept_factors(ids, flows) if self.mode == "switch" else None)
         if self.switch is not None:
             self._publish(slot, flows, ids, published)
             self.exchange_ms.append((time.perf_counter() - t0) * 1e3)
-        self._remember(slot, ids, flows, plan, published)
+        self._remember(slot, ids, flows, links, plan, published)
         if self.trace is not None:
             self._trace(slot, flows, ids, plan)
         return self._hysteresis([f.key for f in flows], plan.applied_Bps.tolist())
@@ -204,9 +205,8 @@ class MlccControl:
             return [(NIC,)] * len(ids)
         return [self._links_of(fid) for fid in ids]
 
-    def _plan(self, slot: int, flows: Sequence[FlowIn], ids: list[str]) -> HostSlot:
+    def _plan(self, slot: int, flows: Sequence[FlowIn], ids: list[str], links: list[tuple[str, ...]]) -> HostSlot:
         n, K = len(flows), self.K
-        links = self._all_links(ids)
         used = sorted({lid for ls in links for lid in ls}, key=lambda x: (x != NIC, x))
         col = {lid: i for i, lid in enumerate(used)}
         L = max(1, len(used))
@@ -313,12 +313,12 @@ class MlccControl:
                 per_job[f.job, lid] = per_job.get((f.job, lid), 0.0) + rates[r]
         return total, per_job
 
-    def _remember(self, slot: int, ids: list[str], flows: Sequence[FlowIn], plan: HostSlot,
-                  published: np.ndarray) -> None:
+    def _remember(self, slot: int, ids: list[str], flows: Sequence[FlowIn], links: list[tuple[str, ...]],
+                  plan: HostSlot, published: np.ndarray) -> None:
         if self.paths:
             for fid in set(self.paths) - set(ids):
                 self.paths.pop(fid, None)
-        self.prev_links = self._all_links(ids)
+        self.prev_links = links
         self.prev_rates = published  # this host's own load table: what the switches were told
         self.last, self.last_slot = plan, slot
         self.last_flows = dict(zip(ids, flows))

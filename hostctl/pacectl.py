@@ -108,11 +108,12 @@ class PaceControl:
             log.warning("pacing flow table full: %d flow(s) are neither counted nor paced",
                         readout.ctl["flows_full"])
             self.full_warned = readout.ctl["flows_full"]
-        live = [r for r in readout.flows if r.slot in slot_job]
         self._records = records = {}
         self._flow_job = flow_job = {}
         jobs_l, acked_l = [], []
-        for r in live:
+        for r in readout.flows:
+            if r.slot not in slot_job:
+                continue
             records[r.key] = r
             flow_job[r.key] = job = slot_job[r.slot]
             jobs_l.append(job)

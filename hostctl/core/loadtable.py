@@ -54,6 +54,24 @@ class FlowEntry:
         return self.start_slot + len(self.rates_Bps) - 1
 
 
+def _index_add(index: dict, k: Hashable, key: Hashable) -> None:
+    """Add key to the set index[k] (the expiry buckets by last slot, the flows by job)."""
+    b = index.get(k)
+    if b is None:
+        index[k] = {key}
+    else:
+        b.add(key)
+
+
+def _index_discard(index: dict, k: Hashable, key: Hashable) -> None:
+    """Remove key from the set index[k]; an emptied set is dropped."""
+    b = index.get(k)
+    if b is not None:
+        b.discard(key)
+        if not b:
+            del index[k]
+
+
 class LoadTable:
     """Per-link load over future absolute slots, with per-flow replace semantics.
 
@@ -206,18 +224,10 @@ class LoadTable:
         return True
 
     def _bucket(self, key: Hashable, last_slot: int) -> None:
-        b = self._expiry.get(last_slot)
-        if b is None:
-            self._expiry[last_slot] = {key}
-        else:
-            b.add(key)
+        _index_add(self._expiry, last_slot, key)
 
     def _job(self, key: Hashable, job_id: str) -> None:
-        jf = self._by_job.get(job_id)
-        if jf is None:
-            self._by_job[job_id] = {key}
-        else:
-            jf.add(key)
+        _index_add(self._by_job, job_id, key)
 
     def withdraw(self, key: Hashable, now_slot: int) -> bool:
         """Remove ``key``'s schedule; True if it was present."""
@@ -231,18 +241,10 @@ class LoadTable:
         return True
 
     def _unjob(self, key: Hashable, e: FlowEntry) -> None:
-        fl = self._by_job.get(e.job_id)
-        if fl is not None:
-            fl.discard(key)
-            if not fl:
-                del self._by_job[e.job_id]
+        _index_discard(self._by_job, e.job_id, key)
 
     def _unbucket(self, key: Hashable, last_slot: int) -> None:
-        b = self._expiry.get(last_slot)
-        if b is not None:
-            b.discard(key)
-            if not b:
-                del self._expiry[last_slot]
+        _index_discard(self._expiry, last_slot, key)
 
     def _live(self, start_slot: int, n: int) -> tuple[int, int]:
         """Offsets [a, b) of a window of n slots from start_slot that are stored now."""

@@ -88,6 +88,7 @@ def start(
     curve_keys: Optional[str] = typer.Option(None, "--curve-keys", help="mlcc: folder with client.key_secret and server.key (switchemu keygen)."),
     horizon: Optional[int] = typer.Option(None, "--horizon", help="mlcc: slots planned ahead, K (default 10)."),
     plan_offset: Optional[float] = typer.Option(None, "--plan-offset", help="mlcc: seconds into each slot at which this host plans (default: from its host name, 0..35 ms)."),
+    deps: Optional[bool] = typer.Option(None, "--deps/--no-deps", help="mlcc: Algorithm 2's dependency rules for jobs with a comm pattern in the config (switch mode; default on)."),
     metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help="Address for --metrics-port."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (qdisc, classes, classifier entries) and exit."),
     log_level: str = typer.Option("INFO", "--log-level"),
@@ -104,7 +105,7 @@ def start(
                        ports=ports, pids=pids, match=match, bands=bands, rr_interval=rr_interval,
                        rescan=rescan, lease=lease, metrics_port=metrics_port, cap=cap, cgroup=cgroup, slot=slot,
                        switch=switch, curve_keys=curve_keys, horizon=horizon, plan_offset=plan_offset,
-                       ingress_rate=ingress_rate)
+                       ingress_rate=ingress_rate, deps=deps)
     the_iface = _resolve_iface(cfg)
     from hostctl.datapath.linux import link_info
 
@@ -304,7 +305,9 @@ def _print_pacing(con, pc: dict, s: dict) -> None:
             p = f.get("plan")
             row.append("-" if not p else " ".join(f"{x * 8 / 1e6:.0f}" for x in p["schedule_Bps"])
                        + f"  {p['kind']}" + (f" w{p['wave']}" if p["wave"] >= 0 else "")
-                       + (f" kept {p['kept']:.2f}" if ml["mode"] == "switch" and p.get("kept") is not None else ""))
+                       + (f" kept {p['kept']:.2f}" if ml["mode"] == "switch" and p.get("kept") is not None else "")
+                       + (f" {p['role']}" + (f" +{p['delta_Bps'] * 8 / 1e6:.0f}" if p.get("delta_Bps") else "")
+                          + (" held" if p.get("reduced_bytes") else "") if p.get("role") else ""))
         t.add_row(*row)
     con.print(t)
     if ml:
@@ -315,6 +318,11 @@ def _print_pacing(con, pc: dict, s: dict) -> None:
                   f"fallbacks {ml['fallbacks']}, recoveries {ml['recoveries']}, silent slots {ml['silent_slots']}, "
                   f"errors {ml['errors'] or 'none'}; NIC plan (Mbit/s): "
                   + " ".join(f"{x * 8 / 1e6:.0f}" for x in ml["nic_load_Bps"]))
+        d = ml.get("deps")
+        if d and d.get("flows"):
+            con.print(f"Algorithm 2: {d['flows']} flow(s) with a role; slots raised {d['delta_flows']}, held "
+                      f"{d['reduced_flows']}, without a peer's progress {d['progress_missing']}; notifications "
+                      f"sent {d['notifications_sent']}, received {d['notifications_received']}")
     j = Table("job", "cap", "flows", "iterations", "bytes/iter", "this iteration", "left", "from")
     for name, r in sorted(pc["jobs"].items()):
         j.add_row(name, rate(r["cap_bps"]), str(r["flows"]), str(r["iterations"]), size(r["bytes_per_iter"]),

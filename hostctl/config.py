@@ -22,8 +22,9 @@ from hostctl.errors import ConfigError
 
 TOP_KEYS = {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
             "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot", "phase_gap",
-            "switch", "curve_keys", "horizon", "plan_offset", "ingress_rate"}
-JOB_KEYS = {"name", "ports", "pids", "match", "model_size", "cap"}
+            "switch", "curve_keys", "horizon", "plan_offset", "ingress_rate", "deps"}
+JOB_KEYS = {"name", "ports", "pids", "match", "model_size", "cap", "comm", "ring_size"}
+COMM_PATTERNS = ("ps", "ring")  # [[jobs]] comm: parameter server, ring all-reduce
 PACING_POLICIES = ("cap", "mlcc")  # policies that run the sock_ops pacing datapath and the slot loop
 _ENDPOINT = re.compile(r"(tcp://[^\s,]+:\d{1,5}|ipc://[^\s,]+)")
 ALL_POLICIES = (*POLICIES, *PACING_POLICIES)
@@ -50,6 +51,7 @@ class Config:
     horizon: int = consts.DEFAULT_HORIZON  # mlcc: K, slots planned ahead
     plan_offset_s: float | None = None  # mlcc: when in the slot this host plans; None: from its host name
     ingress_rate: str | None = None  # ingress bands: "97%" of the link rate or a rate; None: off
+    deps: bool = True  # mlcc: Algorithm 2's dependency rules for jobs with a comm (switch mode)
 
     @property
     def pacing(self) -> bool:
@@ -208,6 +210,21 @@ def _check_regex(rx: object, where: str) -> str:
     return rx
 
 
+def _comm_keys(j: dict, where: str) -> dict[str, Any]:
+    """comm and ring_size of a [[jobs]] entry (mlcc's dependency rules, docs/mlcc.md)."""
+    comm = j.get("comm")
+    if comm is not None and comm not in COMM_PATTERNS:
+        raise ConfigError(f"{where}: comm must be one of {', '.join(COMM_PATTERNS)} (parameter server or ring "
+                          f"all-reduce), got {comm!r}; leave it out if the pattern is neither")
+    size = j.get("ring_size")
+    if size is not None:
+        if comm != "ring":
+            raise ConfigError(f"{where}: ring_size is for comm = \"ring\" jobs (the number of ranks in the ring)")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 2:
+            raise ConfigError(f"{where}: ring_size must be an integer >= 2 (the number of ranks), got {size!r}")
+    return {"comm": comm, "ring_size": size}
+
+
 def specs_from_flags(ports: str | None, pids: str | None, match: str | None) -> tuple[JobSpec, ...]:
     specs = []
     if ports:
@@ -276,6 +293,10 @@ def load_file(path: str) -> dict[str, Any]:
         kw["plan_offset_s"] = _num(data, "plan_offset", float, path)
     if "ingress_rate" in data:
         kw["ingress_rate"] = _str(data, "ingress_rate", path)
+    if "deps" in data:
+        if not isinstance(data["deps"], bool):
+            raise ConfigError(f"{path}: deps must be true or false, got {data['deps']!r}")
+        kw["deps"] = data["deps"]
     specs: list[JobSpec] = []
     if "ports" in data:
         specs.append(JobSpec(ports=_ports_value(data["ports"], path)))
@@ -305,13 +326,13 @@ def load_file(path: str) -> dict[str, Any]:
             raise ConfigError(f"{where} ({name}): give exactly one of ports, pids, match")
         size = parse_size_bytes(j["model_size"], what=f"{where} model_size") if "model_size" in j else None
         cap = parse_rate_bps(j["cap"], what=f"{where} cap") if "cap" in j else None
+        extra = {"model_bytes": size, "cap_bps": cap, **_comm_keys(j, f"{where} ({name})")}
         if sel[0] == "ports":
-            specs.append(JobSpec(name=name, ports=_ports_value(j["ports"], where), model_bytes=size, cap_bps=cap))
+            specs.append(JobSpec(name=name, ports=_ports_value(j["ports"], where), **extra))
         elif sel[0] == "pids":
-            specs.append(JobSpec(name=name, pids=_pids_value(j["pids"], where), model_bytes=size, cap_bps=cap))
+            specs.append(JobSpec(name=name, pids=_pids_value(j["pids"], where), **extra))
         else:
-            specs.append(JobSpec(name=name, match=_check_regex(str(j["match"]), where), model_bytes=size,
-                                 cap_bps=cap))
+            specs.append(JobSpec(name=name, match=_check_regex(str(j["match"]), where), **extra))
     kw["jobs"] = tuple(specs)
     return kw
 

@@ -91,8 +91,20 @@ def _mlcc_metrics(ml: dict, pc: dict):
     for code, n in sorted(ml.get("errors", {}).items()):
         err.add_metric([code], n)
     yield err
+    deps = ml.get("deps")
+    if deps:
+        yield GaugeMetricFamily("hostctl_mlcc_dep_flows", "Flows with an Algorithm 2 role (ps or ring job, switch "
+                                "mode)", value=deps.get("flows", 0))
+        for key, what in (("notifications_sent", "Algorithm 2 notifications sent to receivers"),
+                          ("notifications_received", "Algorithm 2 notifications received"),
+                          ("delta_flows", "Flow slots raised by Algorithm 2's Delta"),
+                          ("reduced_flows", "Flow slots held back by a received notification"),
+                          ("progress_missing", "Flow slots planned without Delta: a peer's progress was missing")):
+            yield CounterMetricFamily(f"hostctl_mlcc_{key}", what, value=deps.get(key, 0))
     plan = GaugeMetricFamily("hostctl_flow_plan_bps", "Planned rate of a flow per future slot, bits/s",
                              labels=["flow", "job", "slot"])
+    delta = GaugeMetricFamily("hostctl_flow_delta_bps", "Algorithm 2's increase of the flow's rate this slot, "
+                              "bits/s", labels=["flow", "job", "role"])
     kept = GaugeMetricFamily("hostctl_flow_kept_ratio", "Share of its reservations the flow has been using (switch "
                              "mode: its published schedule is scaled by it)", labels=["flow", "job"])
     for f in pc.get("flows", []):
@@ -102,8 +114,11 @@ def _mlcc_metrics(ml: dict, pc: dict):
                 plan.add_metric([f["flow"], f["job"] or "", str(k)], r * 8)
             if p.get("kept") is not None:
                 kept.add_metric([f["flow"], f["job"] or ""], p["kept"])
+            if p.get("role") is not None:
+                delta.add_metric([f["flow"], f["job"] or "", p["role"]], p.get("delta_Bps", 0) * 8)
     yield plan
     yield kept
+    yield delta
 
 
 def serve(port: int, status: Callable[[], dict], addr: str = "127.0.0.1"):

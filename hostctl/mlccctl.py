@@ -26,8 +26,16 @@ NTP-synchronised (switchemu refuses slots off by more than its --max-skew-ms).
 Choices (also in docs/mlcc.md): û (capacity available to DL traffic) is the capacity of
 each link, the NIC's being the link rate hostctl controls; DL flows are paced at most to
 their planned rate and TCP still shares with cross traffic, so pacing never takes more
-than TCP would. Dependencies (Algorithm 2's Delta and notifications) need the PS/ring role
-of every flow, which the daemon does not know yet: every flow has role NONE (no Delta).
+than TCP would.
+
+Dependencies (Algorithm 2, switch mode, ``deps=True``): the role of each flow follows from its job's
+``comm`` ("ps" or "ring" in the config) and the side of the connection (hostctl/core/deps.py). The
+fetch also asks the switches for the peers' progress (get_progress) and picks up the notifications
+sent to this host; the publish also reports this host's progress (report_progress: F = the
+connection's cumulative bytes plus the slot-0 volume) and sends the notifications of its
+aggregation and ring flows. A flow whose peers' progress is missing or older than
+PROGRESS_MAX_AGE slots is planned without Delta. In local mode there is nobody to exchange
+progress with: every flow has role NONE.
 """
 
 from __future__ import annotations
@@ -38,13 +46,15 @@ import math
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
+from hostctl.core import deps as dep_rules
 from hostctl.core import wire
-from hostctl.core.mlcc import MlccParams
+from hostctl.core.deps import Dep, JobComm
+from hostctl.core.mlcc import MlccParams, Role
 from hostctl.core.mlcchost import HostSlot, host_slot, wait_floor_Bps
 from hostctl.core.types import FlowKey
 
@@ -53,6 +63,7 @@ log = logging.getLogger("hostctl")
 SILENT_SLOTS = 3  # switches silent this many slots in a row -> local mode
 RATE_DEADBAND = 0.03  # a new rate within 3% of the applied one is not written
 KEPT_WEIGHT = 0.5  # EWMA weight of the last slot in a flow's kept fraction (see _kept_factors)
+PROGRESS_MAX_AGE = 2  # a peer's progress or notification older than this many slots is ignored
 NIC = "nic"  # this host's own egress link (the local table's link)
 
 
@@ -67,6 +78,7 @@ class FlowIn(NamedTuple):
     sent_bytes: float  # bytes of this iteration so far
     moving: bool = True  # progress in the last slot
     rate_Bps: float = math.nan  # measured over the last slot (nan: not measured)
+    cum_bytes: float = math.nan  # bytes the connection has carried (pacer bytes_sent): Algorithm 2's F base
 
 
 def _code_name(code: int) -> str:
@@ -77,16 +89,12 @@ def _code_name(code: int) -> str:
         return str(code)
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def flow_id(key: FlowKey) -> str:
-    """A flow's id on the wire: its 4-tuple (unique in the fabric). Cached: asked for every flow
-    every slot."""
-    return f"{key.laddr}:{key.lport}>{key.raddr}:{key.rport}"
+flow_id = dep_rules.flow_name  # a flow's id on the wire: its 4-tuple (unique in the fabric)
 
 
 class MlccControl:
     def __init__(self, link_rate_Bps: int, slot_s: float, *, switch=None, horizon: int = 10, fetch_timeout_s: float | None = None, publish_timeout_s: float | None = None,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, deps: bool = True) -> None:
         self.params = MlccParams(K=horizon, slot_s=slot_s)
         self.K = horizon
         self.slot_s = slot_s
@@ -115,6 +123,18 @@ class MlccControl:
         self.kept: dict[str, float] = {}  # flow id -> fraction of its slot-0 reservations it used (EWMA)
         self.last_slot: int | None = None
         self._warned: set[str] = set()
+        # Algorithm 2 (switch mode): roles, the peers' progress and the notifications received
+        self.use_deps = deps
+        self._deps_key: tuple | None = None
+        self._deps_cached: list[Dep] | None = None
+        self._ring_size: dict[str, int | None] = {}
+        self._host_set: str | None = None  # the address this controller gave the switch client
+        self._host_refused = False
+        self.deps: list[Dep] | None = None  # per flow of the last plan (None: no flow has a role)
+        self.progress: dict[str, tuple[float, int]] = {}  # name -> (F bytes, slot reported)
+        self.notified: dict[str, tuple[float, int]] = {}  # name -> (ceiling bytes, slot sent)
+        self.dep_counts = {"progress_missing": 0, "notifications_sent": 0, "notifications_received": 0,
+                           "delta_flows": 0, "reduced_flows": 0}
         trace = os.environ.get("HOSTCTL_MLCC_TRACE")
         self.trace = open(trace.replace("{pid}", str(os.getpid())), "a", encoding="utf-8") if trace else None
 
@@ -122,23 +142,43 @@ class MlccControl:
     def slot_now(self) -> int:
         return int(math.floor(self.wall() / self.slot_s))
 
-    def tick(self, flows: Sequence[FlowIn]) -> dict[FlowKey, int]:
-        """Plan the current slot; returns the rate to apply per flow (bytes/s, >= 1)."""
+    def tick(self, flows: Sequence[FlowIn], comms: Mapping[str, JobComm] | None = None) -> dict[FlowKey, int]:
+        """Plan the current slot; returns the rate to apply per flow (bytes/s, >= 1). comms: the
+        communication pattern of the jobs that have one (Algorithm 2's roles, switch mode only)."""
         slot = self.slot_now()
         ids = [flow_id(f.key) for f in flows]
         t0 = time.perf_counter()
+        deps = self._flow_deps(flows, ids, comms) if self.switch is not None and self.use_deps and comms else None
         if self.switch is not None:
-            self._fetch(slot, flows, ids)
+            self._fetch(slot, flows, ids, deps)
+        if self.mode != "switch":
+            deps = None  # nobody to exchange progress with
+        self.deps = deps
         links = self._all_links(ids)  # after the fetch, which may learn paths or change the mode
-        plan = self._plan(slot, flows, ids, links)
+        plan = self._plan(slot, flows, ids, links, deps)
         published = self._published(plan, self._kept_factors(ids, flows) if self.mode == "switch" else None)
         if self.switch is not None:
-            self._publish(slot, flows, ids, published)
+            self._publish(slot, flows, ids, published, deps, plan)
             self.exchange_ms.append((time.perf_counter() - t0) * 1e3)
         self._remember(slot, ids, flows, links, plan, published)
         if self.trace is not None:
             self._trace(slot, flows, ids, plan)
         return self._hysteresis([f.key for f in flows], plan.applied_Bps.tolist())
+
+    def _flow_deps(self, flows: Sequence[FlowIn], ids: list[str], comms: Mapping[str, JobComm]) -> list[Dep] | None:
+        """Each flow's dependency (core/deps.py), recomputed only when the flows or the jobs change;
+        None when no flow has a role."""
+        key = (tuple(ids), tuple(f.job for f in flows), tuple(sorted(comms.items())))
+        if key != self._deps_key:
+            self._deps_key = key
+            d = dep_rules.flow_deps([(f.key, f.job) for f in flows], comms)
+            self._ring_size = {job: jc.ring_size for job, jc in comms.items()}
+            self._deps_cached = d if any(x.role != Role.NONE for x in d) else None
+        if (self._deps_cached is not None and self.switch is not None and not self._host_refused
+                and getattr(self.switch, "host", "") is None):
+            # notifications are picked up by this host's address (the sender address of its flows)
+            self.switch.host = self._host_set = flows[0].key.laddr
+        return self._deps_cached
 
     def _hysteresis(self, keys: list[FlowKey], rates: list[float]) -> dict[FlowKey, int]:
         """Rates to apply (bytes/s, >= 1), keeping a flow's previous rate when the new one is within
@@ -153,17 +193,26 @@ class MlccControl:
         self._written = out
         return out
 
-    def _fetch(self, slot: int, flows: Sequence[FlowIn], ids: list[str]) -> None:
+    def _fetch(self, slot: int, flows: Sequence[FlowIn], ids: list[str], deps: list[Dep] | None = None) -> None:
         if not flows:
             return  # nothing to ask (and no answer is not silence)
         q = [wire.FlowQuery(i, f.key.laddr, f.key.raddr, job_id=f.job) for i, f in zip(ids, flows)]
-        res = self.switch.exchange(slot, fetches=q, timeout_s=self.fetch_timeout_s)
+        names = sorted({n for d in deps for n in d.query}) if deps else ()
+        res = self.switch.exchange(slot, fetches=q, get_progress=names, timeout_s=self.fetch_timeout_s)
+        if deps:
+            self._take_progress(slot, res)
         answered = len(res.latency_s) > 0
         if res.max_latency_s is not None:
             self.rtt_ms.append(res.max_latency_s * 1e3)
         for ep, code in res.error_codes.items():
             name = _code_name(code)
             self.errors[name] = self.errors.get(name, 0) + 1
+            if code == wire.Code.UNKNOWN_HOST and self._host_set is not None:
+                self.switch.host, self._host_refused = None, True
+                log.warning("switch %s does not know this host's address %s: no Algorithm 2 notifications "
+                            "for this host (add it to the topology)", ep, self._host_set)
+                self._host_set = None
+                continue
             self._warn_once(name, f"switch {ep} refused this host's requests ({name}): "
                                   f"{res.errors.get(ep, '')}; check NTP sync and --slot")
         for fid, code in res.flow_status.items():
@@ -195,6 +244,35 @@ class MlccControl:
                 log.warning("switches silent for %d slots (%s): local mode (this host's NIC link only) "
                             "until they answer", self.silent, why)
 
+    def _take_progress(self, slot: int, res) -> None:
+        """Keep the peers' progress and the notifications for this host; forget what is too old."""
+        for name, p in res.progress.items():
+            self.progress[name] = (float(p.cum_bytes), int(p.slot))
+        for n in res.notifications:
+            self.dep_counts["notifications_received"] += 1
+            old = self.notified.get(n.flow_id)
+            if old is None or n.slot > old[1] or (n.slot == old[1] and n.f_pred_bytes < old[0]):
+                self.notified[n.flow_id] = (float(n.f_pred_bytes), int(n.slot))
+        oldest = slot - PROGRESS_MAX_AGE
+        for d in (self.progress, self.notified):
+            for name in [k for k, (_, s) in d.items() if s < oldest]:
+                del d[name]
+
+    def _dep_inputs(self, flows: Sequence[FlowIn], deps: list[Dep]) -> dict:
+        """host_slot's Algorithm 2 arguments: roles, references (the peers' F), ring slack, ceilings."""
+        ref = dep_rules.references(deps, {k: v for k, (v, _) in self.progress.items()})
+        ceil = dep_rules.ceilings(deps, {k: v for k, (v, _) in self.notified.items()})
+        slack = []
+        for f, d in zip(flows, deps):
+            it = f.G_bytes + f.sent_bytes  # this iteration's bytes (nan while unknown)
+            if d.role == Role.RING and it == it:
+                ranks = self._ring_size.get(f.job)
+                slack.append(it / (2 * (ranks - 1)) if ranks else it)  # one chunk; without the ring size, loose
+            else:
+                slack.append(0.0)
+        self.dep_counts["progress_missing"] += sum(1 for d, r in zip(deps, ref) if d.role != Role.NONE and r != r)
+        return {"role": [d.role for d in deps], "ref_bytes": ref, "slack_bytes": slack, "ceiling_bytes": ceil}
+
     def _links_of(self, fid: str) -> tuple[str, ...]:
         if self.mode == "local":
             return (NIC,)
@@ -205,7 +283,8 @@ class MlccControl:
             return [(NIC,)] * len(ids)
         return [self._links_of(fid) for fid in ids]
 
-    def _plan(self, slot: int, flows: Sequence[FlowIn], ids: list[str], links: list[tuple[str, ...]]) -> HostSlot:
+    def _plan(self, slot: int, flows: Sequence[FlowIn], ids: list[str], links: list[tuple[str, ...]],
+              deps: list[Dep] | None = None) -> HostSlot:
         n, K = len(flows), self.K
         used = sorted({lid for ls in links for lid in ls}, key=lambda x: (x != NIC, x))
         col = {lid: i for i, lid in enumerate(used)}
@@ -240,9 +319,18 @@ class MlccControl:
         held = wait_floor_Bps(self.slot_s) * 2
         prev = dict(zip(self.last_flows, self.last.applied_Bps)) if self.last is not None else {}
         moving = [f.moving or prev.get(fid, np.inf) <= held for fid, f in zip(ids, flows)]
-        return host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [f.sent_bytes for f in flows],
-                         np.array([f.job for f in flows], dtype=object), path, cap, cap, others,
-                         moving=moving, params=self.params)
+        if deps is None:
+            return host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [f.sent_bytes for f in flows],
+                             np.array([f.job for f in flows], dtype=object), path, cap, cap, others,
+                             moving=moving, params=self.params)
+        # Algorithm 2: F is counted on the connection's cumulative bytes, the same measure on every host
+        hs = host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows],
+                       [f.cum_bytes if f.cum_bytes == f.cum_bytes else 0.0 for f in flows],
+                       np.array([f.job for f in flows], dtype=object), path, cap, cap, others,
+                       moving=moving, params=self.params, **self._dep_inputs(flows, deps))
+        self.dep_counts["delta_flows"] += int((hs.delta_Bps > 0).sum())
+        self.dep_counts["reduced_flows"] += int((hs.reduced_bytes > 0).sum())
+        return hs
 
     def _kept_factors(self, ids: list[str], flows: Sequence[FlowIn]) -> np.ndarray:
         """Per flow, the share of its reservations it has been using: an EWMA (KEPT_WEIGHT) of
@@ -278,9 +366,23 @@ class MlccControl:
             rates *= kept[:, None]
         return rates
 
-    def _publish(self, slot: int, flows: Sequence[FlowIn], ids: list[str], published: np.ndarray) -> None:
+    def _publish(self, slot: int, flows: Sequence[FlowIn], ids: list[str], published: np.ndarray,
+                 deps: list[Dep] | None = None, plan: HostSlot | None = None) -> None:
         if self.mode != "switch":
             return
+        progress, notes = (), ()
+        if deps is not None and plan is not None and plan.cum_bytes is not None:
+            r0 = plan.rates_Bps[:, 0].tolist()
+            rate_of = {}
+            for d, r in zip(deps, r0):
+                if d.report:
+                    rate_of[d.report] = max(rate_of.get(d.report, 0.0), r)
+            job_of = {d.report: f.job for d, f in zip(deps, flows) if d.report}
+            progress = [wire.FlowProgress(name, job_of[name], int(F), float(rate_of[name]))
+                        for name, F in dep_rules.reports(deps, plan.cum_bytes.tolist()).items()]
+            notes = [wire.Notification(d.notify_to, d.report, f.job, int(c))
+                     for d, f, c in zip(deps, flows, plan.notify_bytes.tolist()) if c == c and d.notify_to]
+            self.dep_counts["notifications_sent"] += len(notes)
         self.seq += 1
         ups = [wire.FlowSchedule(fid, f.job, f.key.laddr, f.key.raddr, self.seq,
                                  tuple(float(x) for x in np.round(published[r])))
@@ -289,8 +391,9 @@ class MlccControl:
         now = set(ids)
         ups += [wire.FlowSchedule(fid, f.job, f.key.laddr, f.key.raddr, self.seq, (0.0,) * self.K)
                 for fid, f in sorted(self.last_flows.items()) if fid not in now]
-        if ups:
-            res = self.switch.exchange(slot, updates=ups, timeout_s=self.publish_timeout_s)
+        if ups or progress or notes:
+            res = self.switch.exchange(slot, updates=ups, progress=progress, notify=notes,
+                                       timeout_s=self.publish_timeout_s)
             for ep, code in res.error_codes.items():
                 self._warn_once(f"publish{code}", f"switch {ep} refused this host's schedules: {res.errors.get(ep)}")
 
@@ -350,9 +453,14 @@ class MlccControl:
             r = list(self.last_flows).index(fid)
         except ValueError:
             return None
-        return {"schedule_Bps": [int(x) for x in np.maximum(self.last.rates_Bps[r], 0)],
-                "kind": str(self.last.kind[r]), "wave": int(self.last.wave[r]),
-                "links": list(self._links_of(fid)), "kept": round(self.kept.get(fid, 1.0), 3)}
+        out = {"schedule_Bps": [int(x) for x in np.maximum(self.last.rates_Bps[r], 0)],
+               "kind": str(self.last.kind[r]), "wave": int(self.last.wave[r]),
+               "links": list(self._links_of(fid)), "kept": round(self.kept.get(fid, 1.0), 3)}
+        if self.deps is not None and self.last.delta_Bps is not None and r < len(self.deps):
+            out["role"] = Role(self.deps[r].role).name.lower()
+            out["delta_Bps"] = int(self.last.delta_Bps[r])
+            out["reduced_bytes"] = int(self.last.reduced_bytes[r])
+        return out
 
     def status(self) -> dict:
         def pct(d, q):
@@ -366,6 +474,8 @@ class MlccControl:
             "exchange_ms_p90": pct(self.exchange_ms, 0.9), "errors": dict(self.errors),
             "nic_load_Bps": [int(x) for x in nic], "nic_capacity_Bps": self.caps[NIC],
             "links": len({lid for ls in self.prev_links for lid in ls}),
+            "deps": {"enabled": self.use_deps, "flows": sum(1 for d in self.deps or () if d.role != Role.NONE),
+                     **self.dep_counts},
         }
 
     def close(self) -> None:

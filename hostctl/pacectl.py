@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from hostctl.config import Config
+from hostctl.core.deps import JobComm
 from hostctl.core.monitor import FlowMonitor, MonitorParams
 from hostctl.core.pace import PaceTable, cap_rates, selectors
 from hostctl.core.plan import MAX_JOB_SLOTS, allocate_slots
@@ -68,7 +69,8 @@ class PaceControl:
             rate = link_rate_bps or config.link_rate_bps
             if not rate:
                 raise ValueError("policy mlcc needs the link rate (the NIC link's capacity)")
-            self.mlcc = MlccControl(rate // 8, config.slot_s, switch=switch, horizon=config.horizon, wall=wall)
+            self.mlcc = MlccControl(rate // 8, config.slot_s, switch=switch, horizon=config.horizon, wall=wall,
+                                    deps=config.deps)
 
     # -- from other threads -----------------------------------------------------------
     def hint(self, job: str, bytes_per_iter: int | None, iteration_start_mono: float | None) -> None:
@@ -145,7 +147,9 @@ class PaceControl:
         ports, flows = selectors(list(jobs.values()), self.slots)
         stats = self.monitor.flow_stats()
         if self.mlcc is not None:
-            return PaceTable(ports, flows, self.mlcc.tick(self._mlcc_flows(stats)), {})
+            comms = {jid: JobComm(j.comm, frozenset(j.listen_ports), j.ring_size)
+                     for jid, j in jobs.items() if j.comm}
+            return PaceTable(ports, flows, self.mlcc.tick(self._mlcc_flows(stats), comms), {})
         recent = {int(i) for i, r in zip(stats.flow_id, stats.max_rate_Bps) if r > 0}
         job_flows: dict[str, list[FlowKey]] = {}
         for key, job in self._flow_job.items():
@@ -171,10 +175,11 @@ class PaceControl:
                 continue  # intra-host traffic is not scheduled (spec 2.2)
             i = row_of.get(ids.get(key, -1))
             if i is None:
-                out.append(FlowIn(key, job, NAN, 0.0, 0.0))
+                out.append(FlowIn(key, job, NAN, 0.0, 0.0, cum_bytes=records[key].bytes_sent))
                 continue
             # (tolist() gave Python floats and bools already)
-            out.append(FlowIn(key, job, left[i], max_rate[i], float(it_bytes[i]), active[i], rate[i]))
+            out.append(FlowIn(key, job, left[i], max_rate[i], float(it_bytes[i]), active[i], rate[i],
+                              records[key].bytes_sent))
         return out
 
     def close(self) -> None:

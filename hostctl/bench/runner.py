@@ -45,10 +45,14 @@ def policy_order(policies: tuple[str, ...], repeat: int) -> list[str]:
     return list(policies[k:] + policies[:k])
 
 
+MLCC_POLICIES = ("mlcc", "mlcc-local", "mlcc-nodeps")
+SWITCH_POLICIES = ("mlcc", "mlcc-nodeps")  # bench policies that run switchemu
+
+
 def daemon_policy(policy: str) -> str:
-    """`hostctl start --policy` of a bench policy: mlcc-local is mlcc without switchemu,
-    one-ingress / rr-ingress are one / rr with --ingress-rate."""
-    return "mlcc" if policy == "mlcc-local" else policy.removesuffix("-ingress")
+    """`hostctl start --policy` of a bench policy: mlcc-local is mlcc without switchemu, mlcc-nodeps
+    mlcc with switchemu but --no-deps, one-ingress / rr-ingress are one / rr with --ingress-rate."""
+    return "mlcc" if policy in MLCC_POLICIES else policy.removesuffix("-ingress")
 
 
 def host_jobs(sc: Scenario, host: str, workers: bool | None = None) -> list[dict]:
@@ -62,7 +66,7 @@ def host_jobs(sc: Scenario, host: str, workers: bool | None = None) -> list[dict
         if j.kind == "ps" and workers and host in j.worker_hosts and host not in j.ps_hosts:
             # the gradients this host's workers send to the job's parameter servers
             match = rf"hostctl\.workloads\.ps worker .*--job {re.escape(j.name)}( |$)"
-            out.append({"name": j.name, "match": match, "model_size": j.model_bytes})
+            out.append({"name": j.name, "match": match, "model_size": j.model_bytes, "comm": "ps"})
             continue
         if j.kind == "ps":
             ports = [p for h, p in zip(j.ps_hosts, j.ports) if h == host]
@@ -74,7 +78,8 @@ def host_jobs(sc: Scenario, host: str, workers: bool | None = None) -> list[dict
                             "model_size": j.model_bytes})
             continue
         if ports:
-            out.append({"name": j.name, "ports": ports, "model_size": j.model_bytes})
+            comm = {"comm": "ps"} if j.kind == "ps" else {"comm": "ring", "ring_size": len(j.worker_hosts)}
+            out.append({"name": j.name, "ports": ports, "model_size": j.model_bytes, **comm})
     return out
 
 
@@ -106,6 +111,10 @@ def _toml(jobs: list[dict]) -> str:
         else:
             lines.append(f"match = {json.dumps(j['match'])}")
         lines.append(f"model_size = {j['model_size']}")
+        if "comm" in j:
+            lines.append(f"comm = {json.dumps(j['comm'])}")
+        if "ring_size" in j:
+            lines.append(f"ring_size = {j['ring_size']}")
     return "\n".join(lines) + "\n"
 
 
@@ -192,8 +201,8 @@ class Run:
         sc, tb = self.sc, self.tb
         assert tb is not None
         hs = sc.hostctl
-        mlcc = self.policy in ("mlcc", "mlcc-local")
-        if self.policy == "mlcc":
+        mlcc = self.policy in MLCC_POLICIES
+        if self.policy in SWITCH_POLICIES:
             self.start_switch()
         for h in sc.topology.hosts:
             jobs = host_jobs(sc, h, workers=True if mlcc else None)
@@ -207,15 +216,17 @@ class Run:
                     "--rr-interval", str(hs.rr_interval_s), "--rescan", str(hs.rescan_s), "--log-level", "WARNING"]
             if pol != "fifo":
                 argv += ["--config", cfg]
-            paced = pol in ("cap", "mlcc", "mlcc-local")
+            paced = pol == "cap" or pol in MLCC_POLICIES
             if paced:  # the pacer watches this host's cgroup only
                 argv += ["--cgroup", tb.host(h).cgroup]
             if pol == "cap":
                 argv += ["--cap", hs.cap or ""]
             if pol.endswith("-ingress"):
                 argv += ["--ingress-rate", hs.ingress_rate]
-            if pol == "mlcc":
+            if pol in SWITCH_POLICIES:
                 argv += ["--switch", self.switch_ep]
+            if pol == "mlcc-nodeps":
+                argv += ["--no-deps"]
             if mlcc:  # one host name for all namespaces: spread the planning offsets by host index
                 from hostctl.daemon import PLAN_OFFSET_STEP_S, PLAN_OFFSETS
 
@@ -246,6 +257,9 @@ class Run:
                 continue
             d["samples"] += 1
             d["stats"] = st.get("stats")
+            ml = (st.get("pacing") or {}).get("mlcc")
+            if ml:  # the last sample: mode, negotiation latency, Algorithm 2's counters
+                d["mlcc"] = {k: ml.get(k) for k in ("mode", "fallbacks", "negotiation_ms_p90", "errors", "deps")}
             for j in st.get("jobs", []):
                 e = d["jobs"].setdefault(j["job_id"], {"bands": [], "flows": 0, "tx_bytes": 0})
                 if j["band"] is not None and j["band"] not in e["bands"]:

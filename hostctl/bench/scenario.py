@@ -63,8 +63,9 @@ from hostctl.config import ALL_POLICIES, check_ingress_rate
 from hostctl.core.units import parse_rate_bps, parse_size_bytes
 from hostctl.errors import ConfigError
 
-# bench-only names: mlcc-local = mlcc without switchemu; one-ingress / rr-ingress = one / rr with ingress bands
-POLICIES = (*ALL_POLICIES, "mlcc-local", "one-ingress", "rr-ingress")
+# bench-only names: mlcc-local = mlcc without switchemu; mlcc-nodeps = mlcc with switchemu, without Algorithm 2's
+# dependency rules (--no-deps); one-ingress / rr-ingress = one / rr with ingress bands
+POLICIES = (*ALL_POLICIES, "mlcc-local", "mlcc-nodeps", "one-ingress", "rr-ingress")
 
 KINDS = ("ps", "allreduce", "torch")
 PORT_BASE = 7100  # first port handed to a job's servers / ranks

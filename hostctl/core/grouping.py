@@ -217,13 +217,16 @@ class _Draft:
     listen_ports: set[int] = field(default_factory=set)
     flows: set[FlowKey] = field(default_factory=set)
     model_bytes: int | None = None
+    comm: str | None = None
+    ring_size: int | None = None
 
     def absorb(self, other: _Draft) -> None:
         self.pids |= other.pids
         self.listen_ports |= other.listen_ports
         self.flows |= other.flows
-        if self.model_bytes is None:
-            self.model_bytes = other.model_bytes
+        for name in ("model_bytes", "comm", "ring_size"):
+            if getattr(self, name) is None:
+                setattr(self, name, getattr(other, name))
 
 
 def _port_drafts(spec: JobSpec, idx: _Index, source: str) -> list[_Draft]:
@@ -241,11 +244,11 @@ def _port_drafts(spec: JobSpec, idx: _Index, source: str) -> list[_Draft]:
         else:
             job_id = ps_job_id(idx.listen_addr(port, listeners, flows), port)
         out.append(_Draft(job_id, source, pids=pids, listen_ports={port}, flows=flows,
-                          model_bytes=spec.model_bytes))
+                          model_bytes=spec.model_bytes, comm=spec.comm, ring_size=spec.ring_size))
     return out
 
 
-def _tree_draft(idx: _Index, root: int, members: set[int], source: str, model_bytes: int | None) -> _Draft:
+def _tree_draft(idx: _Index, root: int, members: set[int], source: str, spec: JobSpec) -> _Draft:
     """A pid/match job over process set `members`; its id is the unnamed id."""
     listeners = [s for p in members for s in idx.listen_by_pid.get(p, ())]
     established = [s for p in members for s in idx.est_by_pid.get(p, ())]
@@ -258,12 +261,12 @@ def _tree_draft(idx: _Index, root: int, members: set[int], source: str, model_by
     if job_id is None:
         job_id = f"pid:{root}"
     return _Draft(job_id, source, root=root, pids=set(members), listen_ports=ports, flows=flows,
-                  model_bytes=model_bytes)
+                  model_bytes=spec.model_bytes, comm=spec.comm, ring_size=spec.ring_size)
 
 
 def _pid_drafts(spec: JobSpec, idx: _Index, source: str) -> list[_Draft]:
     listed = {p for p in spec.pids if p in idx.procs}
-    return [_tree_draft(idx, top, idx.tree(top), source, spec.model_bytes) for top in idx.tops(listed)]
+    return [_tree_draft(idx, top, idx.tree(top), source, spec) for top in idx.tops(listed)]
 
 
 def _match_drafts(spec: JobSpec, idx: _Index, source: str) -> list[_Draft]:
@@ -279,7 +282,7 @@ def _match_drafts(spec: JobSpec, idx: _Index, source: str) -> list[_Draft]:
     out = []
     for tops in groups.values():
         members = set().union(*(trees[t] for t in tops))
-        out.append(_tree_draft(idx, min(tops), members, source, spec.model_bytes))
+        out.append(_tree_draft(idx, min(tops), members, source, spec))
     return out
 
 
@@ -377,5 +380,7 @@ def group_jobs(specs: Sequence[JobSpec], snap: Snapshot) -> list[Job]:
             flows=tuple(sorted(flows)),
             role=_role(ports, flows),
             model_bytes=d.model_bytes,
+            comm=d.comm,
+            ring_size=d.ring_size,
         ))
     return jobs

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hostctl.core.mlcc import MlccParams, MlccPlan, allocate
+from hostctl.core.mlcc import MlccParams, MlccPlan, Role, allocate, apply_reductions
 
 MSS_BYTES = 1448
 WAIT_FLOOR_MSS_PER_SLOT = 4
@@ -67,6 +67,10 @@ class HostSlot:
     kind: np.ndarray  # [n] str: "active", "unknown" or "idle"
     wave: np.ndarray  # [n] int: priority wave (-1 for idle flows)
     plan: MlccPlan | None  # the allocator's result for the planned rows (None if none)
+    cum_bytes: np.ndarray | None = None  # [n] F: sent_bytes + slot-0 volume (Algorithm 2's progress)
+    delta_Bps: np.ndarray | None = None  # [n] Algorithm 2's increase (0 for flows without one)
+    notify_bytes: np.ndarray | None = None  # [n] ceiling to notify the receiver of (NaN: no notification)
+    reduced_bytes: np.ndarray | None = None  # [n] slot-0 bytes taken off by received notifications
 
 
 def wait_floor_Bps(slot_s: float) -> float:
@@ -80,17 +84,18 @@ def job_waves(job: np.ndarray, job_left: dict[str, float]) -> np.ndarray:
     return np.array([rank[j] for j in job.tolist()], dtype=np.int64)
 
 
-def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
+def _fill_slot0(rates, planned, wave, pidx, cap, load0, t, skip=None) -> None:
     """Work-conserving slot 0: what the plans leave free in slot 0 on every link (capacity minus
     other hosts' load minus this host's slot-0 volumes) goes to flows that still have bytes planned
-    for later slots, wave by wave (the same order as the plan), moved from their last slots."""
+    for later slots, wave by wave (the same order as the plan), moved from their last slots.
+    skip [len(planned)]: planned flows that get nothing extra."""
     L = cap.shape[0]
     rows = pidx[planned]
     use = np.zeros(L + 1)
     np.add.at(use, np.where(rows >= 0, rows, L), np.broadcast_to(rates[planned, 0][:, None], rows.shape))
     free = np.maximum(cap - load0 - use[:L], 0.0).tolist()
-    later = rates[planned, 1:].sum(axis=1)
-    cand = planned[later > 0]
+    later = rates[planned, 1:].sum(axis=1) > 0
+    cand = planned[later if skip is None else later & ~skip]
     if cand.size == 0:
         return
     for r in sorted(cand.tolist(), key=lambda x: (int(wave[x]), x)):
@@ -110,7 +115,7 @@ def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
 
 def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bps, *, moving=None,
               params: MlccParams = MlccParams(), floor_Bps: float | None = None, fill: bool = True,
-              by_job: bool = False) -> HostSlot:
+              by_job: bool = False, role=None, ref_bytes=None, slack_bytes=None, ceiling_bytes=None) -> HostSlot:
     """Plan this host's flows for the current slot.
 
     G_bytes [n]: bytes left this iteration (NaN: unknown); B_Bps [n]: max rate over the last
@@ -120,7 +125,12 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     traffic and the load of *other* hosts' flows (see core/mlcc.allocate). moving [n] (default
     all): the flow made progress in the last slot; one that did not is idle whatever its G says
     (it was free to send and did not: the application has nothing to send, e.g. it waits at the
-    barrier while the last ACKs of its burst are not counted yet)."""
+    barrier while the last ACKs of its burst are not counted yet).
+
+    Algorithm 2 (optional, core/deps.py): role [n] (Role), ref_bytes [n] (the peers' F; a flow
+    whose ref is NaN has no Delta this slot but still notifies), slack_bytes [n] (ring: one chunk); sent_bytes is then
+    the F base (cumulative bytes of the connection). ceiling_bytes [n]: received notifications
+    (+inf: none), applied with apply_reductions; a reduced flow gets no slot-0 fill."""
     K, t = int(params.K), float(params.slot_s)
     G = np.asarray(G_bytes, dtype=np.float64)
     n = G.shape[0]
@@ -163,12 +173,30 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
             w[~known] = int(w[known].max()) + 1  # unknown sizes after every known one
         wave[planned] = w
         Gp = np.where(unknown[planned], path_cap[planned] * K * t, G[planned])
+        dep = {}
+        if role is not None:
+            ref = np.asarray(ref_bytes, dtype=np.float64)[planned]
+            rl = np.asarray(role, dtype=np.int64)[planned]
+            if (rl != Role.NONE).any():
+                # no reference: ref 0 gives no Delta; the flow still notifies its receiver (succ unknown)
+                known = ~np.isnan(ref)
+                dep = {"role": rl, "ref_bytes": np.where(known, ref, 0.0),
+                       "succ_bytes": np.where(known & (rl == Role.AGGREGATION), ref, np.nan)}
+                if slack_bytes is not None:
+                    dep["slack_bytes"] = np.asarray(slack_bytes, dtype=np.float64)[planned]
         plan = allocate(Gp, pidx[planned], load_Bps, avail_Bps, cap, np.asarray(B_Bps, dtype=np.float64)[planned],
-                        sent_bytes=np.asarray(sent_bytes, dtype=np.float64)[planned], priority=w, params=params)
+                        sent_bytes=np.asarray(sent_bytes, dtype=np.float64)[planned], priority=w, params=params,
+                        **dep)
+        if ceiling_bytes is not None:
+            ceil = np.asarray(ceiling_bytes, dtype=np.float64)[planned]
+            if np.isfinite(ceil).any():
+                plan = apply_reductions(plan, ceil, params)
         rates[planned] = plan.rates_Bps
     load0 = np.asarray(load_Bps, dtype=np.float64)[:, 0]  # other hosts' load in slot 0
     if plan is not None and fill:
-        _fill_slot0(rates, planned, wave, pidx, cap, load0, t)
+        # a flow a notification held back gets nothing extra: the bytes it would send are not there yet
+        _fill_slot0(rates, planned, wave, pidx, cap, load0, t,
+                    skip=None if role is None else plan.reduction_bytes > 0)
     # a flow whose plan ends in slot 0 may send that slot's volume at up to the path's headroom
     # (slot-0 rate of the plan = its volume / t): the table counts volume per slot, and a burst
     # stretched over the whole slot would only add its length to the iteration
@@ -182,4 +210,13 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     rates[:, 0] = np.where(kind == "idle", 0.0, np.maximum(rates[:, 0], np.minimum(floor, applied)))
     # unknown sizes reserve nothing ahead: they publish the slot they are in only
     rates[unknown, 1:] = 0.0
-    return HostSlot(rates, applied, kind, wave, plan)
+    if role is None:
+        return HostSlot(rates, applied, kind, wave, plan)
+    sent = np.asarray(sent_bytes, dtype=np.float64)
+    delta, notify, reduced = np.zeros(n), np.full(n, np.nan), np.zeros(n)
+    if plan is not None:
+        delta[planned] = plan.delta_Bps
+        notify[planned] = np.where(plan.notify, plan.notify_ceiling_bytes, np.nan)
+        reduced[planned] = plan.reduction_bytes
+    return HostSlot(rates, applied, kind, wave, plan, cum_bytes=sent + rates[:, 0] * t, delta_Bps=delta,
+                    notify_bytes=notify, reduced_bytes=reduced)

@@ -42,6 +42,8 @@ class JobSpec:
     match: str | None = None  # regex on the process command line
     model_bytes: int | None = None  # model-update size, if known
     cap_bps: int | None = None  # policy cap: this job's rate cap (bits/s)
+    comm: str | None = None  # communication pattern: "ps" or "ring" (mlcc's dependency rules need it)
+    ring_size: int | None = None  # ring all-reduce: number of ranks (one chunk = iteration / (2 (n - 1)))
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class Job:
     flows: tuple[FlowKey, ...] = ()  # established connections of the job on this host
     role: str = "server"  # "server" (serves a listening port), "client" (connects out) or "both"
     model_bytes: int | None = None  # from the config; None when unknown
+    comm: str | None = None  # "ps", "ring" or None (unknown), from the config
+    ring_size: int | None = None  # ring all-reduce ranks, from the config
 
     def client_flows(self) -> tuple[FlowKey, ...]:
         """Flows not covered by a listening-port match (need a 4-tuple entry)."""

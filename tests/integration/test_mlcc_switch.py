@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pytest
 
+from hostctl.core.deps import JobComm
 from hostctl.core.types import FlowKey
 from hostctl.mlccctl import SILENT_SLOTS, FlowIn, MlccControl
 from hostctl.switchclient import SwitchClient
@@ -192,4 +193,107 @@ def test_flows_of_one_job_share_instead_of_staggering(switch):
         assert c.schedule_of(fc[0].key)["schedule_Bps"][0] <= 0.0101 * C  # other job: waits
     finally:
         for x in (a, b, c):
+            x.close()
+
+
+# ------------------------------------------------------------------ Algorithm 2 through the switch
+RING = {"r": JobComm("ring", frozenset({7000}), 3)}
+
+
+def ring_flow(me: str, nxt: str, G: float, cum: float) -> FlowIn:
+    """The ring flow of job r that host `me` sends to its successor `nxt` (over the connection it
+    accepted on port 7000), with `cum` bytes carried so far."""
+    return FlowIn(FlowKey(me, 7000, nxt, 40000), "r", G, C, 0.0, cum_bytes=cum)
+
+
+def same_slot(clock, *steps):
+    """Run the steps (callables) within one slot, retrying from the next slot if a boundary fell
+    between them (progress and notifications are read by the next step in the same slot)."""
+    for _ in range(5):
+        clock.step()
+        slots = [s() for s in steps]
+        if len(set(slots)) == 1:
+            return
+    raise AssertionError("no run of the steps within one 60 ms slot in 5 tries")
+
+
+def test_a_ring_flow_behind_its_predecessor_is_sped_up(switch):
+    """Rank 1 (h2) has carried less than rank 0 (h1) sent it: Algorithm 2 raises its ring flow
+    above the equal share of its NIC (up to its recent peak rate B), through the progress rank 0
+    reported to the switch. Without deps the two flows of h2 share the NIC equally."""
+    ep, _, _ = switch
+    clock = Clock()
+    a, b, off = ctl(ep, clock), ctl(ep, clock), ctl(ep, clock, deps=False)
+    G = 3 * C * SLOT_S
+    fa = [ring_flow("10.77.0.2", "10.77.0.3", G, 4e6)]
+    fb = [ring_flow("10.77.0.3", "10.77.0.4", G, 1e6),
+          FlowIn(FlowKey("10.77.0.3", 5000, "10.77.0.1", 9000), "x", G, C, 0.0, cum_bytes=0.0)]
+    try:
+        def tick(c, fl):
+            return lambda: (c.tick(fl, RING), c.last_slot)[1]
+        same_slot(clock, tick(a, fa), tick(b, fb), tick(off, fb))
+        ring, cross = (b.schedule_of(f.key) for f in fb)
+        assert ring["role"] == "ring" and ring["delta_Bps"] > 0
+        assert ring["schedule_Bps"][0] == pytest.approx(C, rel=1e-3)  # raised to B (= C here)
+        assert cross["schedule_Bps"][0] == pytest.approx(C / 2, rel=1e-3)
+        assert b.status()["deps"]["flows"] == 1 and b.status()["deps"]["delta_flows"] >= 1
+        # the same flows without the dependency rules: an equal split
+        assert [off.schedule_of(f.key)["schedule_Bps"][0] for f in fb] == pytest.approx([C / 2, C / 2], rel=1e-3)
+        assert "role" not in off.schedule_of(fb[0].key)
+    finally:
+        for x in (a, b, off):
+            x.close()
+
+
+def test_a_notification_holds_the_successor_to_what_it_can_have_received(switch):
+    """Rank 0 (h1) notifies rank 1 (h2) of its F plus one chunk; rank 1's plan says it would carry
+    more than that by the end of the slot, so its slot-0 rate is cut (Alg. 2 lines 13-16)."""
+    ep, _, _ = switch
+    clock = Clock()
+    a, b = ctl(ep, clock), ctl(ep, clock)
+    G = 3 * C * SLOT_S
+    fa = [ring_flow("10.77.0.2", "10.77.0.3", G, 1e6)]
+    fb = [ring_flow("10.77.0.3", "10.77.0.4", G, 1e6 + G)]  # a whole iteration ahead of its input
+    try:
+        same_slot(clock, lambda: (a.tick(fa, RING), a.last_slot)[1], lambda: (b.tick(fb, RING), b.last_slot)[1])
+        assert a.status()["deps"]["notifications_sent"] >= 1
+        assert b.status()["deps"]["notifications_received"] >= 1
+        s = b.schedule_of(fb[0].key)
+        assert s["reduced_bytes"] > 0 and s["delta_Bps"] == 0
+        assert s["schedule_Bps"][0] <= 0.05 * C  # held (the wait floor keeps its callbacks coming)
+        assert sum(s["schedule_Bps"]) * SLOT_S >= 0.99 * G  # its bytes moved to later slots, not dropped
+    finally:
+        a.close()
+        b.close()
+
+
+def test_ps_broadcasts_follow_the_slowest_worker(switch):
+    """The PS (h0) raises its broadcast flows to F_a^min, the least progress among its workers'
+    aggregation flows, which the workers (h1, h2) report; while one worker has not reported, the
+    broadcasts get no Delta (no reference)."""
+    ep, _, _ = switch
+    clock = Clock()
+    ps, w1, w2 = ctl(ep, clock), ctl(ep, clock), ctl(ep, clock)
+    G = 3 * C * SLOT_S
+    comm_ps = {"p": JobComm("ps", frozenset({9000}), None)}
+    comm_w = {"p": JobComm("ps", frozenset(), None)}
+    fps = [FlowIn(FlowKey("10.77.0.1", 9000, w, 50000 + i), "p", G, C, 0.0, cum_bytes=1e6)
+           for i, w in enumerate(("10.77.0.2", "10.77.0.3"))]
+    fw1 = [FlowIn(FlowKey("10.77.0.2", 50000, "10.77.0.1", 9000), "p", G, C, 0.0, cum_bytes=3e6)]
+    fw2 = [FlowIn(FlowKey("10.77.0.3", 50001, "10.77.0.1", 9000), "p", G, C, 0.0, cum_bytes=2e6)]
+    try:
+        same_slot(clock, lambda: (w1.tick(fw1, comm_w), w1.last_slot)[1],
+                  lambda: (ps.tick(fps, comm_ps), ps.last_slot)[1])
+        assert all(ps.schedule_of(f.key)["delta_Bps"] == 0 for f in fps)  # w2 has not reported yet
+        assert ps.status()["deps"]["progress_missing"] >= 2
+        same_slot(clock, lambda: (w1.tick(fw1, comm_w), w1.last_slot)[1],
+                  lambda: (w2.tick(fw2, comm_w), w2.last_slot)[1],
+                  lambda: (ps.tick(fps, comm_ps), ps.last_slot)[1])
+        got = [ps.schedule_of(f.key) for f in fps]
+        assert all(g["role"] == "broadcast" and g["delta_Bps"] > 0 for g in got)
+        # F_a^min is w2's 2e6 (+ its slot-0 volume): the deficit is more than a slot at C, so B caps it
+        assert all(g["schedule_Bps"][0] == pytest.approx(C, rel=1e-3) for g in got)
+        assert w1.schedule_of(fw1[0].key)["role"] == "aggregation"
+    finally:
+        for x in (ps, w1, w2):
             x.close()

@@ -542,8 +542,8 @@ def test_mlcc_settings(toml):
 def test_keys_sets_match_the_documented_ones():
     assert TOP_KEYS == {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
                         "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot",
-                        "phase_gap", "switch", "curve_keys", "horizon", "plan_offset", "ingress_rate"}
-    assert JOB_KEYS == {"name", "ports", "pids", "match", "model_size", "cap"}
+                        "phase_gap", "switch", "curve_keys", "horizon", "plan_offset", "ingress_rate", "deps"}
+    assert JOB_KEYS == {"name", "ports", "pids", "match", "model_size", "cap", "comm", "ring_size"}
 
 
 @pytest.mark.parametrize("kw, fragment", [
@@ -863,3 +863,19 @@ def test_ingress_rate_mistakes(kw, fragments):
     kw = {"ports": "5201", "ingress_rate": "97%", **kw}
     with raises(*fragments):
         build_config(**kw)
+
+
+def test_comm_pattern_and_ring_size(toml):
+    c = build_config(toml('policy = "mlcc"\ndeps = false\n[[jobs]]\nname = "r"\nports = [7000]\ncomm = "ring"\n'
+                          'ring_size = 4\n[[jobs]]\nname = "p"\nmatch = "ps worker"\ncomm = "ps"\n'))
+    assert c.deps is False
+    assert [(s.name, s.comm, s.ring_size) for s in c.jobs] == [("r", "ring", 4), ("p", "ps", None)]
+    assert build_config(toml('policy = "mlcc"\nports = "9000"\n')).deps is True
+    with raises("comm must be one of ps, ring"):
+        build_config(toml('[[jobs]]\nname = "r"\nports = [7000]\ncomm = "allreduce"\n'))
+    with raises("ring_size is for comm"):
+        build_config(toml('[[jobs]]\nname = "r"\nports = [7000]\ncomm = "ps"\nring_size = 4\n'))
+    with raises("ring_size must be an integer >= 2"):
+        build_config(toml('[[jobs]]\nname = "r"\nports = [7000]\ncomm = "ring"\nring_size = 1\n'))
+    with raises("deps must be true or false"):
+        build_config(toml('policy = "mlcc"\nports = "9000"\ndeps = 1\n'))

@@ -47,8 +47,9 @@ def test_example_config_loads_with_the_expected_policy_and_jobs():
         slot_s=0.06,
         phase_gap_s=0.02,
         jobs=(
-            JobSpec(name="resnet50", ports=(9000,), model_bytes=98 * 2**20),
+            JobSpec(name="resnet50", ports=(9000,), model_bytes=98 * 2**20, comm="ps"),
             JobSpec(name="vgg16", ports=(9100, 9101), model_bytes=528 * 2**20, cap_bps=5 * 10**9),
+            JobSpec(name="gpt-ring", ports=(7000,), model_bytes=2**30, comm="ring", ring_size=8),
             JobSpec(name="bert-large", match=r"torchrun|torch\.distributed\.(run|launch)", model_bytes=1_300_000_000),
         ),
     )

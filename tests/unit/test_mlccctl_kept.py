@@ -96,6 +96,31 @@ def test_kept_is_exported_per_flow():
     text = generate_latest(reg).decode()
     assert 'hostctl_flow_kept_ratio{flow="a",job="j"} 0.25' in text
     assert 'hostctl_flow_kept_ratio{flow="b"' not in text
+    assert "hostctl_flow_delta_bps{" not in text and "hostctl_mlcc_dep_flows" not in text  # no roles: no series
+
+
+def test_algorithm2_counters_and_deltas_are_exported():
+    from prometheus_client.core import CollectorRegistry
+    from prometheus_client.exposition import generate_latest
+
+    from hostctl.metrics import _mlcc_metrics
+
+    ml = {"mode": "switch", "fallbacks": 0, "recoveries": 0, "errors": {},
+          "deps": {"enabled": True, "flows": 2, "notifications_sent": 7, "notifications_received": 3,
+                   "delta_flows": 5, "reduced_flows": 1, "progress_missing": 4}}
+    pc = {"flows": [{"flow": "a", "job": "r", "plan": {"schedule_Bps": [1], "kept": 1.0, "role": "ring",
+                                                       "delta_Bps": 1000, "reduced_bytes": 0}}]}
+
+    class One:
+        def collect(self):
+            return list(_mlcc_metrics(ml, pc))
+
+    reg = CollectorRegistry()
+    reg.register(One())
+    text = generate_latest(reg).decode()
+    assert 'hostctl_flow_delta_bps{flow="a",job="r",role="ring"} 8000.0' in text
+    assert "hostctl_mlcc_dep_flows 2.0" in text and "hostctl_mlcc_notifications_sent_total 7.0" in text
+    assert "hostctl_mlcc_progress_missing_total 4.0" in text
 
 
 @pytest.mark.parametrize("mode", ["switch", "local"])
@@ -118,3 +143,27 @@ def test_human_status_shows_kept_in_switch_mode(mode):
     text = out.getvalue()
     assert "8 4  active w0" in text
     assert ("kept 0.25" in text) == (mode == "switch")
+
+
+def test_human_status_shows_roles_and_algorithm2_counters():
+    import io
+
+    from rich.console import Console
+
+    from hostctl.cli import _print_pacing
+
+    flow = {"flow": "10.0.0.1:7000->10.0.0.2:40000", "job": "r", "target_bps": 8e6, "applied_bps": 8e6,
+            "rate_bps": 4e6, "max_rate_bps": 8e6, "iter_bytes": 1000, "iterations": 3, "bytes_per_iter": 5000.0,
+            "bytes_left": 4000.0, "srtt_us": 150,
+            "plan": {"schedule_Bps": [3e6, 0], "kind": "active", "wave": 0, "links": ["nic"], "kept": 1.0,
+                     "role": "ring", "delta_Bps": 1e6, "reduced_bytes": 0}}
+    ml = {"mode": "switch", "switch": True, "K": 2, "negotiation_ms_p50": 0.3, "negotiation_ms_p90": 0.5,
+          "fallbacks": 0, "recoveries": 0, "silent_slots": 0, "errors": {}, "nic_load_Bps": [3e6, 0],
+          "deps": {"enabled": True, "flows": 1, "notifications_sent": 4, "notifications_received": 2,
+                   "delta_flows": 3, "reduced_flows": 0, "progress_missing": 1}}
+    pc = {"flows": [flow], "mlcc": ml, "jobs": {}, "slot_s": 0.06, "kernel": {}, "tick_ms_p90": 1.0}
+    out = io.StringIO()
+    _print_pacing(Console(file=out, width=250), pc, {"slots": 10, "slot_overruns": 0})
+    text = out.getvalue()
+    assert "active w0 kept 1.00 ring +8" in text
+    assert "Algorithm 2: 1 flow(s) with a role; slots raised 3, held 0, without a peer's progress 1" in text

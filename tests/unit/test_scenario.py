@@ -151,6 +151,21 @@ def test_host_jobs_list_what_each_host_sends():
     assert re.search(h1[0]["match"], "python -m hostctl.workloads.ps worker --ps 10.0.0.1:7100 --job p-01 --rank 1")
     assert not re.search(h1[0]["match"], "python -m hostctl.workloads.ps worker --job p-010 --rank 1")
     assert [j.get("ports") for j in host_jobs(w, "h0")] == [[PORT_BASE], [PORT_BASE + 1]]
+    # mlcc's dependency rules: the communication pattern of each job, the ring's size
+    assert [(j["name"], j.get("comm"), j.get("ring_size")) for j in h0] == [
+        ("p-01", "ps", None), ("p-02", "ps", None), ("r", "ring", 2)]
+    assert [j.get("comm") for j in host_jobs(w, "h1")] == ["ps", "ps"]  # the workers of a PS job
+
+
+def test_host_jobs_config_loads_as_the_daemon_reads_it(tmp_path):
+    from hostctl.bench.runner import _toml
+    from hostctl.config import build_config
+
+    s = sc(jobs=[{"name": "p", "ps": ["h0"], "model": "2MiB"}, {"name": "r", "kind": "allreduce", "workers": ["h0", "h1", "h2"]}])
+    f = tmp_path / "h0.toml"
+    f.write_text(_toml(host_jobs(s, "h0", workers=True)))
+    cfg = build_config(str(f), policy="mlcc")
+    assert [(j.name, j.comm, j.ring_size) for j in cfg.jobs] == [("p", "ps", None), ("r", "ring", 3)]
 
 
 def test_missing_and_broken_files(tmp_path):

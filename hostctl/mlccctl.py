@@ -133,6 +133,8 @@ class MlccControl:
         self.deps: list[Dep] | None = None  # per flow of the last plan (None: no flow has a role)
         self.progress: dict[str, tuple[float, int]] = {}  # name -> (F bytes, slot reported)
         self.notified: dict[str, tuple[float, int]] = {}  # name -> (ceiling bytes, slot sent)
+        self.progress_rate: dict[str, float] = {}  # name -> the peer's planned rate in its reported slot
+        self._mute: set[int] = set()  # rows of this slot's flows that send no notification
         self.dep_counts = {"progress_missing": 0, "notifications_sent": 0, "notifications_received": 0,
                            "delta_flows": 0, "reduced_flows": 0}
         trace = os.environ.get("HOSTCTL_MLCC_TRACE")
@@ -248,6 +250,7 @@ class MlccControl:
         """Keep the peers' progress and the notifications for this host; forget what is too old."""
         for name, p in res.progress.items():
             self.progress[name] = (float(p.cum_bytes), int(p.slot))
+            self.progress_rate[name] = float(p.rate_Bps)
         for n in res.notifications:
             self.dep_counts["notifications_received"] += 1
             old = self.notified.get(n.flow_id)
@@ -257,19 +260,37 @@ class MlccControl:
         for d in (self.progress, self.notified):
             for name in [k for k, (_, s) in d.items() if s < oldest]:
                 del d[name]
+        for name in [k for k in self.progress_rate if k not in self.progress]:
+            del self.progress_rate[name]
 
-    def _dep_inputs(self, flows: Sequence[FlowIn], deps: list[Dep]) -> dict:
-        """host_slot's Algorithm 2 arguments: roles, references (the peers' F), ring slack, ceilings."""
-        ref = dep_rules.references(deps, {k: v for k, (v, _) in self.progress.items()})
-        ceil = dep_rules.ceilings(deps, {k: v for k, (v, _) in self.notified.items()})
-        slack = []
-        for f, d in zip(flows, deps):
+    def _now_F(self, d: dict[str, tuple[float, int]], slot: int) -> dict[str, float]:
+        """A peer's F by the end of this slot: its report (F by the end of the slot it was made in)
+        plus its planned rate for each slot since, as far as its progress report tells."""
+        t, rate = self.slot_s, self.progress_rate
+        return {k: f + rate.get(k, 0.0) * t * max(0, slot - s) for k, (f, s) in d.items()}
+
+    def _dep_inputs(self, slot: int, flows: Sequence[FlowIn], deps: list[Dep]) -> dict:
+        """host_slot's Algorithm 2 arguments: roles, references (the peers' F), ring slack, ceilings.
+        Also sets self._mute: flows whose notification would be meaningless (see below)."""
+        ref = dep_rules.references(deps, self._now_F(self.progress, slot))
+        ceil = dep_rules.ceilings(deps, self._now_F(self.notified, slot))
+        slack, mute = [], set()
+        for r, (f, d) in enumerate(zip(flows, deps)):
             it = f.G_bytes + f.sent_bytes  # this iteration's bytes (nan while unknown)
-            if d.role == Role.RING and it == it:
+            if d.role == Role.RING:
                 ranks = self._ring_size.get(f.job)
-                slack.append(it / (2 * (ranks - 1)) if ranks else it)  # one chunk; without the ring size, loose
+                if it == it:  # one chunk; without the ring size a whole iteration (loose)
+                    slack.append(it / (2 * (ranks - 1)) if ranks else it)
+                else:  # the successor may lead by a chunk we cannot size: no notification
+                    slack.append(0.0)
+                    mute.add(r)
             else:
                 slack.append(0.0)
+            if d.role == Role.BROADCAST and ceil[r] != math.inf:
+                # a PS's update may lead its workers' gradients by one update (hostctl's PS sends the
+                # update first): the slack is this flow's iteration, unknown -> no constraint
+                ceil[r] = ceil[r] + it if it == it else math.inf
+        self._mute = mute
         self.dep_counts["progress_missing"] += sum(1 for d, r in zip(deps, ref) if d.role != Role.NONE and r != r)
         return {"role": [d.role for d in deps], "ref_bytes": ref, "slack_bytes": slack, "ceiling_bytes": ceil}
 
@@ -327,7 +348,7 @@ class MlccControl:
         hs = host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows],
                        [f.cum_bytes if f.cum_bytes == f.cum_bytes else 0.0 for f in flows],
                        np.array([f.job for f in flows], dtype=object), path, cap, cap, others,
-                       moving=moving, params=self.params, **self._dep_inputs(flows, deps))
+                       moving=moving, params=self.params, **self._dep_inputs(slot, flows, deps))
         self.dep_counts["delta_flows"] += int((hs.delta_Bps > 0).sum())
         self.dep_counts["reduced_flows"] += int((hs.reduced_bytes > 0).sum())
         return hs
@@ -381,7 +402,8 @@ class MlccControl:
             progress = [wire.FlowProgress(name, job_of[name], int(F), float(rate_of[name]))
                         for name, F in dep_rules.reports(deps, plan.cum_bytes.tolist()).items()]
             notes = [wire.Notification(d.notify_to, d.report, f.job, int(c))
-                     for d, f, c in zip(deps, flows, plan.notify_bytes.tolist()) if c == c and d.notify_to]
+                     for r, (d, f, c) in enumerate(zip(deps, flows, plan.notify_bytes.tolist()))
+                     if c == c and d.notify_to and r not in self._mute]
             self.dep_counts["notifications_sent"] += len(notes)
         self.seq += 1
         ups = [wire.FlowSchedule(fid, f.job, f.key.laddr, f.key.raddr, self.seq,

@@ -42,6 +42,13 @@ Which flows are planned, and how (choices the papers leave to the implementer):
   TCP callbacks (bpf/hc_pace.c), so a flow held at ~0 would get no ACK, hence no
   callback, and could not be released in time. The floor costs at most n x floor on a
   link and is published as the flow's slot-0 rate.
+- **Algorithm 2** (``role`` given; the daemon in switch mode, core/deps.py): Delta raises the rate a
+  flow is *paced* at (capped by B_i and its bytes left: a flow behind the flow it depends on may go
+  faster than its share). A received notification lowers only the schedule the flow *publishes*
+  (what the other hosts plan around), not its pacing rate: a flow cannot send bytes it has not
+  received anyway, while the notified F is up to a slot old here (the paper piggybacks it on ACKs),
+  and holding the pacing rate to a stale ceiling stalled the testbed's PS updates and ring steps
+  (mlcc-mixed 2.9x fifo in one run).
 
 Units: bytes, bytes/s, seconds (as in core/mlcc.py).
 """
@@ -84,18 +91,17 @@ def job_waves(job: np.ndarray, job_left: dict[str, float]) -> np.ndarray:
     return np.array([rank[j] for j in job.tolist()], dtype=np.int64)
 
 
-def _fill_slot0(rates, planned, wave, pidx, cap, load0, t, skip=None) -> None:
+def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
     """Work-conserving slot 0: what the plans leave free in slot 0 on every link (capacity minus
     other hosts' load minus this host's slot-0 volumes) goes to flows that still have bytes planned
-    for later slots, wave by wave (the same order as the plan), moved from their last slots.
-    skip [len(planned)]: planned flows that get nothing extra."""
+    for later slots, wave by wave (the same order as the plan), moved from their last slots."""
     L = cap.shape[0]
     rows = pidx[planned]
     use = np.zeros(L + 1)
     np.add.at(use, np.where(rows >= 0, rows, L), np.broadcast_to(rates[planned, 0][:, None], rows.shape))
     free = np.maximum(cap - load0 - use[:L], 0.0).tolist()
-    later = rates[planned, 1:].sum(axis=1) > 0
-    cand = planned[later if skip is None else later & ~skip]
+    later = rates[planned, 1:].sum(axis=1)
+    cand = planned[later > 0]
     if cand.size == 0:
         return
     for r in sorted(cand.tolist(), key=lambda x: (int(wave[x]), x)):
@@ -130,7 +136,8 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     Algorithm 2 (optional, core/deps.py): role [n] (Role), ref_bytes [n] (the peers' F; a flow
     whose ref is NaN has no Delta this slot but still notifies), slack_bytes [n] (ring: one chunk); sent_bytes is then
     the F base (cumulative bytes of the connection). ceiling_bytes [n]: received notifications
-    (+inf: none), applied with apply_reductions; a reduced flow gets no slot-0 fill."""
+    (+inf: none), applied with apply_reductions to the schedule the flow *publishes* (rates_Bps),
+    not to the rate it is paced at (applied_Bps): see the module docstring."""
     K, t = int(params.K), float(params.slot_s)
     G = np.asarray(G_bytes, dtype=np.float64)
     n = G.shape[0]
@@ -160,7 +167,7 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     share = (ext_cap[gidx] / np.maximum(flows_on[gidx], 1.0)).min(axis=1)
 
     planned = np.flatnonzero(active | unknown)
-    plan = None
+    plan = held = None
     if planned.size:
         w = np.zeros(planned.size, dtype=np.int64)
         known = active[planned]
@@ -187,16 +194,15 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
         plan = allocate(Gp, pidx[planned], load_Bps, avail_Bps, cap, np.asarray(B_Bps, dtype=np.float64)[planned],
                         sent_bytes=np.asarray(sent_bytes, dtype=np.float64)[planned], priority=w, params=params,
                         **dep)
+        rates[planned] = plan.rates_Bps
         if ceiling_bytes is not None:
             ceil = np.asarray(ceiling_bytes, dtype=np.float64)[planned]
             if np.isfinite(ceil).any():
-                plan = apply_reductions(plan, ceil, params)
-        rates[planned] = plan.rates_Bps
+                held = apply_reductions(plan, ceil, params)
     load0 = np.asarray(load_Bps, dtype=np.float64)[:, 0]  # other hosts' load in slot 0
     if plan is not None and fill:
         # a flow a notification held back gets nothing extra: the bytes it would send are not there yet
-        _fill_slot0(rates, planned, wave, pidx, cap, load0, t,
-                    skip=None if role is None else plan.reduction_bytes > 0)
+        _fill_slot0(rates, planned, wave, pidx, cap, load0, t)
     # a flow whose plan ends in slot 0 may send that slot's volume at up to the path's headroom
     # (slot-0 rate of the plan = its volume / t): the table counts volume per slot, and a burst
     # stretched over the whole slot would only add its length to the iteration
@@ -217,6 +223,10 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     if plan is not None:
         delta[planned] = plan.delta_Bps
         notify[planned] = np.where(plan.notify, plan.notify_ceiling_bytes, np.nan)
-        reduced[planned] = plan.reduction_bytes
+    if held is not None:
+        # a notified flow publishes the held plan; it is still paced at its own plan's rate
+        rows = planned[held.reduction_bytes > 0]
+        reduced[planned] = held.reduction_bytes
+        rates[rows] = held.rates_Bps[held.reduction_bytes > 0]
     return HostSlot(rates, applied, kind, wave, plan, cum_bytes=sent + rates[:, 0] * t, delta_Bps=delta,
                     notify_bytes=notify, reduced_bytes=reduced)

@@ -247,7 +247,8 @@ def test_a_ring_flow_behind_its_predecessor_is_sped_up(switch):
 
 def test_a_notification_holds_the_successor_to_what_it_can_have_received(switch):
     """Rank 0 (h1) notifies rank 1 (h2) of its F plus one chunk; rank 1's plan says it would carry
-    more than that by the end of the slot, so its slot-0 rate is cut (Alg. 2 lines 13-16)."""
+    more than that by the end of the slot, so the schedule it publishes is cut in slot 0 (Alg. 2
+    lines 13-16). Its pacing rate is not: it cannot send what it has not received anyway."""
     ep, _, _ = switch
     clock = Clock()
     a, b = ctl(ep, clock), ctl(ep, clock)
@@ -255,13 +256,19 @@ def test_a_notification_holds_the_successor_to_what_it_can_have_received(switch)
     fa = [ring_flow("10.77.0.2", "10.77.0.3", G, 1e6)]
     fb = [ring_flow("10.77.0.3", "10.77.0.4", G, 1e6 + G)]  # a whole iteration ahead of its input
     try:
-        same_slot(clock, lambda: (a.tick(fa, RING), a.last_slot)[1], lambda: (b.tick(fb, RING), b.last_slot)[1])
+        applied = {}
+
+        def tick_b():
+            applied.update(b.tick(fb, RING))
+            return b.last_slot
+        same_slot(clock, lambda: (a.tick(fa, RING), a.last_slot)[1], tick_b)
         assert a.status()["deps"]["notifications_sent"] >= 1
         assert b.status()["deps"]["notifications_received"] >= 1
         s = b.schedule_of(fb[0].key)
         assert s["reduced_bytes"] > 0 and s["delta_Bps"] == 0
-        assert s["schedule_Bps"][0] <= 0.05 * C  # held (the wait floor keeps its callbacks coming)
+        assert s["schedule_Bps"][0] <= 0.05 * C  # published as held
         assert sum(s["schedule_Bps"]) * SLOT_S >= 0.99 * G  # its bytes moved to later slots, not dropped
+        assert applied[fb[0].key] == pytest.approx(C, rel=0.01)  # paced as planned (alone on its NIC)
     finally:
         a.close()
         b.close()

@@ -1,0 +1,116 @@
+"""MlccControl's side of Algorithm 2 with a scripted switch: how the peers' progress and the
+notifications it receives become references and ceilings (extrapolated to the end of the slot, a
+PS update's lead allowed), and when it keeps a notification to itself."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hostctl.core import wire
+from hostctl.core.deps import JobComm, flow_name, ps_name, ring_name
+from hostctl.core.types import FlowKey
+from hostctl.mlccctl import FlowIn, MlccControl
+from hostctl.switchclient import ExchangeResult
+
+C = 1_000_000_000 // 8
+SLOT = 0.06
+S0 = 1_000_000
+
+
+class ScriptedSwitch:
+    """Answers every exchange; the fetch returns the progress and notifications set on it; records
+    what the host reports and notifies."""
+
+    host = None
+
+    def __init__(self) -> None:
+        self.progress: dict[str, wire.FlowProgress] = {}
+        self.notes: list[wire.Notification] = []
+        self.reported: list[wire.FlowProgress] = []
+        self.notified: list[wire.Notification] = []
+
+    def exchange(self, slot, *, updates=(), fetches=(), progress=(), get_progress=(), notify=(), timeout_s=0.02):
+        self.reported += list(progress)
+        self.notified += list(notify)
+        res = ExchangeResult(slot=slot, latency_s={"fake": 1e-4})
+        if fetches:
+            res.progress = {n: p for n, p in self.progress.items() if n in get_progress}
+            res.notifications, self.notes = self.notes, []
+        return res
+
+
+def ctl() -> tuple[MlccControl, ScriptedSwitch]:
+    sw = ScriptedSwitch()
+    return MlccControl(C, SLOT, switch=sw, wall=lambda: (S0 + 0.5) * SLOT), sw
+
+
+RING = {"r": JobComm("ring", frozenset({7000}), 4)}
+ME, NXT, PREV = "10.0.0.2", "10.0.0.3", "10.0.0.1"
+
+
+def test_a_stale_report_is_extrapolated_at_the_peers_planned_rate():
+    c, sw = ctl()
+    ring = FlowIn(FlowKey(ME, 7000, NXT, 40000), "r", 1e6, C, 0.0, cum_bytes=5e6)
+    # two slots old: F 4e6 planned at C/4 since -> by the end of this slot 4e6 + 2 * C/4 * t
+    sw.progress[ring_name("r", ME)] = wire.FlowProgress(ring_name("r", ME), "r", 4_000_000, C / 4, S0 - 2, PREV)
+    ref = c._dep_inputs(S0, [ring], c._flow_deps([ring], [flow_name(ring.key)], RING))  # before any fetch: nothing
+    assert math.isnan(ref["ref_bytes"][0])
+    c.tick([ring], RING)
+    assert c.progress[ring_name("r", ME)] == (4e6, S0 - 2)
+    got = c._dep_inputs(S0, [ring], c.deps)["ref_bytes"][0]
+    assert got == pytest.approx(4e6 + 2 * C / 4 * SLOT)
+    # older than PROGRESS_MAX_AGE: dropped at the next fetch
+    sw.progress[ring_name("r", ME)] = wire.FlowProgress(ring_name("r", ME), "r", 4_000_000, C / 4, S0 - 3, PREV)
+    c.tick([ring], RING)
+    assert ring_name("r", ME) not in c.progress
+
+
+def test_the_ring_flow_reports_and_notifies_its_successor():
+    c, sw = ctl()
+    ring = FlowIn(FlowKey(ME, 7000, NXT, 40000), "r", 6e6, C, 2e6, cum_bytes=5e6)  # iteration 8e6: chunk 8e6/6
+    c.tick([ring], RING)
+    (rep,) = sw.reported
+    # F by the end of the slot: its 6e6 left fit in this slot (C t = 7.5e6)
+    assert rep.flow_id == ring_name("r", NXT) and rep.cum_bytes == pytest.approx(5e6 + 6e6, abs=1)
+    (note,) = sw.notified
+    assert note.to_host == NXT and note.flow_id == ring_name("r", NXT)
+    assert note.f_pred_bytes == pytest.approx(rep.cum_bytes + 8e6 / 6, abs=1)
+    assert sw.host == ME  # picks up its own notifications by its address
+
+
+def test_a_ring_flow_of_unknown_size_does_not_notify():
+    c, sw = ctl()
+    ring = FlowIn(FlowKey(ME, 7000, NXT, 40000), "r", math.nan, C, 0.0, cum_bytes=5e6)
+    c.tick([ring], RING)
+    assert len(sw.reported) == 1 and sw.notified == []
+
+
+def test_a_ps_update_may_lead_the_slowest_gradient_by_one_update():
+    """Two iterations of 4e6 done (8e6 each way); the PS now sends the third update: by the end of the
+    slot its broadcast carried 12e6, one update more than the gradients (8e6). Allowed: hostctl's PS
+    sends the update first. If the last gradient is not in (4e6), its published slot 0 is held."""
+    comm = {"p": JobComm("ps", frozenset({9000}))}
+    bc = FlowIn(FlowKey(ME, 9000, NXT, 50000), "p", 4e6, C, 0.0, cum_bytes=8e6)  # iteration: 4e6
+    agg = flow_name(FlowKey(NXT, 50000, ME, 9000))
+    for grads, held in ((8e6, False), (4e6, True)):
+        c, sw = ctl()
+        sw.progress[agg] = wire.FlowProgress(agg, "p", int(grads), 0.0, S0, NXT)
+        sw.notes = [wire.Notification(ME, agg, "p", int(grads), S0, NXT)]
+        applied = c.tick([bc], comm)
+        s = c.schedule_of(bc.key)
+        assert s["role"] == "broadcast" and (s["reduced_bytes"] > 0) == held, grads
+        assert applied[bc.key] == pytest.approx(C, rel=0.01)  # paced as planned either way
+        assert c.status()["deps"]["notifications_received"] == 1
+    # the PS reports F_b^max under its address and port, and notifies nobody
+    assert [p.flow_id for p in sw.reported] == [ps_name(ME, 9000)] and sw.notified == []
+
+
+def test_without_deps_nothing_is_exchanged():
+    sw = ScriptedSwitch()
+    c = MlccControl(C, SLOT, switch=sw, wall=lambda: (S0 + 0.5) * SLOT, deps=False)
+    ring = FlowIn(FlowKey(ME, 7000, NXT, 40000), "r", 6e6, C, 2e6, cum_bytes=5e6)
+    c.tick([ring], RING)
+    assert sw.reported == [] and sw.notified == [] and sw.host is None
+    assert "role" not in c.schedule_of(ring.key)

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import HOSTCTL, wait_for
 from tests.integration.test_pacing_daemon import mbit, recv, serve, start_paced, status
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf]
@@ -87,3 +87,52 @@ def test_switch_feedback_paces_the_flow_then_fallback_and_recovery(pair, cgroup,
     assert before == pytest.approx(40, rel=0.08), (before, during, after)
     assert during > 3 * 40, (before, during, after)  # unlimited but for the 1 Gbit/s NIC plan
     assert after == pytest.approx(40, rel=0.08), (before, during, after)
+
+
+def test_a_ps_daemon_reports_its_broadcast_progress_through_the_switch(pair, cgroup, tmp_path):
+    """With a [[jobs]] entry saying comm = "ps", the daemon's flow from the PS port is a broadcast
+    (Algorithm 2): it reports F_b^max under ps:<address>:<port> to the real switchemu, where another
+    client reads it back growing with the bytes the flow carried; without its worker's progress the
+    flow gets no Delta (counted as missing progress)."""
+    from hostctl.core.deps import ps_name
+    from hostctl.switchclient import SwitchClient
+
+    topo = tmp_path / "topo.toml"
+    topo.write_text(TOPO.replace("40mbit", "200mbit"))
+    ep = f"ipc://{tmp_path}/sw.sock"
+    start_switch(pair, str(topo), ep)
+    cfg = tmp_path / "hostctl.toml"
+    cfg.write_text('[[jobs]]\nname = "p"\nports = [5302]\ncomm = "ps"\n')
+    serve(pair, pair.ps, cgroup, 5302)
+    d = subprocess.Popen(pair.ps.nsenter(HOSTCTL, "start", "--policy", "mlcc", "--switch", ep, "--config", str(cfg),
+                                         "--iface", pair.ps.dev, "--link-rate", "1gbit", "--cgroup", cgroup,
+                                         "--rescan", "0.5"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pair.procs.append(d)
+
+    def now() -> dict:  # the daemon's status, {} while it does not answer
+        if d.poll() is not None:
+            raise AssertionError(f"daemon exited: {d.stderr.read()}")
+        r = pair.ps.hostctl("status", "--json")
+        return json.loads(r.stdout) if r.returncode == 0 else {}
+
+    # port selectors pick flows when they connect: the receiver connects once the daemon paces
+    wait_for(lambda: (s := now()).get("jobs") and s.get("pacing"), 30, 0.2, "pacing daemon ready")
+    rx = recv(pair, pair.wk, pair.ps, 5302, 5)
+    st = wait_for(lambda: (s := now()) and ((s["pacing"]["flows"] or [{}])[0].get("plan") or {}).get("role") and s,
+                  15, 0.2, "a flow with a role")
+    assert st["pacing"]["flows"][0]["plan"]["role"] == "broadcast"
+    name = ps_name(pair.ps.addr, 5302)
+    got = []
+    with SwitchClient([ep]) as c:
+        assert c.probe(0.06, timeout_s=5).error is None
+        for _ in range(2):
+            time.sleep(1.0)
+            p = c.exchange(int(time.time() // 0.06), get_progress=[name], timeout_s=1.0).progress.get(name)
+            assert p is not None, "no progress reported under " + name
+            got.append(p.cum_bytes)
+    assert got[1] > got[0] > 0  # the flow keeps carrying bytes, and the reports follow
+    st = status(pair.ps)
+    assert st["pacing"]["mlcc"]["deps"]["flows"] == 1 and st["pacing"]["mlcc"]["deps"]["progress_missing"] > 0
+    out, err = rx.communicate(timeout=60)
+    assert rx.returncode == 0, err

@@ -77,15 +77,12 @@ def test_local_mode_plans_are_not_discounted():
     assert ctl.prev_rates[0] == pytest.approx(ctl.schedule_of(k)["schedule_Bps"], abs=1.0)
 
 
-def test_kept_is_exported_per_flow():
+def _exposition(ml: dict, pc: dict) -> str:
+    """The Prometheus text of the mlcc metrics for a status's mlcc and pacing parts."""
     from prometheus_client.core import CollectorRegistry
     from prometheus_client.exposition import generate_latest
 
     from hostctl.metrics import _mlcc_metrics
-
-    ml = {"mode": "switch", "fallbacks": 0, "recoveries": 0, "errors": {}}
-    pc = {"flows": [{"flow": "a", "job": "j", "plan": {"schedule_Bps": [1, 2], "kept": 0.25}},
-                    {"flow": "b", "job": None, "plan": None}]}
 
     class One:
         def collect(self):
@@ -93,31 +90,28 @@ def test_kept_is_exported_per_flow():
 
     reg = CollectorRegistry()
     reg.register(One())
-    text = generate_latest(reg).decode()
+    return generate_latest(reg).decode()
+
+
+def test_kept_is_exported_per_flow():
+    ml = {"mode": "switch", "fallbacks": 0, "recoveries": 0, "errors": {}}
+    pc = {"flows": [{"flow": "a", "job": "j", "plan": {"schedule_Bps": [1, 2], "kept": 0.25}},
+                    {"flow": "b", "job": None, "plan": None}]}
+
+    text = _exposition(ml, pc)
     assert 'hostctl_flow_kept_ratio{flow="a",job="j"} 0.25' in text
     assert 'hostctl_flow_kept_ratio{flow="b"' not in text
     assert "hostctl_flow_delta_bps{" not in text and "hostctl_mlcc_dep_flows" not in text  # no roles: no series
 
 
 def test_algorithm2_counters_and_deltas_are_exported():
-    from prometheus_client.core import CollectorRegistry
-    from prometheus_client.exposition import generate_latest
-
-    from hostctl.metrics import _mlcc_metrics
-
     ml = {"mode": "switch", "fallbacks": 0, "recoveries": 0, "errors": {},
           "deps": {"enabled": True, "flows": 2, "notifications_sent": 7, "notifications_received": 3,
                    "delta_flows": 5, "reduced_flows": 1, "progress_missing": 4}}
     pc = {"flows": [{"flow": "a", "job": "r", "plan": {"schedule_Bps": [1], "kept": 1.0, "role": "ring",
                                                        "delta_Bps": 1000, "reduced_bytes": 0}}]}
 
-    class One:
-        def collect(self):
-            return list(_mlcc_metrics(ml, pc))
-
-    reg = CollectorRegistry()
-    reg.register(One())
-    text = generate_latest(reg).decode()
+    text = _exposition(ml, pc)
     assert 'hostctl_flow_delta_bps{flow="a",job="r",role="ring"} 8000.0' in text
     assert "hostctl_mlcc_dep_flows 2.0" in text and "hostctl_mlcc_notifications_sent_total 7.0" in text
     assert "hostctl_mlcc_progress_missing_total 4.0" in text

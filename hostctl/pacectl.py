@@ -28,7 +28,7 @@ from hostctl.core.monitor import FlowMonitor, MonitorParams
 from hostctl.core.pace import PaceTable, cap_rates, selectors
 from hostctl.core.plan import MAX_JOB_SLOTS, allocate_slots
 from hostctl.core.types import FlowKey, Job
-from hostctl.datapath import UNLIMITED_BPS_BYTES, FlowRecord
+from hostctl.datapath import UNLIMITED_BPS_BYTES, BurstBatch, FlowRecord
 
 NAN = float("nan")
 log = logging.getLogger("hostctl")
@@ -122,12 +122,13 @@ class PaceControl:
             acked_l.append(r.bytes_acked)
         if readout.bursts:
             self.burst_records += len(readout.bursts)
-            known = [b for b in readout.bursts if b.key in self._ids]
-            if known:
-                self.monitor.bursts(np.array([self._ids[b.key] for b in known], dtype=np.int64),
-                                    np.array([b.start_ns / 1e9 for b in known]),
-                                    np.array([b.end_ns / 1e9 for b in known]),
-                                    np.array([b.bytes for b in known], dtype=np.int64))
+            bursts = BurstBatch.of(readout.bursts)  # the pacer's are columns already
+            ids_of = self._ids.get
+            fid = np.array([ids_of(k, -1) for k in bursts.keys], dtype=np.int64)
+            known = fid >= 0
+            if known.any():
+                self.monitor.bursts(fid[known], bursts.start_ns[known] / 1e9, bursts.end_ns[known] / 1e9,
+                                    bursts.nbytes[known].astype(np.int64))
         # ids after the bursts: the records of a flow read for the first time are left out
         ids = np.array([self._flow_id(k) for k in records], dtype=np.int64)
         self.monitor.observe(max(now, t_read), ids, jobs_l,

@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -166,7 +167,11 @@ def gap_threshold(gaps: Iterable[float], ratio: float, min_long: int = _MIN_LONG
     Sorted gaps are cut at the largest jump by a factor >= ratio that leaves at
     least min_long gaps above it; the threshold is the geometric mean at the cut.
     """
-    g = sorted(gaps)
+    return _threshold_sorted(sorted(gaps), ratio, min_long)
+
+
+def _threshold_sorted(g: list, ratio: float, min_long: int = _MIN_LONG) -> float:
+    """gap_threshold of gaps already sorted (a flow keeps its gaps sorted as they come)."""
     if len(g) <= min_long or g[0] <= 0 or g[-min_long] < ratio * g[0]:
         return NAN  # no jump can reach the ratio
     # the largest jump, the last one on ties (cuts k = 0 .. len - min_long - 1)
@@ -174,21 +179,23 @@ def gap_threshold(gaps: Iterable[float], ratio: float, min_long: int = _MIN_LONG
     return math.sqrt(g[k] * g[k + 1]) if r >= ratio else NAN
 
 
-@dataclass
 class _Junction:
     """End of a burst at counter position pos. e: when the burst ended, s: when the
-    flow next made progress; each as bounds, equal once exact."""
+    flow next made progress; each as bounds, equal once exact. (A plain class with
+    slots: one is made per burst record.)"""
 
-    pos: int
-    e_lo: float
-    e_hi: float
-    s_lo: float
-    s_hi: float
-    blocked_at: int = -1  # observe() count when first blocked behind a certain phase end
+    __slots__ = ("pos", "e_lo", "e_hi", "s_lo", "s_hi", "blocked_at")
+
+    def __init__(self, pos: int, e_lo: float, e_hi: float, s_lo: float, s_hi: float) -> None:
+        self.pos, self.e_lo, self.e_hi, self.s_lo, self.s_hi = pos, e_lo, e_hi, s_lo, s_hi
+        self.blocked_at = -1  # observe() count when first blocked behind a certain phase end
 
     def bounds(self) -> tuple[float, float]:
         """[L, U] on the idle gap, widened by EPS against float rounding."""
         return self.s_lo - self.e_hi + EPS, self.s_hi - self.e_lo + EPS
+
+    def __repr__(self) -> str:
+        return f"_Junction({self.pos}, {self.e_lo}, {self.e_hi}, {self.s_lo}, {self.s_hi}, {self.blocked_at})"
 
 
 @dataclass
@@ -199,12 +206,64 @@ class _Track:
     t0: float  # first sight: records that started before it straddle the baseline
     gap_memory: int
     last_e: float = -INF  # end of the last record
-    gaps: deque = field(init=False)
+    gaps: deque = field(init=False)  # the last gap_memory exact phase gaps, oldest first
+    sorted_gaps: list = field(default_factory=list)  # the same, sorted (for the gap rule)
     junctions: list = field(default_factory=list)
     ends: deque = field(default_factory=lambda: deque(maxlen=_ENDS))
 
     def __post_init__(self) -> None:
         self.gaps = deque(maxlen=self.gap_memory)
+
+    def add_gap(self, g: float) -> None:
+        srt = self.sorted_gaps
+        if len(self.gaps) == self.gap_memory:  # the oldest one leaves
+            del srt[bisect_left(srt, self.gaps[0])]
+        self.gaps.append(g)
+        insort(srt, g)
+
+
+class _Rows:
+    """Plain-Python working copies of some flows' per-flow fields, for the per-record
+    slow path (a numpy element access costs ~100 ns, a list's ~20 ns): gathered with
+    one fancy index per field, written back with one by put(). Index u is the u-th
+    of the rows given."""
+
+    __slots__ = ("idx", "base", "jmax", "acked", "iters", "done", "origin", "first_ok", "hist_n", "hist",
+                 "est", "eff", "start", "thr", "busy", "job")
+
+    def __init__(self, mon: FlowMonitor, idx: np.ndarray) -> None:
+        a = mon._a
+        self.idx = idx
+        self.base = a["base"][idx].tolist()
+        self.jmax = a["jmax"][idx].tolist()
+        self.acked = a["acked"][idx].tolist()
+        self.iters = a["iters"][idx].tolist()
+        self.done = a["done"][idx].tolist()
+        self.origin = a["origin"][idx].tolist()
+        self.first_ok = a["first_ok"][idx].tolist()
+        self.hist_n = a["hist_n"][idx].tolist()
+        self.hist = a["hist"][idx].tolist()
+        self.est = a["est"][idx].tolist()
+        self.eff = mon._e_eff[idx].tolist()
+        self.start = a["start"][idx].tolist()
+        self.thr = a["thr"][idx].tolist()
+        self.busy = a["busy"][idx].tolist()
+        self.job = a["job"][idx].tolist() if mon._hints else None  # only hints need it
+
+    def put(self, mon: FlowMonitor) -> None:
+        a, idx = mon._a, self.idx
+        a["base"][idx] = self.base
+        a["jmax"][idx] = self.jmax
+        a["iters"][idx] = self.iters
+        a["done"][idx] = self.done
+        a["first_ok"][idx] = self.first_ok
+        a["hist_n"][idx] = self.hist_n
+        a["hist"][idx] = self.hist
+        a["est"][idx] = self.est
+        mon._e_eff[idx] = self.eff
+        a["start"][idx] = self.start
+        a["thr"][idx] = self.thr
+        a["busy"][idx] = self.busy
 
 
 @dataclass
@@ -386,26 +445,36 @@ class FlowMonitor:
                     pre_new[k] = True
                 else:
                     self.records_dropped += len(recs)
-        for i in np.flatnonzero(idle_new | a["busy"] | pre_new).tolist():
-            tr = self._track(i)
-            changed = bool(pre_new[i] or idle_new[i])
-            if pre_new[i]:
-                self._presight(i, tr, self._pre[int(ids[i])])
-            c = int(acked[i])
-            for j in tr.junctions:  # what this read tells about when each flow resumed
-                if j.s_lo != j.s_hi:
-                    if c <= j.pos:
-                        j.s_lo, changed = max(j.s_lo, t), True
-                    elif j.s_hi == INF:
-                        j.s_hi, changed = t, True
-                if j.blocked_at >= 0:
-                    changed = True  # may be forced now
-            if idle_new[i]:
-                e_lo = float(a["still_prev"][i])
-                tr.junctions.append(_Junction(c, -INF if math.isnan(e_lo) else e_lo, float(a["still"][i]), t, INF))
-                a["jmax"][i] = c
-            if changed:
-                self._settle(i, tr)
+        sel = np.flatnonzero(idle_new | a["busy"] | pre_new)
+        if len(sel):
+            rows = sel.tolist()
+            pre_l, idle_l = pre_new[sel].tolist(), idle_new[sel].tolist()
+            fids = ids[sel].tolist()
+            for i, fid, pre in zip(rows, fids, pre_l):  # first (each touches its own flow only)
+                if pre:
+                    self._presight(i, self._track(i, fid), self._pre[fid])
+            v = _Rows(self, sel)
+            acked_l = acked[sel].tolist()
+            still_prev, still = a["still_prev"][sel].tolist(), a["still"][sel].tolist()
+            for u, i in enumerate(rows):
+                tr = self._track(i, fids[u])
+                changed = pre_l[u] or idle_l[u]
+                c = acked_l[u]
+                for j in tr.junctions:  # what this read tells about when each flow resumed
+                    if j.s_lo != j.s_hi:
+                        if c <= j.pos:
+                            j.s_lo, changed = max(j.s_lo, t), True
+                        elif j.s_hi == INF:
+                            j.s_hi, changed = t, True
+                    if j.blocked_at >= 0:
+                        changed = True  # may be forced now
+                if idle_l[u]:
+                    e_lo = still_prev[u]
+                    tr.junctions.append(_Junction(c, -INF if math.isnan(e_lo) else e_lo, still[u], t, INF))
+                    v.jmax[u] = c
+                if changed:
+                    self._settle(v, u, tr)
+            v.put(self)
         self._pre = {}
 
         self._stats = self._snapshot(bytes_slot, rate)
@@ -589,8 +658,9 @@ class FlowMonitor:
                         eff[rows] = hinted[name] / rows.sum()
         self._e_eff = eff
 
-    def _track(self, i: int) -> _Track:
-        fid = int(self._a["ids"][i])
+    def _track(self, i: int, fid: int | None = None) -> _Track:
+        if fid is None:
+            fid = int(self._a["ids"][i])
         tr = self._tracks.get(fid)
         if tr is None:
             tr = _Track(int(self._a["origin"][i]), float(self._a["t0"][i]), self.p.gap_memory)
@@ -627,86 +697,98 @@ class FlowMonitor:
         c_lo = np.where(ok & (ts <= e[:, None]), cs, -1).max(axis=1)
         c_hi = np.where(ok & (ts >= e[:, None]), cs, np.iinfo(np.int64).max).min(axis=1)
         n = len(rows)
+        # the flows, in order: u = index of the record's flow among them
+        first = np.ones(n, dtype=bool)
+        first[1:] = rows[1:] != rows[:-1]
+        idx = rows[first]
+        ul = (np.cumsum(first) - 1).tolist()
+        v = _Rows(self, idx)
+        tracks = [self._track(i, fid) for i, fid in zip(idx.tolist(), a["ids"][idx].tolist())]
+        fo_before = list(v.first_ok)
         starts, ends, use = [0] * n, [0] * n, [False] * n
-        tracks: dict[int, _Track] = {}
-        thr: dict[int, _Track] = {}
-        first_ok = a["first_ok"][rows].tolist()
-        rl, sl, el, bl = rows.tolist(), s.tolist(), e.tolist(), b.tolist()
+        new_gaps: set[int] = set()
+        sl, el, bl = s.tolist(), e.tolist(), b.tolist()
         st_l, lo_l, hi_l = c_start.tolist(), c_lo.tolist(), c_hi.tolist()
+        gap = p.phase_gap_s
         for r in range(n):
-            i = rl[r]
-            tr = tracks.get(i) or self._track(i)
-            tracks[i] = tr
+            u = ul[r]
+            tr = tracks[u]
             si, ei, bi = sl[r], el[r], bl[r]
-            if si < tr.last_e:
+            last_e = tr.last_e
+            if si < last_e:
                 self.records_dropped += 1
                 continue
-            if first_ok[r] < 0 and tr.last_e == -INF:
-                a["first_ok"][i] = 1 if si >= tr.t0 else 0
-            if si < tr.t0:  # started before first sight: only the part after it is in our accounting
-                part = 1.0 if ei <= tr.t0 else (tr.t0 - si) / (ei - si)
+            t0 = tr.t0
+            if fo_before[u] < 0 and last_e == -INF:
+                v.first_ok[u] = 1 if si >= t0 else 0
+            if si < t0:  # started before first sight: only the part after it is in our accounting
+                part = 1.0 if ei <= t0 else (t0 - si) / (ei - si)
                 bi -= int(round(bi * part))
             start = max(tr.rec_pos, st_l[r])  # bytes read before it started are not in it
             end = min(max(start + bi, lo_l[r]), hi_l[r])
             starts[r], ends[r], use[r] = min(start, end), end, True
             tr.rec_pos = end
-            if tr.last_e > -INF and si - tr.last_e + EPS >= p.phase_gap_s:
-                tr.gaps.append(si - tr.last_e)
-                thr[i] = tr  # its threshold changes: computed once per flow below, from all its new gaps
+            if last_e > -INF and si - last_e + EPS >= gap:
+                tr.add_gap(si - last_e)
+                new_gaps.add(u)  # its threshold changes: computed once per flow below, from all its new gaps
             tr.last_e = ei
-        for i, tr in thr.items():
-            a["thr"][i] = gap_threshold(tr.gaps, p.gap_ratio)
+        for u in new_gaps:
+            v.thr[u] = _threshold_sorted(tracks[u].sorted_gaps, p.gap_ratio)
         # when each record's flow next moved past its end, from the reads
         past = cs > np.array(ends, dtype=np.int64)[:, None]
         s_lo = np.where(ok & ~past, ts, -INF).max(axis=1).tolist()
         s_hi = np.where(ok & past, ts, INF).min(axis=1).tolist()
-        base_l = a["base"][rows].tolist()
-        jmax: dict[int, int] = {}
+        base_l, vstart, jmax = v.base, v.start, v.jmax  # (no commit before the settles: base is the one read)
+        kg = p.kernel_gap_s
         for r in range(n):
             if not use[r]:
                 continue
-            i, si, ei, start, end = rl[r], sl[r], el[r], starts[r], ends[r]
-            tr = tracks[i]
-            for j in tr.junctions:  # the burst before this one now knows when the flow resumed
+            u, si, ei, start, end = ul[r], sl[r], el[r], starts[r], ends[r]
+            tr = tracks[u]
+            js = tr.junctions
+            for j in js:  # the burst before this one now knows when the flow resumed
                 if j.pos == start and j.s_lo != j.s_hi:
                     j.s_lo = j.s_hi = max(si, j.e_lo)
-            base = base_l[r]
+            base = base_l[u]
             if start == base and end > start:
-                a["start"][i] = si
+                vstart[u] = si
             if end > base:
-                for j in tr.junctions:
+                for j in js:
                     if j.pos == end:
                         break
                 else:
                     j = _Junction(end, ei, ei, s_lo[r], s_hi[r])
-                    tr.junctions.append(j)
+                    js.append(j)
                 j.e_lo = j.e_hi = ei
                 if j.s_lo != j.s_hi:
-                    j.s_lo = max(j.s_lo, ei + p.kernel_gap_s)
-                jmax[i] = max(jmax.get(i, end), end)
+                    j.s_lo = max(j.s_lo, ei + kg)
+                if end > jmax[u]:
+                    jmax[u] = end
             tr.ends.append((end, ei))
-        if jmax:
-            k = np.fromiter(jmax, dtype=np.int64, count=len(jmax))
-            a["jmax"][k] = np.maximum(a["jmax"][k], np.fromiter(jmax.values(), dtype=np.int64, count=len(jmax)))
         if settle:
-            for i, tr in tracks.items():
-                self._settle(i, tr)
+            for u, tr in enumerate(tracks):
+                self._settle(v, u, tr)
+        v.put(self)
 
-    def _settle(self, i: int, tr: _Track) -> None:
-        """Decide the flow's junctions in order (module docstring, rules 2-5)."""
-        a, p = self._a, self.p
-        h = self._hints.get(a["job"][i])
-        if h is not None and h.driven:  # hints count this job's iterations
-            tr.junctions = []
-            a["busy"][i] = False
-            return
-        if len(tr.junctions) > 1:
-            tr.junctions.sort(key=lambda x: x.pos)
+    def _settle(self, v: _Rows, u: int, tr: _Track) -> None:
+        """Decide the u-th flow of v's junctions in order (module docstring, rules 2-5)."""
+        p = self.p
+        if v.job is not None:
+            h = self._hints.get(v.job[u])
+            if h is not None and h.driven:  # hints count this job's iterations
+                tr.junctions = []
+                v.busy[u] = False
+                return
         js = tr.junctions
-        base = int(a["base"][i])
-        est = float(self._e_eff[i])
-        thr = float(a["thr"][i])
-        gap, need = p.phase_gap_s, p.min_fraction * est
+        if not js:
+            v.busy[u] = False
+            return
+        if len(js) > 1:
+            js.sort(key=lambda x: x.pos)
+        base = v.base[u]
+        thr = v.thr[u]
+        gap, mf = p.phase_gap_s, p.min_fraction
+        need = mf * v.eff[u]
         keep: list[_Junction] = []
         for n, j in enumerate(js):
             if keep:  # blocked behind an undecided junction
@@ -714,7 +796,7 @@ class FlowMonitor:
                 continue
             if j.pos <= base:
                 continue
-            lo, hi = j.bounds()
+            lo, hi = j.s_lo - j.e_hi + EPS, j.s_hi - j.e_lo + EPS  # j.bounds()
             phase = True if lo >= gap else (False if hi < gap else None)
             if phase is False or j.pos - base < need:  # (need is nan while E is unknown)
                 continue
@@ -730,33 +812,41 @@ class FlowMonitor:
                         j.blocked_at = self._nobs
                     keep.append(j)
                     continue
-            self._commit(i, j.pos, j.s_lo)
-            base, need = j.pos, p.min_fraction * float(self._e_eff[i])
+            self._commit_one(v, u, j.pos, j.s_lo)
+            base, need = j.pos, mf * v.eff[u]
         tr.junctions = keep
-        a["busy"][i] = bool(keep)
+        v.busy[u] = bool(keep)
+
+    def _commit_one(self, v: _Rows, u: int, pos: int, next_start: float) -> None:
+        """End the u-th flow of v's current iteration at counter position pos (the
+        one-flow twin of _commit_rows, on plain Python values); next_start: when the
+        next one started."""
+        hn = self.p.history
+        nbytes = pos - v.base[u]
+        first = v.iters[u] == 0
+        v.iters[u] += 1
+        v.done[u] += nbytes
+        if not first or v.origin[u] <= 1 or v.first_ok[u] == 1:
+            k = v.hist_n[u]
+            hist = v.hist[u]
+            hist[k % hn] = float(nbytes)
+            v.hist_n[u] = k + 1
+            m = min(k + 1, hn)
+            w = sorted(hist[:m])
+            v.est[u] = est = (w[(m - 1) // 2] + w[m // 2]) / 2
+            h = self._hints.get(v.job[u]) if v.job is not None else None
+            if h is None or h.bytes_per_iter is None:
+                v.eff[u] = est
+        v.base[u] = pos
+        if pos > v.jmax[u]:
+            v.jmax[u] = pos
+        v.start[u] = next_start if v.acked[u] > pos else NAN
 
     def _commit(self, i: int, pos: int, next_start: float) -> None:
-        """End flow i's current iteration at counter position pos (scalar twin of
-        _commit_rows, for the slow path); next_start: when the next one started."""
-        a, hn = self._a, self.p.history
-        nbytes = int(pos) - int(a["base"][i])
-        first = a["iters"][i] == 0
-        a["iters"][i] += 1
-        a["done"][i] += nbytes
-        if not first or a["origin"][i] <= 1 or a["first_ok"][i] == 1:
-            k = int(a["hist_n"][i])
-            a["hist"][i, k % hn] = nbytes
-            a["hist_n"][i] = k + 1
-            m = min(k + 1, hn)
-            v = sorted(a["hist"][i, :m].tolist())
-            a["est"][i] = est = (v[(m - 1) // 2] + v[m // 2]) / 2
-            h = self._hints.get(a["job"][i])
-            if h is None or h.bytes_per_iter is None:
-                self._e_eff[i] = est
-        a["base"][i] = pos
-        if pos > a["jmax"][i]:
-            a["jmax"][i] = pos
-        a["start"][i] = next_start if a["acked"][i] > pos else NAN
+        """_commit_one for row i alone."""
+        v = _Rows(self, np.array([i]))
+        self._commit_one(v, 0, pos, next_start)
+        v.put(self)
 
     def _commit_rows(self, rows: np.ndarray, pos: np.ndarray, next_start: np.ndarray) -> None:
         """End the current iteration of the flows at counter positions pos; next_start:

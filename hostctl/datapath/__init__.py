@@ -7,8 +7,11 @@ contract tests (tests/unit/test_datapath_contract.py, tests/integration/...).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
+
+import numpy as np
 
 from hostctl.core.pace import PaceTable
 from hostctl.core.plan import ClassifierTable, TcPlan
@@ -85,10 +88,55 @@ class Burst(NamedTuple):
     bytes: int
 
 
+class BurstBatch(Sequence):
+    """Bursts by column, as the pacer reads them from its ring buffer (no object per record):
+    keys (FlowKey per record), slot, start_ns, end_ns and nbytes (numpy uint arrays, same
+    length). A sequence of Burst for everyone else (indexing and iterating make them)."""
+
+    __slots__ = ("keys", "slot", "start_ns", "end_ns", "nbytes")
+
+    def __init__(self, keys: list[FlowKey], slot: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray,
+                 nbytes: np.ndarray) -> None:
+        if not len(keys) == len(slot) == len(start_ns) == len(end_ns) == len(nbytes):
+            raise ValueError("BurstBatch columns differ in length")
+        self.keys, self.slot, self.start_ns, self.end_ns, self.nbytes = keys, slot, start_ns, end_ns, nbytes
+
+    @classmethod
+    def of(cls, bursts: Sequence[Burst]) -> BurstBatch:
+        if isinstance(bursts, BurstBatch):
+            return bursts
+        return cls([b.key for b in bursts], np.array([b.slot for b in bursts], dtype=np.uint32),
+                   np.array([b.start_ns for b in bursts], dtype=np.uint64),
+                   np.array([b.end_ns for b in bursts], dtype=np.uint64),
+                   np.array([b.bytes for b in bursts], dtype=np.uint64))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return list(self)[i]
+        return Burst(self.keys[i], int(self.slot[i]), int(self.start_ns[i]), int(self.end_ns[i]), int(self.nbytes[i]))
+
+    def __iter__(self):
+        return map(Burst, self.keys, self.slot.tolist(), self.start_ns.tolist(), self.end_ns.tolist(),
+                   self.nbytes.tolist())
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (BurstBatch, list, tuple)):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # mutable columns
+
+    def __repr__(self) -> str:
+        return f"BurstBatch({list(self)!r})"
+
+
 @dataclass(frozen=True)
 class PacingReadout:
     flows: list[FlowRecord] = field(default_factory=list)
-    bursts: list[Burst] = field(default_factory=list)
+    bursts: list[Burst] | BurstBatch = field(default_factory=list)  # the pacer gives a BurstBatch
     ctl: dict[str, int] = field(default_factory=dict)
 
 

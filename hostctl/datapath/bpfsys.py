@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import mmap
 import os
 import platform
 import struct
@@ -27,10 +28,12 @@ BPF_OBJ_PIN = 6
 BPF_OBJ_GET = 7
 BPF_PROG_ATTACH = 8
 BPF_PROG_DETACH = 9
+BPF_OBJ_GET_INFO_BY_FD = 15
 BPF_PROG_QUERY = 16
 BPF_MAP_LOOKUP_BATCH = 24
 BPF_ENABLE_STATS = 32
 
+BPF_MAP_TYPE_RINGBUF = 27  # enum bpf_map_type
 BPF_CGROUP_SOCK_OPS = 3  # enum bpf_attach_type
 BPF_F_ALLOW_MULTI = 2
 BPF_STATS_RUN_TIME = 0
@@ -157,6 +160,104 @@ class BatchReader:
             self.tok_in.value = self.tok_out.value
             first = False
         return b"".join(keys), b"".join(values)
+
+
+def map_info(fd: int) -> tuple[int, int, int, int]:
+    """(type, key_size, value_size, max_entries) of a map (struct bpf_map_info's first fields)."""
+    info = ctypes.create_string_buffer(80)
+    _call(BPF_OBJ_GET_INFO_BY_FD, struct.pack("=IIQ", fd, len(info), ctypes.addressof(info)))
+    mtype, _id, ksz, vsz, maxe = struct.unpack_from("=5I", info.raw)
+    return mtype, ksz, vsz, maxe
+
+
+RINGBUF_BUSY = 1 << 31  # record header: reserved, not committed yet
+RINGBUF_DISCARD = 1 << 30  # record header: discarded by the program
+RINGBUF_HDR = 8  # u32 length (with the two bits above), u32 page offset
+
+
+def ring_take(buf, base: int, mask: int, cons: int, prod: int, size: int) -> tuple[bytes, int, int, int]:
+    """The committed records in [cons, prod) of a ring buffer's data area as mapped by the
+    kernel (``buf``: data at ``base``, mapped twice in a row, so a record that wraps is
+    contiguous; ``mask`` = data size - 1). Takes records in order up to the first one not
+    committed yet; keeps those of ``size`` bytes. Returns (records, count, new consumer
+    position, records of another size skipped): records is count records back to back,
+    each its 8-byte header then its sample, padded to 8 bytes.
+
+    The headers are read before the samples (x86 keeps loads in order, and the kernel
+    commits a record by clearing its busy bit after writing it)."""
+    stride = (size + RINGBUF_HDR + 7) & ~7
+    avail = prod - cons
+    off = base + (cons & mask)
+    k = min(avail, mask + 1) // stride
+    if k:  # fast path: every record of this size and committed (one program, one record type)
+        mv = memoryview(buf)[off:off + k * stride]
+        lens = mv.cast("B").cast("I")[::stride // 4].tolist()
+        mv.release()
+        n = k if lens.count(size) == k else next(j for j, x in enumerate(lens) if x != size)
+    else:
+        n = 0
+    parts = [bytes(buf[off:off + n * stride])] if n else []
+    cons += n * stride
+    count, skipped = n, 0
+    if n < k or (n == k and cons < prod):  # something else first: walk record by record
+        while cons < prod:
+            o = base + (cons & mask)
+            ln = struct.unpack_from("=I", buf, o)[0]
+            if ln & RINGBUF_BUSY:
+                break
+            body = ln & ~RINGBUF_DISCARD
+            if not ln & RINGBUF_DISCARD:
+                if body == size:
+                    parts.append(bytes(buf[o:o + stride]))
+                    count += 1
+                else:
+                    skipped += 1
+            cons += (body + RINGBUF_HDR + 7) & ~7
+    return b"".join(parts) if len(parts) != 1 else parts[0], count, cons, skipped
+
+
+class RingReader:
+    """Consumer of a BPF ring buffer (BPF_MAP_TYPE_RINGBUF) through its mmap'ed pages,
+    as libbpf's ring_buffer__consume does, without a callback per record: read() returns
+    every committed record of ``size`` bytes at once. x86 only (see ring_take); raises
+    OSError where the map is not a ring buffer or cannot be mapped."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        if platform.machine() not in ("x86_64", "AMD64"):
+            raise BpfError(errno.ENOTSUP, "mmap ring buffer reads need x86's load ordering")
+        mtype, _k, _v, data = map_info(fd)
+        if mtype != BPF_MAP_TYPE_RINGBUF or data <= 0 or data & (data - 1):
+            raise BpfError(errno.EINVAL, f"map {fd} is not a ring buffer (type {mtype}, size {data})")
+        page = mmap.PAGESIZE
+        self.size, self.mask, self.page = size, data - 1, page
+        self.skipped = 0  # records of another size (none expected)
+        self._cons_map = mmap.mmap(fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
+        try:
+            self._prod_map = mmap.mmap(fd, page + 2 * data, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
+        except BaseException:
+            self._cons_map.close()
+            raise
+        self._cons = ctypes.c_uint64.from_buffer(self._cons_map)  # one aligned 8-byte load / store
+        self._prod = struct.Struct("=Q")  # native: one 8-byte load
+
+    def read(self) -> tuple[bytes, int]:
+        """(records, count): see ring_take; the consumer position moves past them."""
+        cons = self._cons.value
+        prod = self._prod.unpack_from(self._prod_map, 0)[0]
+        if prod <= cons:
+            return b"", 0
+        data, n, new, skipped = ring_take(self._prod_map, self.page, self.mask, cons, prod, self.size)
+        self.skipped += skipped
+        if new != cons:
+            self._cons.value = new
+        return data, n
+
+    def close(self) -> None:
+        if self._cons_map is not None:
+            del self._cons
+            self._cons_map.close()
+            self._prod_map.close()
+            self._cons_map = None
 
 
 def enable_stats() -> int:

@@ -27,15 +27,18 @@ import ctypes
 import ipaddress
 import json
 import logging
+import operator
 import os
 import struct
 import time
+
+import numpy as np
 
 from hostctl import consts
 from hostctl.cgroups import cgroup_pids  # noqa: F401  (re-exported: tests use pacer.cgroup_pids)
 from hostctl.core.pace import PaceTable
 from hostctl.core.types import FlowKey
-from hostctl.datapath import Burst, FlowRecord, bpfsys
+from hostctl.datapath import Burst, BurstBatch, FlowRecord, bpfsys
 from hostctl.datapath.classifier import bpf_dir, import_bcc
 from hostctl.errors import DatapathError, ProbeError
 
@@ -232,10 +235,36 @@ def _record(key: FlowKeyC, v: FlowC) -> FlowRecord:
     return _row(key_of(key), _FLOW.unpack(ctypes.string_at(ctypes.addressof(v), _FLOW.size)))
 
 
+# FlowC without burst_start_ns and burst_base_acked, whose fields put in FlowRecord's order
+_FLOW_KEPT = struct.Struct("=4Q16x2Q8I")
+assert _FLOW_KEPT.size == _FLOW.size
+_IN_RECORD_ORDER = operator.itemgetter(6, 0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13)
+assert FlowRecord._fields[1] == "slot" and FlowRecord._fields[2] == "bytes_acked"
+_new_tuple = tuple.__new__
+
+
 def _records(keys: bytes, values: bytes) -> list[FlowRecord]:
-    """Rows from a batch read: keys and values concatenated in the same order."""
-    ks = _KEY_SIZE
-    return [_row(_key_raw(keys[i * ks:(i + 1) * ks]), f) for i, f in enumerate(_FLOW.iter_unpack(values))]
+    """Rows from a batch read: keys and values concatenated in the same order. (Every flow's
+    row every slot: no Python call per row but the cache miss of a new key.)"""
+    ks, known = _KEY_SIZE, _KEYS.get
+    return [_new_tuple(FlowRecord, (known(raw) or _key_raw(raw), *_IN_RECORD_ORDER(f)))
+            for raw, f in zip([keys[i:i + ks] for i in range(0, len(keys), ks)], _FLOW_KEPT.iter_unpack(values))]
+
+
+# a ring buffer record of hp_bursts: the kernel's 8-byte header, then struct hp_burst
+_BURST_REC = np.dtype([("len", "<u4"), ("pgoff", "<u4"), ("key", f"V{_KEY_SIZE}"), ("start_ns", "<u8"),
+                       ("end_ns", "<u8"), ("bytes", "<u8"), ("slot", "<u4"), ("pad", "<u4")])
+assert _BURST_REC.itemsize == bpfsys.RINGBUF_HDR + _BURST_SIZE
+assert _BURST_REC.fields["start_ns"][1] == bpfsys.RINGBUF_HDR + BurstC.start_ns.offset
+assert _BURST_REC.fields["slot"][1] == bpfsys.RINGBUF_HDR + BurstC.slot.offset
+
+
+def _burst_batch(raw: bytes, n: int) -> BurstBatch:
+    """n ring buffer records (RingReader.read) -> columns."""
+    rec = np.frombuffer(raw, dtype=_BURST_REC, count=n)
+    known = _KEYS.get
+    keys = [known(k) or _key_raw(k) for k in rec["key"].tolist()]
+    return BurstBatch(keys, rec["slot"], rec["start_ns"], rec["end_ns"], rec["bytes"])
 
 
 # -- owner records ------------------------------------------------------------------------------
@@ -302,6 +331,7 @@ class Pacer:
         self.track_all = track_all
         self._flags = HP_CTL_TRACK_ALL if track_all else 0
         self._bursts: list[Burst] = []
+        self._ring: bpfsys.RingReader | None = None  # None: bcc's callbacks read the ring buffer
         self._batch: bpfsys.BatchReader | None | bool = None  # False: the kernel has no batch reads
         try:
             self._load()
@@ -348,7 +378,11 @@ class Pacer:
                              "CONFIG_CGROUP_BPF (docs/operations.md)") from e
         self.maps = {n: self.bpf[n.encode()] for n in MAP_NAMES if n != "hp_bursts"}
         self._write_ctl(self._flags)
-        self.bpf[b"hp_bursts"].open_ring_buffer(self._on_burst)
+        try:  # the records in bulk from the mapped ring buffer; else one bcc callback per record
+            self._ring = bpfsys.RingReader(self.bpf[b"hp_bursts"].map_fd, _BURST_SIZE)
+        except OSError as e:
+            log.info("reading the burst ring buffer through bcc (%s)", e)
+            self.bpf[b"hp_bursts"].open_ring_buffer(self._on_burst)
         os.makedirs(self.pin_dir, mode=0o700, exist_ok=True)
         bpfsys.obj_pin(self.fn.fd, os.path.join(self.pin_dir, PROG_NAME))
         for n in MAP_NAMES:
@@ -448,8 +482,11 @@ class Pacer:
         start, end, nbytes, slot = _BURST_TAIL.unpack_from(raw, _KEY_SIZE)
         self._bursts.append(Burst(_key_raw(raw[:_KEY_SIZE]), slot, start, end, nbytes))
 
-    def bursts(self) -> list[Burst]:
+    def bursts(self) -> BurstBatch | list[Burst]:
         """Completed bursts since the last call (drains the ring buffer, never blocks)."""
+        if self._ring is not None:
+            raw, n = self._ring.read()
+            return _burst_batch(raw, n) if n else []
         if self.bpf is not None:
             self.bpf.ring_buffer_consume()
         out, self._bursts = self._bursts, []
@@ -472,6 +509,9 @@ class Pacer:
         if self._cg_fd >= 0:
             os.close(self._cg_fd)
             self._cg_fd = -1
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
         if self.bpf is not None:
             try:
                 self.bpf.cleanup()

@@ -487,3 +487,44 @@ def test_property_counts_and_bytes(emit):
         assert abs(s.bytes_per_iter[0] - X) <= 0.03 * X + 1
 
     check()
+
+
+# -- batches of records: one flow's state never depends on the others' ------------------------
+def test_flows_batched_together_equal_flows_alone():
+    """The records of many flows come in one bursts() call (the slow path works on copies of
+    the batch's flows, written back once): each flow ends as it would alone. Flows of
+    different shapes, some with several records per read, one first seen mid-trace."""
+    shapes = [dict(dur=0.070), dict(dur=0.015, gap=0.200, buckets=4), dict(dur=0.050, gap=0.025),
+              dict(size=3 * X, dur=0.01, gap=0.03, buckets=3, bucket_gap=0.004), dict(first=0.3, dur=0.02)]
+    t_end = 3.0
+    flows = {}
+    for k, (shape, emit) in enumerate(zip(shapes * 2, ["end", "next"] * 5)):
+        bursts, _ = schedule(8, **shape)
+        flows[10 + 3 * k] = ("j" if k % 2 else "i", synth_trace(bursts, emit=emit, t_end=t_end))
+    params = MonitorParams(kernel_gap_s=0.002)
+    together = drive(FlowMonitor(params), flows)[-1][2]
+    assert together.iterations.sum() > 8 * len(flows) * 0.8  # the traces did end iterations
+    for row, fid in enumerate(sorted(flows)):
+        alone = drive(FlowMonitor(params), {fid: flows[fid]})[-1][2]
+        for name in ("iterations", "iter_bytes", "done_bytes", "bytes_per_iter", "max_rate_Bps"):
+            assert getattr(together, name)[row] == getattr(alone, name)[0] or (
+                math.isnan(getattr(together, name)[row]) and math.isnan(getattr(alone, name)[0])), (fid, name)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0.02, 0.03, 0.2, 0.5]) | st.floats(0.02, 2.0), max_size=80),
+       st.integers(3, 12))
+def test_kept_sorted_gaps_give_the_gap_rule(gaps, memory):
+    """A flow keeps its last gap_memory gaps sorted as they come; the threshold from them is
+    gap_threshold of the gaps."""
+    from collections import deque
+
+    from hostctl.core.monitor import _Track, _threshold_sorted
+
+    tr, last = _Track(0, 0.0, memory), deque(maxlen=memory)
+    for g in gaps:
+        tr.add_gap(g)
+        last.append(g)
+        assert list(tr.gaps) == list(last) and tr.sorted_gaps == sorted(last)
+        got, want = _threshold_sorted(tr.sorted_gaps, 4.0), gap_threshold(last, 4.0)
+        assert (math.isnan(got) and math.isnan(want)) or got == want

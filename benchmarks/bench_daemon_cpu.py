@@ -4,7 +4,10 @@
 
 h0 serves a bulk sender on one port (hostctl.tools.bulk); one process on h1 opens N connections to it
 and reads them all (one process, so the receivers do not swamp the machine); the daemon on h0 plans and
-paces all N flows. After a warm-up, the daemon's user + system CPU time (/proc/PID/stat) over --seconds
+paces all N flows. --pattern stream (default): every connection sends all the time, and the single
+receiver, reading the sockets in turn, cuts each flow into a burst every ~60 ms (a stress test of the
+monitor's burst records, not a DL pattern). --pattern dl: a synchronous parameter server's iterations:
+every --period seconds each connection sends --burst bytes at once, then idles (the workers' compute). After a warm-up, the daemon's user + system CPU time (/proc/PID/stat) over --seconds
 gives its share of one core; its status gives the slot work's p50/p90 and overruns. Writes JSON
 (default results/bench_daemon_cpu.json). --profile FILE runs the daemon under cProfile. The testbed has a unique name and is removed at the end."""
 
@@ -64,6 +67,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--warmup", type=float, default=8.0)
     ap.add_argument("--link", default="500mbit")
+    ap.add_argument("--pattern", choices=["stream", "dl"], default="stream")
+    ap.add_argument("--burst", default="256KiB", help="--pattern dl: bytes per flow per iteration")
+    ap.add_argument("--period", type=float, default=0.7, help="--pattern dl: seconds per iteration")
     ap.add_argument("--out", default="results/bench_daemon_cpu.json")
     ap.add_argument("--profile", metavar="FILE", help="run the daemon under cProfile (HOSTCTL_PROFILE), stats to "
                     "FILE (the CPU share is then inflated by the profiler; read the breakdown, not the total)")
@@ -73,7 +79,8 @@ def main() -> None:
     try:
         tb.up()
         h0 = tb.host("h0")
-        tb.popen("h0", [PY, "-m", "hostctl.tools.bulk", "serve", "--bind", h0.addr, "--port", "7100"],
+        dl = ["--burst", a.burst, "--period", str(a.period)] if a.pattern == "dl" else []
+        tb.popen("h0", [PY, "-m", "hostctl.tools.bulk", "serve", "--bind", h0.addr, "--port", "7100", *dl],
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         pol = ["--policy", "mlcc"] if a.policy == "mlcc" else ["--policy", "cap", "--cap", "400mbit"]
         d = tb.popen("h0", [HOSTCTL, "start", *pol, "--iface", "eth0", "--link-rate", a.link, "--ports", "7100",
@@ -98,7 +105,9 @@ def main() -> None:
         s1 = status(tb)
         out, _ = rx.communicate(timeout=60)
         pc = s1.get("pacing") or {}
-        res = {"policy": a.policy, "flows_asked": a.flows, "flows_seen": len(pc.get("flows", [])),
+        res = {"policy": a.policy, "pattern": a.pattern, **({"burst": a.burst, "period_s": a.period}
+                                                             if a.pattern == "dl" else {}),
+               "flows_asked": a.flows, "flows_seen": len(pc.get("flows", [])),
                "window_s": t1 - t0, "daemon_cpu_s": c1 - c0, "core_pct": 100 * (c1 - c0) / (t1 - t0),
                "slot_work_ms_p50": pc.get("tick_ms_p50"), "slot_work_ms_p90": pc.get("tick_ms_p90"),
                "slots": s1["stats"]["slots"] - s0["stats"]["slots"],
@@ -108,10 +117,16 @@ def main() -> None:
         pc0 = s0.get("pacing") or {}
         res["burst_records_per_s"] = (pc.get("burst_records", 0) - pc0.get("burst_records", 0)) / res["window_s"]
         res["cpu_us_per_slot"] = 1e6 * res["daemon_cpu_s"] / max(1, res["slots"])
-        print(f"{a.policy}, {res['flows_seen']} flows: daemon {res['core_pct']:.1f}% of a core; slot work p50 "
+        # what the monitor made of the traffic: iterations and bytes per iteration per flow (medians)
+        fl = pc.get("flows", [])
+        med = (lambda v: sorted(v)[len(v) // 2] if v else None)
+        res["flow_iterations_median"] = med([f["iterations"] for f in fl])
+        res["flow_bytes_per_iter_median"] = med([f["bytes_per_iter"] for f in fl if f["bytes_per_iter"]])
+        print(f"{a.policy}, {a.pattern}, {res['flows_seen']} flows: daemon {res['core_pct']:.1f}% of a core; slot work p50 "
               f"{res['slot_work_ms_p50']:.2f} ms, p90 {res['slot_work_ms_p90']:.2f} ms; "
               f"{res['slot_overruns']} overruns in {res['slots']} slots; goodput {res['goodput_bps'] / 1e6:.0f} Mbit/s; "
-              f"{res['burst_records_per_s']:.0f} burst records/s; {res['cpu_us_per_slot'] / 1000:.2f} ms CPU per slot")
+              f"{res['burst_records_per_s']:.0f} burst records/s; {res['cpu_us_per_slot'] / 1000:.2f} ms CPU per slot; "
+              f"per flow (median) {res['flow_iterations_median']} iterations of {res['flow_bytes_per_iter_median']} bytes")
         if a.profile:  # a clean stop, so that the daemon writes its stats
             subprocess.run(tb.command("h0", [HOSTCTL, "stop"], net_only=True), capture_output=True, timeout=30)
             d.wait(30)

@@ -40,7 +40,6 @@ progress with: every flow has role NONE.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
@@ -393,14 +392,15 @@ class MlccControl:
             return
         progress, notes = (), ()
         if deps is not None and plan is not None and plan.cum_bytes is not None:
-            r0 = plan.rates_Bps[:, 0].tolist()
-            rate_of = {}
-            for d, r in zip(deps, r0):
+            cum = plan.cum_bytes.tolist()
+            rate_of = {}  # the slot-0 rate behind F (the receivers extrapolate F with it)
+            for d, f, c in zip(deps, flows, cum):
                 if d.report:
+                    r = (c - f.cum_bytes) / self.slot_s if f.cum_bytes == f.cum_bytes else 0.0
                     rate_of[d.report] = max(rate_of.get(d.report, 0.0), r)
             job_of = {d.report: f.job for d, f in zip(deps, flows) if d.report}
             progress = [wire.FlowProgress(name, job_of[name], int(F), float(rate_of[name]))
-                        for name, F in dep_rules.reports(deps, plan.cum_bytes.tolist()).items()]
+                        for name, F in dep_rules.reports(deps, cum).items()]
             notes = [wire.Notification(d.notify_to, d.report, f.job, int(c))
                      for r, (d, f, c) in enumerate(zip(deps, flows, plan.notify_bytes.tolist()))
                      if c == c and d.notify_to and r not in self._mute]

@@ -219,6 +219,7 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     if role is None:
         return HostSlot(rates, applied, kind, wave, plan)
     sent = np.asarray(sent_bytes, dtype=np.float64)
+    cum = sent + rates[:, 0] * t  # by the end of the slot at the rate it is paced at (before any hold)
     delta, notify, reduced = np.zeros(n), np.full(n, np.nan), np.zeros(n)
     if plan is not None:
         delta[planned] = plan.delta_Bps
@@ -228,5 +229,5 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
         rows = planned[held.reduction_bytes > 0]
         reduced[planned] = held.reduction_bytes
         rates[rows] = held.rates_Bps[held.reduction_bytes > 0]
-    return HostSlot(rates, applied, kind, wave, plan, cum_bytes=sent + rates[:, 0] * t, delta_Bps=delta,
+    return HostSlot(rates, applied, kind, wave, plan, cum_bytes=cum, delta_Bps=delta,
                     notify_bytes=notify, reduced_bytes=reduced)

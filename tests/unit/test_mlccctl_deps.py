@@ -74,6 +74,7 @@ def test_the_ring_flow_reports_and_notifies_its_successor():
     (rep,) = sw.reported
     # F by the end of the slot: its 6e6 left fit in this slot (C t = 7.5e6)
     assert rep.flow_id == ring_name("r", NXT) and rep.cum_bytes == pytest.approx(5e6 + 6e6, abs=1)
+    assert rep.rate_Bps == pytest.approx(6e6 / SLOT)  # the slot-0 rate behind F (receivers extrapolate with it)
     (note,) = sw.notified
     assert note.to_host == NXT and note.flow_id == ring_name("r", NXT)
     assert note.f_pred_bytes == pytest.approx(rep.cum_bytes + 8e6 / 6, abs=1)

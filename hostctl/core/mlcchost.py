@@ -134,8 +134,9 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     barrier while the last ACKs of its burst are not counted yet).
 
     Algorithm 2 (optional, core/deps.py): role [n] (Role), ref_bytes [n] (the peers' F; a flow
-    whose ref is NaN has no Delta this slot but still notifies), slack_bytes [n] (ring: one chunk); sent_bytes is then
-    the F base (cumulative bytes of the connection). ceiling_bytes [n]: received notifications
+    whose ref is NaN has no Delta this slot but still notifies), slack_bytes [n] (ring: one
+    chunk); sent_bytes is then the F base (cumulative bytes of the connection, the same measure
+    on every host). ceiling_bytes [n]: received notifications
     (+inf: none), applied with apply_reductions to the schedule the flow *publishes* (rates_Bps),
     not to the rate it is paced at (applied_Bps): see the module docstring."""
     K, t = int(params.K), float(params.slot_s)
@@ -186,9 +187,9 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
             rl = np.asarray(role, dtype=np.int64)[planned]
             if (rl != Role.NONE).any():
                 # no reference: ref 0 gives no Delta; the flow still notifies its receiver (succ unknown)
-                known = ~np.isnan(ref)
-                dep = {"role": rl, "ref_bytes": np.where(known, ref, 0.0),
-                       "succ_bytes": np.where(known & (rl == Role.AGGREGATION), ref, np.nan)}
+                has_ref = ~np.isnan(ref)
+                dep = {"role": rl, "ref_bytes": np.where(has_ref, ref, 0.0),
+                       "succ_bytes": np.where(has_ref & (rl == Role.AGGREGATION), ref, np.nan)}
                 if slack_bytes is not None:
                     dep["slack_bytes"] = np.asarray(slack_bytes, dtype=np.float64)[planned]
         plan = allocate(Gp, pidx[planned], load_Bps, avail_Bps, cap, np.asarray(B_Bps, dtype=np.float64)[planned],
@@ -201,7 +202,6 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
                 held = apply_reductions(plan, ceil, params)
     load0 = np.asarray(load_Bps, dtype=np.float64)[:, 0]  # other hosts' load in slot 0
     if plan is not None and fill:
-        # a flow a notification held back gets nothing extra: the bytes it would send are not there yet
         _fill_slot0(rates, planned, wave, pidx, cap, load0, t)
     # a flow whose plan ends in slot 0 may send that slot's volume at up to the path's headroom
     # (slot-0 rate of the plan = its volume / t): the table counts volume per slot, and a burst

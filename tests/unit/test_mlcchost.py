@@ -114,3 +114,33 @@ def test_slot0_is_work_conserving():
     assert r.rates_Bps[:, 0].sum() == pytest.approx(C)  # filled
     assert r.rates_Bps[1].sum() * T == pytest.approx(4 * C * T)  # the same volume, moved earlier
     assert r.rates_Bps[0, 0] == pytest.approx(C / 2)  # the first wave's plan is untouched
+
+
+def _roles(G, *, role, ref, cum, ceiling=None, slack=None):
+    n = len(G)
+    return host_slot(np.asarray(G, float), np.full(n, C), np.asarray(cum, float), np.array(["r"] * n, dtype=object),
+                     nic_only(n), np.array([C]), np.array([C]), np.zeros((1, P.K)), params=P, role=role,
+                     ref_bytes=ref, slack_bytes=slack, ceiling_bytes=ceiling)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 1e5, 2e6, 2e7]), min_size=1, max_size=6), st.sampled_from([0, 1, 2, 3]))
+def test_algorithm2_without_references_or_notifications_changes_nothing(G, role):
+    """A role whose peers are not heard from (ref NaN) and no notification: the same rates and
+    schedules as without Algorithm 2 (it may only add a Delta or hold a published schedule)."""
+    n = len(G)
+    plain = run(G, ["r"] * n, by_job=False, B=np.full(n, C))
+    r = _roles(G, role=[role] * n, ref=[np.nan] * n, cum=[1e6] * n, ceiling=[np.inf] * n, slack=[0.0] * n)
+    assert r.applied_Bps == pytest.approx(plain.applied_Bps) and r.rates_Bps == pytest.approx(plain.rates_Bps)
+    assert (r.delta_Bps == 0).all() and (r.reduced_bytes == 0).all()
+
+
+def test_a_lagging_ring_flow_is_paced_faster_and_a_notified_one_only_publishes_less():
+    G = [3 * C * T, 3 * C * T]  # two flows share the NIC: half each on Alg. 1 alone, 6 slots
+    ring = 3
+    lag = _roles(G, role=[ring, 0], ref=[5e7, np.nan], cum=[1e6, 0.0])
+    assert lag.delta_Bps[0] > 0 and lag.applied_Bps[0] == pytest.approx(C) and lag.applied_Bps[1] == pytest.approx(C / 2)
+    held = _roles(G, role=[ring, 0], ref=[np.nan, np.nan], cum=[1e6, 0.0], ceiling=[1e6, np.inf])
+    assert held.reduced_bytes[0] > 0 and held.rates_Bps[0, 0] < 0.05 * C  # published: held
+    assert held.applied_Bps[0] == pytest.approx(C / 2)  # paced: as planned
+    assert held.rates_Bps[0].sum() * T == pytest.approx(G[0])  # its bytes moved later, not dropped

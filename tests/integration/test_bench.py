@@ -202,8 +202,9 @@ def test_cap_bench_paces_ps_jobs_in_the_testbed(tmp_path):
 @pytest.mark.bpf
 def test_mlcc_bench_runs_with_and_without_switchemu(tmp_path):
     """policy mlcc through the whole harness on two racks: with switchemu (one per run, on an
-    ipc socket, its topology written from the testbed) and in local mode; every host with DL
-    traffic runs the daemon, both runs finish, nothing is left behind."""
+    ipc socket, its topology written from the testbed), with switchemu but without Algorithm 2
+    (mlcc-nodeps) and in local mode; every host with DL traffic runs the daemon, every run
+    finishes, the jobs' comm patterns reach the daemons, nothing is left behind."""
     path = tmp_path / "mlcc.toml"
     path.write_text(textwrap.dedent("""
         name = "mlcc-tiny"
@@ -215,7 +216,7 @@ def test_mlcc_bench_runs_with_and_without_switchemu(tmp_path):
         [hostctl]
         rescan = 0.2
         [bench]
-        policies = ["mlcc", "mlcc-local"]
+        policies = ["mlcc", "mlcc-local", "mlcc-nodeps"]
         repeat = 1
         timeout = 120
         [[jobs]]
@@ -238,11 +239,16 @@ def test_mlcc_bench_runs_with_and_without_switchemu(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     res = json.loads((out / "mlcc-tiny.json").read_text())
     runs = {run["policy"]: run for run in res["runs"]}
-    assert set(runs) == {"mlcc", "mlcc-local"}
+    assert set(runs) == {"mlcc", "mlcc-local", "mlcc-nodeps"}
     for pol, run in runs.items():
         assert run["ok"], (pol, run["error"])
         assert set(run["daemon_cpu"]) == {"h0", "h1", "h2", "h3"}  # workers run the policy too
         assert all(d["policy"] == pol for d in run["daemons"].values())
+    deps = {pol: [d["mlcc"]["deps"] for d in run["daemons"].values() if d.get("mlcc")] for pol, run in runs.items()}
+    assert deps["mlcc"] and all(d["enabled"] for d in deps["mlcc"])
+    # the flows had roles (ps / ring from the bench's config): Algorithm 2 ran on them
+    assert sum(d["delta_flows"] + d["notifications_sent"] + d["progress_missing"] for d in deps["mlcc"]) > 0
+    assert deps["mlcc-nodeps"] and not any(d["enabled"] or d["notifications_sent"] for d in deps["mlcc-nodeps"])
     raw = [d for d in os.listdir(res["raw_dir"]) if d.endswith("-mlcc")]
     topo = open(os.path.join(res["raw_dir"], raw[0], "switch-topology.toml")).read()
     assert 'name = "tor0"' in topo and 'uplink_rate = "50000000bit"' in topo

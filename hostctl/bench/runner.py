@@ -23,7 +23,6 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from hostctl import consts
 from hostctl.bench.scenario import JobDef, Scenario
 from hostctl.core.traffic import shards
 from hostctl.errors import HostctlError
@@ -186,13 +185,15 @@ class Run:
             f.write(switch_topology(self.sc, self._addr))
         self.switch_ep = f"ipc:///tmp/hc-sw-{os.getpid()}-{uuid.uuid4().hex[:8]}.sock"
         host = self.sc.topology.hosts[0]
+        slot_s = self.sc.hostctl.slot_s
         p = self._start(host, [sys.executable, "-m", "switchemu.cli", "--bind", self.switch_ep, "--topology", topo,
-                               "--name", "all", "--log-level", "WARNING"], "switchemu", net_only=True)
+                               "--name", "all", "--slot-ms", f"{slot_s * 1000:g}", "--log-level", "WARNING"],
+                        "switchemu", net_only=True)
         from hostctl.switchclient import SwitchClient
 
         with SwitchClient([self.switch_ep]) as c:
             deadline = time.monotonic() + READY_TIMEOUT_S
-            while c.probe(consts.DEFAULT_SLOT_S, timeout_s=0.5).error is not None:
+            while c.probe(slot_s, timeout_s=0.5).error is not None:
                 if p.poll() is not None or time.monotonic() > deadline:
                     err = open(os.path.join(self.raw_dir, "switchemu.err")).read().strip()
                     raise RunError(f"switchemu did not start: {err[-400:] or 'no answer'}")
@@ -218,7 +219,7 @@ class Run:
                 argv += ["--config", cfg]
             paced = pol == "cap" or pol in MLCC_POLICIES
             if paced:  # the pacer watches this host's cgroup only
-                argv += ["--cgroup", tb.host(h).cgroup]
+                argv += ["--cgroup", tb.host(h).cgroup, "--slot", f"{hs.slot_s:g}"]
             if pol == "cap":
                 argv += ["--cap", hs.cap or ""]
             if pol.endswith("-ingress"):
@@ -230,7 +231,8 @@ class Run:
             if mlcc:  # one host name for all namespaces: spread the planning offsets by host index
                 from hostctl.daemon import PLAN_OFFSET_STEP_S, PLAN_OFFSETS
 
-                argv += ["--plan-offset", str(sc.topology.index(h) % PLAN_OFFSETS * PLAN_OFFSET_STEP_S)]
+                step = min(PLAN_OFFSET_STEP_S, 0.6 * hs.slot_s / PLAN_OFFSETS)  # as the daemon's own default
+                argv += ["--plan-offset", f"{sc.topology.index(h) % PLAN_OFFSETS * step:.4f}"]
             self.daemons[h] = self._start(h, argv, f"hostctl-{h}", net_only=paced)
             self.daemon_policy[h] = pol
 

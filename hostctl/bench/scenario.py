@@ -18,6 +18,7 @@ and hostctl settings, parsed into frozen dataclasses (no I/O but reading the fil
     workers = false                # true: worker hosts order their PS workers' gradients too
                                    #   (TensorLights configures only the PS hosts)
     ingress_rate = "97%"           # --ingress-rate of the policies one-ingress and rr-ingress
+    slot = 0.06                    # pacing slot of cap / mlcc daemons and switchemu, seconds
 
     [bench]
     policies = ["fifo", "one", "rr"]
@@ -75,7 +76,7 @@ MAX_PROCESSES = 400
 TOP_KEYS = {"name", "description", "testbed", "hostctl", "bench", "jobs", "cross"}
 TESTBED_KEYS = {"hosts", "racks", "hosts_per_rack", "link", "uplink", "queue", "tcp_cc", "sysctls"}
 _SYSCTL = re.compile(r"net\.(ipv4|ipv6|core)\.[a-z0-9_.]+")
-HOSTCTL_KEYS = {"rr_interval", "bands", "other_rate", "rescan", "hosts", "workers", "cap", "ingress_rate"}
+HOSTCTL_KEYS = {"rr_interval", "bands", "other_rate", "rescan", "hosts", "workers", "cap", "ingress_rate", "slot"}
 BENCH_KEYS = {"policies", "repeat", "timeout"}
 JOB_KEYS = {"name", "count", "kind", "ps", "servers", "workers", "model", "compute", "iterations",
             "arrival", "arrival_step", "backward", "buckets"}
@@ -139,6 +140,7 @@ class HostctlSettings:
     workers: bool = False  # also order PS workers' gradients on their hosts (found by command line)
     cap: str | None = None  # policy cap: each job's rate cap on its hosts (a rate, e.g. "100mbit")
     ingress_rate: str = "97%"  # policies one-ingress / rr-ingress: hostctl start --ingress-rate
+    slot_s: float = 0.06  # pacing policies: hostctl start --slot (and switchemu --slot-ms)
 
 
 @dataclass(frozen=True)
@@ -396,7 +398,8 @@ def parse_scenario(data: dict, path: str = "") -> Scenario:
         rescan_s=float(_num(h, "rescan", "hostctl", 0.5, 0.05, 60.0)),
         hosts=None if hosts == "all" else _host_list(hosts, topo.hosts, "hostctl.hosts"),
         workers=_bool(h, "workers", "hostctl", False),
-        cap=_cap(h), ingress_rate=_ingress_rate(h))
+        cap=_cap(h), ingress_rate=_ingress_rate(h),
+        slot_s=float(_num(h, "slot", "hostctl", 0.06, 0.01, 1.0)))
     b = _check_keys(data.get("bench", {}), BENCH_KEYS, "bench")
     if "cap" in _policies(b.get("policies", ["fifo"]), "bench.policies") and settings.cap is None:
         raise ConfigError("bench.policies lists cap: give its rate with [hostctl] cap = \"100mbit\"")

@@ -217,3 +217,10 @@ def test_ingress_policies_map_to_one_and_rr_with_the_scenario_rate():
     for bad in ("20%", 97, "fast"):
         with pytest.raises(ConfigError, match="ingress_rate"):
             sc(hostctl={"ingress_rate": bad})
+
+
+def test_slot_setting_reaches_the_pacing_daemons_and_is_bounded():
+    assert sc().hostctl.slot_s == 0.06
+    assert sc(hostctl={"slot": 0.03}).hostctl.slot_s == 0.03
+    with pytest.raises(ConfigError, match="slot"):
+        sc(hostctl={"slot": 0.001})

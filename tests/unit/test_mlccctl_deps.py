@@ -115,3 +115,28 @@ def test_without_deps_nothing_is_exchanged():
     c.tick([ring], RING)
     assert sw.reported == [] and sw.notified == [] and sw.host is None
     assert "role" not in c.schedule_of(ring.key)
+
+
+def test_a_host_the_switch_does_not_know_stops_asking_for_notifications(caplog):
+    """The switch refuses a fetch that names an unknown host (UNKNOWN_HOST for the whole frame): the
+    controller stops naming its address, says so once, and keeps planning (without notifications)."""
+    import logging
+
+    class Refusing(ScriptedSwitch):
+        def exchange(self, slot, **kw):
+            res = super().exchange(slot, **kw)
+            if kw.get("fetches") and self.host is not None:
+                res.error_codes = {"sw": int(wire.Code.UNKNOWN_HOST)}
+                res.errors = {"sw": "unknown host"}
+            return res
+
+    sw = Refusing()
+    c = MlccControl(C, SLOT, switch=sw, wall=lambda: (S0 + 0.5) * SLOT)
+    ring = FlowIn(FlowKey(ME, 7000, NXT, 40000), "r", 6e6, C, 2e6, cum_bytes=5e6)
+    caplog.set_level(logging.WARNING, logger="hostctl")
+    for _ in range(3):
+        rates = c.tick([ring], RING)
+        assert rates[ring.key] > 0
+    assert sw.host is None and c._host_refused
+    assert sum("does not know this host's address" in r.getMessage() for r in caplog.records) == 1
+    assert c.schedule_of(ring.key)["role"] == "ring"  # progress is still reported and read

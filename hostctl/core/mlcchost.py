@@ -102,10 +102,11 @@ def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
     free = np.maximum(cap - load0 - use[:L], 0.0).tolist()
     later = rates[planned, 1:].sum(axis=1)
     cand = planned[later > 0]
-    if cand.size == 0:
+    if cand.size == 0 or max(free, default=0.0) <= 0:
         return
-    for r in sorted(cand.tolist(), key=lambda x: (int(wave[x]), x)):
-        links = [x for x in pidx[r].tolist() if 0 <= x < L]
+    order = cand[np.lexsort((cand, wave[cand]))].tolist()  # wave by wave, then by row
+    for r, path in zip(order, pidx[order].tolist()):
+        links = [x for x in path if 0 <= x < L]
         extra = min(free[x] for x in links) if links else 0.0
         if extra <= 0:
             continue
@@ -117,6 +118,8 @@ def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
         tail = rates[r, :0:-1]  # slots K-1 .. 1
         taken = np.minimum(tail, np.maximum(extra - (np.cumsum(tail) - tail), 0.0))
         rates[r, :0:-1] = tail - taken
+        if max(free) <= 0:
+            break  # every link is full: the later flows would get nothing
 
 
 def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bps, *, moving=None,

@@ -227,6 +227,7 @@ class LinuxDatapath:
             try:
                 self.ipr.link("add", ifname=name, kind="ifb")
                 self.ifb_index = self.ipr.link_lookup(ifname=name)[0]
+                _quiet_ipv6(name)
                 self.ipr.link("set", index=self.ifb_index, state="up", txqlen=IFB_QUEUE_PKTS)
             except NetlinkError as e:
                 raise _nl_error(f"cannot create the IFB device {name} (is the ifb module available?)", e) from e
@@ -377,6 +378,17 @@ class LinuxDatapath:
 
     def close(self) -> None:
         self.ipr.close()
+
+
+def _quiet_ipv6(dev: str) -> None:
+    """No IPv6 on a device of ours that carries no addresses (the IFB): otherwise the kernel sends
+    router solicitations and MLD reports from it when it comes up and seconds later, and they show
+    up in its htb classes as traffic nobody sent."""
+    try:
+        with open(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6", "w") as f:
+            f.write("1")
+    except OSError:  # no IPv6 in this kernel or namespace: nothing to quiet
+        pass
 
 
 def clean_ingress(ipr: IPRoute, ifindex: int | None, ifb: str, remove_clsact: bool) -> list[str]:

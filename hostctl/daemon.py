@@ -64,8 +64,13 @@ def plan_offset(config: Config, iface: str) -> float:
     import socket
     import zlib
 
-    step = min(PLAN_OFFSET_STEP_S, 0.6 * config.slot_s / PLAN_OFFSETS)
-    return (zlib.crc32(f"{socket.gethostname()}/{iface}".encode()) % PLAN_OFFSETS) * step
+    return nth_plan_offset(zlib.crc32(f"{socket.gethostname()}/{iface}".encode()), config.slot_s)
+
+
+def nth_plan_offset(n: int, slot_s: float) -> float:
+    """The (n mod PLAN_OFFSETS)-th planning offset in a slot of slot_s seconds: PLAN_OFFSET_STEP_S
+    apart, closer for short slots so that all fit in 60% of the slot (--plan-offset's bound)."""
+    return (n % PLAN_OFFSETS) * min(PLAN_OFFSET_STEP_S, 0.6 * slot_s / PLAN_OFFSETS)
 
 
 class Daemon:

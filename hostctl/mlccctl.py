@@ -92,7 +92,8 @@ flow_id = dep_rules.flow_name  # a flow's id on the wire: its 4-tuple (unique in
 
 
 class MlccControl:
-    def __init__(self, link_rate_Bps: int, slot_s: float, *, switch=None, horizon: int = 10, fetch_timeout_s: float | None = None, publish_timeout_s: float | None = None,
+    def __init__(self, link_rate_Bps: int, slot_s: float, *, switch=None, horizon: int = 10,
+                 fetch_timeout_s: float | None = None, publish_timeout_s: float | None = None,
                  wall: Callable[[], float] = time.time, deps: bool = True) -> None:
         self.params = MlccParams(K=horizon, slot_s=slot_s)
         self.K = horizon
@@ -130,10 +131,9 @@ class MlccControl:
         self._host_set: str | None = None  # the address this controller gave the switch client
         self._host_refused = False
         self.deps: list[Dep] | None = None  # per flow of the last plan (None: no flow has a role)
-        self.progress: dict[str, tuple[float, int]] = {}  # name -> (F bytes, slot reported)
+        # name -> (F bytes, slot reported, the peer's planned rate in that slot)
+        self.progress: dict[str, tuple[float, int, float]] = {}
         self.notified: dict[str, tuple[float, int]] = {}  # name -> (ceiling bytes, slot sent)
-        self.progress_rate: dict[str, float] = {}  # name -> the peer's planned rate in its reported slot
-        self._mute: set[int] = set()  # rows of this slot's flows that send no notification
         self.dep_counts = {"progress_missing": 0, "notifications_sent": 0, "notifications_received": 0,
                            "delta_flows": 0, "reduced_flows": 0}
         trace = os.environ.get("HOSTCTL_MLCC_TRACE")
@@ -149,7 +149,7 @@ class MlccControl:
         slot = self.slot_now()
         ids = [flow_id(f.key) for f in flows]
         t0 = time.perf_counter()
-        deps = self._flow_deps(flows, ids, comms) if self.switch is not None and self.use_deps and comms else None
+        deps = self._flow_deps(flows, ids, comms) if self.wants_comms and comms else None
         if self.switch is not None:
             self._fetch(slot, flows, ids, deps)
         if self.mode != "switch":
@@ -165,6 +165,12 @@ class MlccControl:
         if self.trace is not None:
             self._trace(slot, flows, ids, plan)
         return self._hysteresis([f.key for f in flows], plan.applied_Bps.tolist())
+
+    @property
+    def wants_comms(self) -> bool:
+        """Whether tick() uses the jobs' comm patterns (Algorithm 2 needs switches to exchange
+        progress with): callers can skip building them otherwise."""
+        return self.switch is not None and self.use_deps
 
     def _flow_deps(self, flows: Sequence[FlowIn], ids: list[str], comms: Mapping[str, JobComm]) -> list[Dep] | None:
         """Each flow's dependency (core/deps.py), recomputed only when the flows or the jobs change;
@@ -248,8 +254,7 @@ class MlccControl:
     def _take_progress(self, slot: int, res) -> None:
         """Keep the peers' progress and the notifications for this host; forget what is too old."""
         for name, p in res.progress.items():
-            self.progress[name] = (float(p.cum_bytes), int(p.slot))
-            self.progress_rate[name] = float(p.rate_Bps)
+            self.progress[name] = (float(p.cum_bytes), int(p.slot), float(p.rate_Bps))
         for n in res.notifications:
             self.dep_counts["notifications_received"] += 1
             old = self.notified.get(n.flow_id)
@@ -257,39 +262,32 @@ class MlccControl:
                 self.notified[n.flow_id] = (float(n.f_pred_bytes), int(n.slot))
         oldest = slot - PROGRESS_MAX_AGE
         for d in (self.progress, self.notified):
-            for name in [k for k, (_, s) in d.items() if s < oldest]:
+            for name in [k for k, v in d.items() if v[1] < oldest]:
                 del d[name]
-        for name in [k for k in self.progress_rate if k not in self.progress]:
-            del self.progress_rate[name]
 
-    def _now_F(self, d: dict[str, tuple[float, int]], slot: int) -> dict[str, float]:
+    def _now_F(self, d: dict[str, tuple], slot: int) -> dict[str, float]:
         """A peer's F by the end of this slot: its report (F by the end of the slot it was made in)
-        plus its planned rate for each slot since, as far as its progress report tells."""
-        t, rate = self.slot_s, self.progress_rate
-        return {k: f + rate.get(k, 0.0) * t * max(0, slot - s) for k, (f, s) in d.items()}
+        plus its planned rate for each slot since, as far as its progress report (under the same
+        name: a notification carries no rate) tells."""
+        t, prog = self.slot_s, self.progress
+        return {k: v[0] + (prog[k][2] if k in prog else 0.0) * t * max(0, slot - v[1]) for k, v in d.items()}
 
     def _dep_inputs(self, slot: int, flows: Sequence[FlowIn], deps: list[Dep]) -> dict:
-        """host_slot's Algorithm 2 arguments: roles, references (the peers' F), ring slack, ceilings.
-        Also sets self._mute: flows whose notification would be meaningless (see below)."""
+        """host_slot's Algorithm 2 arguments: roles, references (the peers' F), ring slack, ceilings."""
         ref = dep_rules.references(deps, self._now_F(self.progress, slot))
         ceil = dep_rules.ceilings(deps, self._now_F(self.notified, slot))
-        slack, mute = [], set()
+        slack = []
         for r, (f, d) in enumerate(zip(flows, deps)):
             it = f.G_bytes + f.sent_bytes  # this iteration's bytes (nan while unknown)
-            if d.role == Role.RING:
-                ranks = self._ring_size.get(f.job)
-                if it == it:  # one chunk; without the ring size a whole iteration (loose)
-                    slack.append(it / (2 * (ranks - 1)) if ranks else it)
-                else:  # the successor may lead by a chunk we cannot size: no notification
-                    slack.append(0.0)
-                    mute.add(r)
-            else:
+            if d.role == Role.RING and it == it:
+                ranks = self._ring_size.get(f.job)  # one chunk; without the ring size a whole iteration (loose)
+                slack.append(it / (2 * (ranks - 1)) if ranks else it)
+            else:  # (a ring flow of unknown size: _publish sends no notification)
                 slack.append(0.0)
             if d.role == Role.BROADCAST and ceil[r] != math.inf:
                 # a PS's update may lead its workers' gradients by one update (hostctl's PS sends the
                 # update first): the slack is this flow's iteration, unknown -> no constraint
                 ceil[r] = ceil[r] + it if it == it else math.inf
-        self._mute = mute
         self.dep_counts["progress_missing"] += sum(1 for d, r in zip(deps, ref) if d.role != Role.NONE and r != r)
         return {"role": [d.role for d in deps], "ref_bytes": ref, "slack_bytes": slack, "ceiling_bytes": ceil}
 
@@ -401,9 +399,11 @@ class MlccControl:
             job_of = {d.report: f.job for d, f in zip(deps, flows) if d.report}
             progress = [wire.FlowProgress(name, job_of[name], int(F), float(rate_of[name]))
                         for name, F in dep_rules.reports(deps, cum).items()]
+            # a ring flow whose iteration size is unknown cannot size the chunk its successor may
+            # lead by: it sends no notification
             notes = [wire.Notification(d.notify_to, d.report, f.job, int(c))
-                     for r, (d, f, c) in enumerate(zip(deps, flows, plan.notify_bytes.tolist()))
-                     if c == c and d.notify_to and r not in self._mute]
+                     for d, f, c in zip(deps, flows, plan.notify_bytes.tolist())
+                     if c == c and d.notify_to and not (d.role == Role.RING and math.isnan(f.G_bytes + f.sent_bytes))]
             self.dep_counts["notifications_sent"] += len(notes)
         self.seq += 1
         ups = [wire.FlowSchedule(fid, f.job, f.key.laddr, f.key.raddr, self.seq,

@@ -112,10 +112,13 @@ class PaceControl:
             self.full_warned = readout.ctl["flows_full"]
         self._records = records = {}
         self._flow_job = flow_job = {}
-        jobs_l, acked_l = [], []
+        jobs_l, acked_l, closed = [], [], []  # closed: ended, or of no job any more (forgotten below)
         for r in readout.flows:
             if r.slot not in slot_job:
+                closed.append(r.key)
                 continue
+            if r.closed:
+                closed.append(r.key)
             records[r.key] = r
             flow_job[r.key] = job = slot_job[r.slot]
             jobs_l.append(job)
@@ -133,7 +136,6 @@ class PaceControl:
         ids = np.array([self._flow_id(k) for k in records], dtype=np.int64)
         self.monitor.observe(max(now, t_read), ids, jobs_l,
                              np.array(acked_l, dtype=np.int64))
-        closed = [r.key for r in readout.flows if r.closed or r.slot not in slot_job]
         if closed:
             self.datapath.forget(closed)
             for k in closed:
@@ -149,7 +151,7 @@ class PaceControl:
         stats = self.monitor.flow_stats()
         if self.mlcc is not None:
             comms = {jid: JobComm(j.comm, frozenset(j.listen_ports), j.ring_size)
-                     for jid, j in jobs.items() if j.comm}
+                     for jid, j in jobs.items() if j.comm} if self.mlcc.wants_comms else None
             return PaceTable(ports, flows, self.mlcc.tick(self._mlcc_flows(stats), comms), {})
         recent = {int(i) for i, r in zip(stats.flow_id, stats.max_rate_Bps) if r > 0}
         job_flows: dict[str, list[FlowKey]] = {}

@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from hostctl.bench.scenario import JobDef, Scenario
+from hostctl.config import PACING_POLICIES
 from hostctl.core.traffic import shards
 from hostctl.errors import HostctlError
 from hostctl.testbed.net import Testbed
@@ -217,7 +218,7 @@ class Run:
                     "--rr-interval", str(hs.rr_interval_s), "--rescan", str(hs.rescan_s), "--log-level", "WARNING"]
             if pol != "fifo":
                 argv += ["--config", cfg]
-            paced = pol == "cap" or pol in MLCC_POLICIES
+            paced = daemon_policy(pol) in PACING_POLICIES
             if paced:  # the pacer watches this host's cgroup only
                 argv += ["--cgroup", tb.host(h).cgroup, "--slot", f"{hs.slot_s:g}"]
             if pol == "cap":
@@ -229,10 +230,9 @@ class Run:
             if pol == "mlcc-nodeps":
                 argv += ["--no-deps"]
             if mlcc:  # one host name for all namespaces: spread the planning offsets by host index
-                from hostctl.daemon import PLAN_OFFSET_STEP_S, PLAN_OFFSETS
+                from hostctl.daemon import nth_plan_offset
 
-                step = min(PLAN_OFFSET_STEP_S, 0.6 * hs.slot_s / PLAN_OFFSETS)  # as the daemon's own default
-                argv += ["--plan-offset", f"{sc.topology.index(h) % PLAN_OFFSETS * step:.4f}"]
+                argv += ["--plan-offset", f"{nth_plan_offset(sc.topology.index(h), hs.slot_s):.4f}"]
             self.daemons[h] = self._start(h, argv, f"hostctl-{h}", net_only=paced)
             self.daemon_policy[h] = pol
 

@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
         r.add_argument("--seconds", type=float, default=5.0)
         r.add_argument("--bucket", type=float, default=0.1)
     a = ap.parse_args(argv)
-    if a.cmd == "serve" and (a.burst > 0) != (a.period > 0) or a.cmd == "serve" and a.burst and a.sink:
+    if a.cmd == "serve" and ((a.burst > 0) != (a.period > 0) or (a.burst and a.sink)):
         ap.error("--burst and --period go together (bytes per connection every period seconds), without --sink")
     if a.cmd == "serve":
         serve(a.bind, a.port, a.sink, a.burst, a.period)

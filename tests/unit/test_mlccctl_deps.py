@@ -58,7 +58,7 @@ def test_a_stale_report_is_extrapolated_at_the_peers_planned_rate():
     ref = c._dep_inputs(S0, [ring], c._flow_deps([ring], [flow_name(ring.key)], RING))  # before any fetch: nothing
     assert math.isnan(ref["ref_bytes"][0])
     c.tick([ring], RING)
-    assert c.progress[ring_name("r", ME)] == (4e6, S0 - 2)
+    assert c.progress[ring_name("r", ME)] == (4e6, S0 - 2, C / 4)
     got = c._dep_inputs(S0, [ring], c.deps)["ref_bytes"][0]
     assert got == pytest.approx(4e6 + 2 * C / 4 * SLOT)
     # older than PROGRESS_MAX_AGE: dropped at the next fetch

@@ -359,15 +359,23 @@ class Run:
                             key=lambda e: (e[0], e[1]))
             deadline = t0 + sc.timeout_s
             ends: dict[str, float] = {}
+            # the active window (the paper's utilisation window, "a fixed period when all jobs are active"):
+            # from [bench] warmup after the last arrival (processes start, connect) to the first job's end
+            active_from = t0 + max((j.arrival_s for j in sc.jobs), default=0.0) + sc.warmup_s
+            active: list[tuple[float, dict[str, int]]] = []  # (time, counters) at the window's start and end
             next_observe = t0 + 0.5
             while True:
                 now = time.monotonic()
                 while events and t0 + events[0][0] <= now:
                     _, kind, obj = events.pop(0)
                     (self.start_job if kind == 0 else self.start_cross)(obj)
+                if not active and not ends and now >= active_from:
+                    active.append((now, self.tb.counters()))
                 for name, ps in self.workers.items():
                     if name not in ends and all(p.poll() is not None for p in ps):
                         ends[name] = time.monotonic()
+                        if len(ends) == 1 and len(active) == 1:
+                            active.append((ends[name], self.tb.counters()))
                         if progress:
                             progress(len(ends))
                 if now >= next_observe:
@@ -395,10 +403,12 @@ class Run:
                     summ.setdefault("errors", []).append(f"{len(bad)} worker(s) exited with {bad[0]}")
                 res["jobs"][j.name] = summ
             rates = {ln.name: ln.rate_bps for ln in self.tb.links()}
-            for name, rate in rates.items():
-                b = c1.get(name, 0) - c0.get(name, 0)
-                res["links"][name] = {"bytes": b, "rate_bps": rate, "seconds": t_end - t0,
-                                      "utilisation": b * 8 / (rate * (t_end - t0)) if t_end > t0 else 0.0}
+            res["links"] = link_window(rates, c0, c1, t_end - t0)
+            res["active"] = None
+            if len(active) == 2:
+                (ta, ca), (tb_, cb) = active
+                res["active"] = {"start_s": ta - t0, "end_s": tb_ - t0,
+                                 "links": link_window(rates, ca, cb, tb_ - ta)}
             self.observe(res)
             res["daemon_cpu"] = self.daemon_cpu(t_end - t0)
             self.stop_daemons()
@@ -500,6 +510,16 @@ class Run:
                 raise RunError(f"after hostctl stop, {h}'s eth0 root qdisc is not the tbf it replaced: {q.strip()}")
 
 
+def link_window(rates: dict[str, int], c0: dict[str, int], c1: dict[str, int], seconds: float) -> dict:
+    """Bytes and utilisation of every link between two counter readings `seconds` apart."""
+    out = {}
+    for name, rate in rates.items():
+        b = c1.get(name, 0) - c0.get(name, 0)
+        out[name] = {"bytes": b, "rate_bps": rate, "seconds": seconds,
+                     "utilisation": b * 8 / (rate * seconds) if seconds > 0 else 0.0}
+    return out
+
+
 def run_bench(sc: Scenario, out_dir: str, *, on_run_start=None, on_job_done=None, on_run_end=None) -> dict:
     """All repeats x policies, interleaved. Returns the results dict (see report.py for its schema)."""
     from hostctl.bench import bound
@@ -535,7 +555,8 @@ def scenario_json(sc: Scenario) -> dict:
                       "model_bytes": j.model_bytes, "compute_s": j.compute_s, "iterations": j.iterations,
                       "arrival_s": j.arrival_s, "backward": j.backward, "buckets": j.buckets} for j in sc.jobs],
             "cross": [{"name": c.name, "src": c.src, "dst": c.dst, "start_s": c.start_s,
-                       "duration_s": c.duration_s, "flows": c.flows} for c in sc.cross]}
+                       "duration_s": c.duration_s, "flows": c.flows} for c in sc.cross],
+            "warmup_s": sc.warmup_s}
 
 
 def machine_info() -> dict:

@@ -23,6 +23,8 @@ and hostctl settings, parsed into frozen dataclasses (no I/O but reading the fil
     [bench]
     policies = ["fifo", "one", "rr"]
     repeat = 3
+    timeout = 600                  # seconds; a run whose jobs are not done by then fails
+    warmup = 1.0                   # the all-jobs-running utilisation window opens this long after the last arrival
 
     [[jobs]]
     name = "resnet"                # count > 1: resnet-01, resnet-02, ...
@@ -77,7 +79,7 @@ TOP_KEYS = {"name", "description", "testbed", "hostctl", "bench", "jobs", "cross
 TESTBED_KEYS = {"hosts", "racks", "hosts_per_rack", "link", "uplink", "queue", "tcp_cc", "sysctls"}
 _SYSCTL = re.compile(r"net\.(ipv4|ipv6|core)\.[a-z0-9_.]+")
 HOSTCTL_KEYS = {"rr_interval", "bands", "other_rate", "rescan", "hosts", "workers", "cap", "ingress_rate", "slot"}
-BENCH_KEYS = {"policies", "repeat", "timeout"}
+BENCH_KEYS = {"policies", "repeat", "timeout", "warmup"}
 JOB_KEYS = {"name", "count", "kind", "ps", "servers", "workers", "model", "compute", "iterations",
             "arrival", "arrival_step", "backward", "buckets"}
 CROSS_KEYS = {"name", "src", "dst", "start", "duration", "flows"}
@@ -154,6 +156,7 @@ class Scenario:
     policies: tuple[str, ...] = ("fifo", "one", "rr")
     repeat: int = 3
     timeout_s: float = 600.0
+    warmup_s: float = 1.0  # the all-jobs-running window opens this long after the last arrival
     path: str = ""
 
     def policy_hosts(self) -> tuple[str, ...]:
@@ -410,7 +413,8 @@ def parse_scenario(data: dict, path: str = "") -> Scenario:
         name=name, description=str(data.get("description", "")), topology=topo, jobs=jobs, cross=cross,
         hostctl=settings, policies=_policies(b.get("policies", ["fifo", "one", "rr"]), "bench.policies"),
         repeat=int(_num(b, "repeat", "bench", 3, 1, 100, integer=True)),
-        timeout_s=float(_num(b, "timeout", "bench", 600.0, 5.0, 86400.0)), path=path)
+        timeout_s=float(_num(b, "timeout", "bench", 600.0, 5.0, 86400.0)),
+        warmup_s=float(_num(b, "warmup", "bench", 1.0, 0.0, 3600.0)), path=path)
 
 
 def load_scenario(path: str) -> Scenario:

@@ -100,6 +100,7 @@ def tiny_scenario(path, extra: str = "") -> str:
         policies = ["fifo", "one"]
         repeat = 1
         timeout = 120
+        warmup = 0.3
         [[jobs]]
         name = "ps"
         count = 2
@@ -139,6 +140,12 @@ def test_tiny_bench_writes_complete_json_and_plots(tmp_path):
         assert run["cross"]["bulk"]["bytes"] > 0
         assert run["links"]["h0:up"]["bytes"] > 8 * 2 * 2 * 512 * 1024  # 2 jobs x 2 workers x 8 updates
         assert 0 < run["cpu"]["mean_pct"] <= 100
+        act = run["active"]  # from warmup (0.3 s) to the first job's end: all three jobs running
+        first_end = min(j["arrival_s"] + j["jct_s"] for j in run["jobs"].values())
+        assert 0.3 <= act["start_s"] < act["end_s"] <= run["duration_s"] and act["end_s"] >= first_end
+        assert act["links"]["h0:up"]["seconds"] == pytest.approx(act["end_s"] - act["start_s"])
+        assert 0 < act["links"]["h0:up"]["bytes"] < run["links"]["h0:up"]["bytes"]
+        assert 0 < act["links"]["h0:up"]["utilisation"] <= 1.05
     one = next(x for x in d["runs"] if x["policy"] == "one")
     # the policy daemon on h0 saw both PS jobs and put them in different bands
     seen = one["daemons"]["h0"]["jobs"]

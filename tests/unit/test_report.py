@@ -208,3 +208,28 @@ def test_plots_robust_to_missing_data(tmp_path):
     for p in report.plot(empty, str(tmp_path / "none")):
         check_png(p)
     assert report.summarize({"runs": []}) == {}
+
+
+def test_active_window_utilisation():
+    """The busiest link while every job ran (run["active"]), and its ratio to fifo's; runs whose
+    first job ended before the window opened (active None) are left out, not counted as 0."""
+    res = make_results(repeat=2)
+    act = {"fifo": [0.6, 0.8], "one": [0.9, None], "rr": [0.5, 0.1]}
+    for run in res["runs"]:
+        u = act[run["policy"]][run["repeat"]]
+        run["active"] = None if u is None else {"start_s": 1.0, "end_s": 5.0, "links": {
+            "h0:up": {"bytes": 1, "rate_bps": 8, "seconds": 4.0, "utilisation": u},
+            "h1:down": {"bytes": 1, "rate_bps": 8, "seconds": 4.0, "utilisation": u / 2}}}
+    s = report.summarize(res)
+    assert s["fifo"]["active_utilisation"] == pytest.approx(0.7)
+    assert s["one"]["active_utilisation"] == pytest.approx(0.9)
+    assert s["one"]["active_utilisation_ratio_vs_fifo"] == pytest.approx(0.9 / 0.7)
+    assert s["rr"]["active_utilisation"] == pytest.approx(0.5)  # repeat 1 (0.1) failed: left out
+    text = render(res, s)
+    assert "| 70%" in text and "| 90% (129%)" in text
+
+
+def test_active_window_missing_in_old_results():
+    s = report.summarize(make_results(repeat=1))
+    assert all(p["active_utilisation"] is None and p["active_utilisation_ratio_vs_fifo"] is None
+               for p in s.values())

@@ -9,7 +9,8 @@ receiver, reading the sockets in turn, cuts each flow into a burst every ~60 ms 
 monitor's burst records, not a DL pattern). --pattern dl: a synchronous parameter server's iterations:
 every --period seconds each connection sends --burst bytes at once, then idles (the workers' compute). After a warm-up, the daemon's user + system CPU time (/proc/PID/stat) over --seconds
 gives its share of one core; its status gives the slot work's p50/p90 and overruns. Writes JSON
-(default results/bench_daemon_cpu.json). --profile FILE runs the daemon under cProfile. The testbed has a unique name and is removed at the end."""
+(default results/bench_daemon_cpu.json). --profile FILE runs the daemon under cProfile; --capture FILE records its
+slots for benchmarks/slot_replay.py. The testbed has a unique name and is removed at the end."""
 
 from __future__ import annotations
 
@@ -71,6 +72,8 @@ def main() -> None:
     ap.add_argument("--burst", default="256KiB", help="--pattern dl: bytes per flow per iteration")
     ap.add_argument("--period", type=float, default=0.7, help="--pattern dl: seconds per iteration")
     ap.add_argument("--out", default="results/bench_daemon_cpu.json")
+    ap.add_argument("--capture", metavar="FILE", help="also record the daemon's first 900 slots to FILE, to replay "
+                    "them with benchmarks/slot_replay.py (fixed-input CPU comparisons of code versions)")
     ap.add_argument("--profile", metavar="FILE", help="run the daemon under cProfile (HOSTCTL_PROFILE), stats to "
                     "FILE (the CPU share is then inflated by the profiler; read the breakdown, not the total)")
     a = ap.parse_args()
@@ -83,7 +86,9 @@ def main() -> None:
         tb.popen("h0", [PY, "-m", "hostctl.tools.bulk", "serve", "--bind", h0.addr, "--port", "7100", *dl],
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         pol = ["--policy", "mlcc"] if a.policy == "mlcc" else ["--policy", "cap", "--cap", "400mbit"]
-        d = tb.popen("h0", [HOSTCTL, "start", *pol, "--iface", "eth0", "--link-rate", a.link, "--ports", "7100",
+        launch = ([PY, os.path.join(os.path.dirname(os.path.abspath(__file__)), "slot_replay.py"), "daemon",
+                   os.path.abspath(a.capture), "--"] if a.capture else [HOSTCTL])
+        d = tb.popen("h0", [*launch, "start", *pol, "--iface", "eth0", "--link-rate", a.link, "--ports", "7100",
                             "--cgroup", h0.cgroup, "--rescan", "0.5", "--log-level", "WARNING"],
                      net_only=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                      env={**os.environ, "HOSTCTL_PROFILE": os.path.abspath(a.profile)} if a.profile else None)

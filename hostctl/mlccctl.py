@@ -304,10 +304,13 @@ class MlccControl:
     def _plan(self, slot: int, flows: Sequence[FlowIn], ids: list[str], links: list[tuple[str, ...]],
               deps: list[Dep] | None = None) -> HostSlot:
         n, K = len(flows), self.K
-        used = sorted({lid for ls in links for lid in ls}, key=lambda x: (x != NIC, x))
+        if links.count((NIC,)) == n:  # local mode, or no switch path known: no set to sort
+            used, P = ([NIC] if n else []), 1
+        else:
+            used = sorted({lid for ls in links for lid in ls}, key=lambda x: (x != NIC, x))
+            P = max((len(ls) for ls in links), default=1)
         col = {lid: i for i, lid in enumerate(used)}
         L = max(1, len(used))
-        P = max((len(ls) for ls in links), default=1)
         if L == 1:  # local mode, or no switch path known: every flow crosses the NIC link only
             path = np.zeros((n, 1), dtype=np.int64)
         else:
@@ -335,8 +338,8 @@ class MlccControl:
         # "no progress" means "nothing to send" only for a flow that was free to send: one held
         # at the wait floor last slot may just not have been ACKed yet
         held = wait_floor_Bps(self.slot_s) * 2
-        prev = dict(zip(self.last_flows, self.last.applied_Bps)) if self.last is not None else {}
-        moving = [f.moving or prev.get(fid, np.inf) <= held for fid, f in zip(ids, flows)]
+        prev = dict(zip(self.last_flows, self.last.applied_Bps.tolist())) if self.last is not None else {}
+        moving = [f.moving or prev.get(fid, math.inf) <= held for fid, f in zip(ids, flows)]
         if deps is None:
             return host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [f.sent_bytes for f in flows],
                              np.array([f.job for f in flows], dtype=object), path, cap, cap, others,

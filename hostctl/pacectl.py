@@ -14,6 +14,7 @@ and applied at the next tick (the monitor is not thread-safe).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -28,10 +29,16 @@ from hostctl.core.monitor import FlowMonitor, MonitorParams
 from hostctl.core.pace import PaceTable, cap_rates, selectors
 from hostctl.core.plan import MAX_JOB_SLOTS, allocate_slots
 from hostctl.core.types import FlowKey, Job
-from hostctl.datapath import UNLIMITED_BPS_BYTES, BurstBatch, FlowRecord
+from hostctl.datapath import FLOW_CLOSED, UNLIMITED_BPS_BYTES, BurstBatch, FlowRecord
 
 NAN = float("nan")
 log = logging.getLogger("hostctl")
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _intra_host(key: FlowKey) -> bool:
+    """Traffic that stays on this host (loopback, or to its own address): not scheduled."""
+    return key.raddr == key.laddr or key.raddr.startswith("127.")
 
 
 def _num(x: float) -> float | None:
@@ -54,6 +61,13 @@ class PaceControl:
         self._next_id = 0
         self._records: dict[FlowKey, FlowRecord] = {}
         self._flow_job: dict[FlowKey, str] = {}
+        # selectors() of the last (jobs, slots): jobs change at rescans only (every 0.5-1 s), not per slot
+        self._sel_key: tuple | None = None
+        self._sel: tuple[dict, dict] = ({}, {})
+        # the flows in key order and which of them are intra-host (not scheduled), kept while the
+        # flow set does not change: sorting 100 keys every slot costs more than comparing the sets
+        self._sorted_keys: list[FlowKey] = []
+        self._sorted_set: frozenset[FlowKey] = frozenset()
         self._hints: list[tuple[str, int | None, float | None]] = []
         self._hint_lock = threading.Lock()
         self.ctl: dict[str, int] = {}
@@ -114,13 +128,14 @@ class PaceControl:
         self._flow_job = flow_job = {}
         jobs_l, acked_l, closed = [], [], []  # closed: ended, or of no job any more (forgotten below)
         for r in readout.flows:
-            if r.slot not in slot_job:
-                closed.append(r.key)
+            key, job = r.key, slot_job.get(r.slot)
+            if job is None:
+                closed.append(key)
                 continue
-            if r.closed:
-                closed.append(r.key)
-            records[r.key] = r
-            flow_job[r.key] = job = slot_job[r.slot]
+            if r.flags & FLOW_CLOSED:  # (r.closed without a property call: every flow, every slot)
+                closed.append(key)
+            records[key] = r
+            flow_job[key] = job
             jobs_l.append(job)
             acked_l.append(r.bytes_acked)
         if readout.bursts:
@@ -133,7 +148,8 @@ class PaceControl:
                 self.monitor.bursts(fid[known], bursts.start_ns[known] / 1e9, bursts.end_ns[known] / 1e9,
                                     bursts.nbytes[known].astype(np.int64))
         # ids after the bursts: the records of a flow read for the first time are left out
-        ids = np.array([self._flow_id(k) for k in records], dtype=np.int64)
+        known = self._ids.get
+        ids = np.array([i if (i := known(k)) is not None else self._flow_id(k) for k in records], dtype=np.int64)
         self.monitor.observe(max(now, t_read), ids, jobs_l,
                              np.array(acked_l, dtype=np.int64))
         if closed:
@@ -147,7 +163,7 @@ class PaceControl:
 
     def plan(self, jobs: Mapping[str, Job]) -> PaceTable:
         """Selectors for every job; rates from the policy (cap or mlcc)."""
-        ports, flows = selectors(list(jobs.values()), self.slots)
+        ports, flows = self._selectors(jobs)
         stats = self.monitor.flow_stats()
         if self.mlcc is not None:
             comms = {jid: JobComm(j.comm, frozenset(j.listen_ports), j.ring_size)
@@ -163,6 +179,23 @@ class PaceControl:
         slot_rates = {self.slots[j]: r for j, r in job_rates.items() if j in self.slots}
         return PaceTable(ports, flows, flow_rates, slot_rates)
 
+    def _selectors(self, jobs: Mapping[str, Job]) -> tuple[dict, dict]:
+        """selectors() of the jobs and their slots, recomputed only when either changed (the
+        tables share the dicts: nobody mutates a PaceTable's maps)."""
+        key = (tuple(jobs.values()), dict(self.slots))  # a copy: the slots may change in place
+        if key != self._sel_key:
+            self._sel = selectors(list(key[0]), self.slots)
+            self._sel_key = key
+        return self._sel
+
+    def _flows_in_order(self) -> list[FlowKey]:
+        """This slot's flows (of a job, open or not) in key order, re-sorted only when the set changed."""
+        keys = self._flow_job.keys()
+        if keys != self._sorted_set:
+            self._sorted_set = frozenset(keys)
+            self._sorted_keys = sorted(keys)
+        return self._sorted_keys
+
     def _mlcc_flows(self, stats) -> list:
         """This host's open inter-host DL flows, with the monitor's view of each."""
         from hostctl.mlccctl import FlowIn
@@ -172,17 +205,18 @@ class PaceControl:
         left, max_rate, rate = stats.bytes_left.tolist(), stats.max_rate_Bps.tolist(), stats.rate_Bps.tolist()
         it_bytes, active = stats.iter_bytes.tolist(), stats.active.tolist()
         out = []
-        records, ids = self._records, self._ids
-        for key, job in sorted(self._flow_job.items()):
-            if records[key].closed or key.raddr == key.laddr or key.raddr.startswith("127."):
+        records, ids, flow_job = self._records, self._ids, self._flow_job
+        for key in self._flows_in_order():
+            r = records[key]
+            if r.flags & FLOW_CLOSED or _intra_host(key):
                 continue  # intra-host traffic is not scheduled (spec 2.2)
             i = row_of.get(ids.get(key, -1))
             if i is None:
-                out.append(FlowIn(key, job, NAN, 0.0, 0.0, cum_bytes=records[key].bytes_sent))
+                out.append(FlowIn(key, flow_job[key], NAN, 0.0, 0.0, cum_bytes=r.bytes_sent))
                 continue
             # (tolist() gave Python floats and bools already)
-            out.append(FlowIn(key, job, left[i], max_rate[i], float(it_bytes[i]), active[i], rate[i],
-                              records[key].bytes_sent))
+            out.append(FlowIn(key, flow_job[key], left[i], max_rate[i], float(it_bytes[i]), active[i], rate[i],
+                              r.bytes_sent))
         return out
 
     def close(self) -> None:

@@ -61,6 +61,7 @@ import numpy as np
 
 from hostctl.core.mlcc import MlccParams, MlccPlan, Role, allocate, apply_reductions
 
+_INF1, _ONE1, _ZERO1 = np.array([np.inf]), np.array([1], dtype=np.int64), np.array([0.0])
 MSS_BYTES = 1448
 WAIT_FLOOR_MSS_PER_SLOT = 4
 
@@ -97,8 +98,9 @@ def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
     for later slots, wave by wave (the same order as the plan), moved from their last slots."""
     L = cap.shape[0]
     rows = pidx[planned]
-    use = np.zeros(L + 1)
-    np.add.at(use, np.where(rows >= 0, rows, L), np.broadcast_to(rates[planned, 0][:, None], rows.shape))
+    # slot-0 volume per link (padding -> bin L); bincount adds in the same order as np.add.at did
+    use = np.bincount(np.where(rows >= 0, rows, L).ravel(), weights=np.repeat(rates[planned, 0], rows.shape[1]),
+                      minlength=L + 1)
     free = np.maximum(cap - load0 - use[:L], 0.0).tolist()
     later = rates[planned, 1:].sum(axis=1)
     cand = planned[later > 0]
@@ -158,7 +160,7 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
 
     valid = pidx >= 0
     gidx = np.where(valid, pidx, L)  # padding -> an extra link of infinite capacity
-    ext_cap = np.append(cap, np.inf)
+    ext_cap = np.concatenate((cap, _INF1))
     path_cap = ext_cap[gidx].min(axis=1)  # [n] tightest link
     mv = np.ones(n, dtype=bool) if moving is None else np.asarray(moving, dtype=bool)
     unknown = np.isnan(G) & mv
@@ -167,7 +169,7 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     kind[unknown] = "unknown"
 
     # idle rate: equal share of the tightest link among this host's flows on it
-    flows_on = np.append(np.bincount(pidx[valid], minlength=L), 1).astype(np.float64)
+    flows_on = np.concatenate((np.bincount(pidx[valid], minlength=L), _ONE1)).astype(np.float64)
     share = (ext_cap[gidx] / np.maximum(flows_on[gidx], 1.0)).min(axis=1)
 
     planned = np.flatnonzero(active | unknown)
@@ -209,14 +211,15 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     # a flow whose plan ends in slot 0 may send that slot's volume at up to the path's headroom
     # (slot-0 rate of the plan = its volume / t): the table counts volume per slot, and a burst
     # stretched over the whole slot would only add its length to the iteration
-    head0 = np.maximum(ext_cap - np.append(load0, 0.0), 0.0)[gidx].min(axis=1)
+    head0 = np.maximum(ext_cap - np.concatenate((load0, _ZERO1)), 0.0)[gidx].min(axis=1)
     ends_now = np.zeros(n, dtype=bool)
     if plan is not None:
         ends_now[planned] = (plan.beta == 1) & ~unknown[planned]
     r0 = np.where(ends_now, np.maximum(rates[:, 0], head0), rates[:, 0])
-    applied = np.where(kind == "idle", np.maximum(share, head0), np.maximum(r0, floor))
+    idle = ~(active | unknown)  # (kind == "idle")
+    applied = np.where(idle, np.maximum(share, head0), np.maximum(r0, floor))
     applied = np.minimum(applied, path_cap)
-    rates[:, 0] = np.where(kind == "idle", 0.0, np.maximum(rates[:, 0], np.minimum(floor, applied)))
+    rates[:, 0] = np.where(idle, 0.0, np.maximum(rates[:, 0], np.minimum(floor, applied)))
     # unknown sizes reserve nothing ahead: they publish the slot they are in only
     rates[unknown, 1:] = 0.0
     if role is None:

@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -177,6 +178,9 @@ def _threshold_sorted(g: list, ratio: float, min_long: int = _MIN_LONG) -> float
     # the largest jump, the last one on ties (cuts k = 0 .. len - min_long - 1)
     r, k = max(zip([b / a for a, b in zip(g, g[1:len(g) - min_long + 1])], range(len(g))))
     return math.sqrt(g[k] * g[k + 1]) if r >= ratio else NAN
+
+
+_POS = operator.attrgetter("pos")  # a junction's sort key
 
 
 class _Junction:
@@ -671,7 +675,7 @@ class FlowMonitor:
         """Recent reads of the given flows, oldest first: times (R,), counters and validity (n, R)."""
         order = (np.arange(_RING) + self._kw + 1) % _RING
         ts = self._ring_t[order]
-        cs = self._a["ring"][rows][:, order]
+        cs = self._a["ring"][rows[:, None], order]
         return ts, cs, (cs >= 0) & np.isfinite(ts)
 
     def _presight(self, i: int, tr: _Track, recs: list) -> None:
@@ -784,7 +788,7 @@ class FlowMonitor:
             v.busy[u] = False
             return
         if len(js) > 1:
-            js.sort(key=lambda x: x.pos)
+            js.sort(key=_POS)
         base = v.base[u]
         thr = v.thr[u]
         gap, mf = p.phase_gap_s, p.min_fraction
@@ -862,9 +866,10 @@ class FlowMonitor:
             k = a["hist_n"][r]
             a["hist"][r, k % hn] = nbytes[seen_whole]
             a["hist_n"][r] = k + 1
-            m = np.minimum(k + 1, hn)[:, None]
+            m = np.minimum(k + 1, hn)
             v = np.sort(a["hist"][r], axis=1)  # nan (unused) last
-            a["est"][r] = (np.take_along_axis(v, (m - 1) // 2, 1) + np.take_along_axis(v, m // 2, 1))[:, 0] / 2
+            at = np.arange(len(r))
+            a["est"][r] = (v[at, (m - 1) // 2] + v[at, m // 2]) / 2
             plain = ~self._job_mask(r, lambda h: h.bytes_per_iter is not None)
             self._e_eff[r[plain]] = a["est"][r[plain]]
         a["base"][rows] = pos

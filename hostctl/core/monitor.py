@@ -76,8 +76,6 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from bisect import bisect_left, insort
-from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -171,8 +169,29 @@ def gap_threshold(gaps: Iterable[float], ratio: float, min_long: int = _MIN_LONG
     return _threshold_sorted(sorted(gaps), ratio, min_long)
 
 
+def ring_thresholds(gaps: np.ndarray, count: np.ndarray, ratio: float, min_long: int = _MIN_LONG) -> np.ndarray:
+    """gap_threshold of each row of gaps [n, M] (a ring: the last min(count, M) gaps of a flow,
+    in any order, nan where unused), with arrays: the same cut, on the same floats."""
+    g = np.sort(gaps, axis=1)  # nan (unused) last
+    n, M = g.shape
+    m = np.minimum(count, M)
+    at = np.arange(n)
+    out = np.full(n, NAN)
+    ok = (m > min_long) & (g[:, 0] > 0)
+    ok[ok] = g[at[ok], m[ok] - min_long] >= ratio * g[ok, 0]  # else no jump can reach the ratio
+    if not ok.any():
+        return out
+    # jumps at the cuts k = 0 .. m - min_long - 1; the largest, the last one on ties
+    jump = g[:, 1:M - min_long + 1] / g[:, :M - min_long]
+    jump[np.arange(M - min_long) >= (m - min_long)[:, None]] = -INF
+    k = (M - min_long - 1) - np.argmax(jump[:, ::-1], axis=1)
+    cut = ok & (jump[at, k] >= ratio)
+    out[cut] = np.sqrt(g[at[cut], k[cut]] * g[at[cut], k[cut] + 1])
+    return out
+
+
 def _threshold_sorted(g: list, ratio: float, min_long: int = _MIN_LONG) -> float:
-    """gap_threshold of gaps already sorted (a flow keeps its gaps sorted as they come)."""
+    """gap_threshold of gaps already sorted (the monitor's flows use ring_thresholds)."""
     if len(g) <= min_long or g[0] <= 0 or g[-min_long] < ratio * g[0]:
         return NAN  # no jump can reach the ratio
     # the largest jump, the last one on ties (cuts k = 0 .. len - min_long - 1)
@@ -204,26 +223,10 @@ class _Junction:
 
 @dataclass
 class _Track:
-    """Slow-path state of one flow: only for flows with records or undecided junctions."""
+    """The undecided junctions of one flow (its other record state is in the per-flow arrays:
+    rec_pos, last_e, rec_t0, the gap and end rings)."""
 
-    rec_pos: int  # where the next burst record starts (end of the previous one)
-    t0: float  # first sight: records that started before it straddle the baseline
-    gap_memory: int
-    last_e: float = -INF  # end of the last record
-    gaps: deque = field(init=False)  # the last gap_memory exact phase gaps, oldest first
-    sorted_gaps: list = field(default_factory=list)  # the same, sorted (for the gap rule)
     junctions: list = field(default_factory=list)
-    ends: deque = field(default_factory=lambda: deque(maxlen=_ENDS))
-
-    def __post_init__(self) -> None:
-        self.gaps = deque(maxlen=self.gap_memory)
-
-    def add_gap(self, g: float) -> None:
-        srt = self.sorted_gaps
-        if len(self.gaps) == self.gap_memory:  # the oldest one leaves
-            del srt[bisect_left(srt, self.gaps[0])]
-        self.gaps.append(g)
-        insort(srt, g)
 
 
 class _Rows:
@@ -304,6 +307,15 @@ _FIELDS: dict[str, tuple[type, object, str | None]] = {
     "rates": (np.float64, 0.0, "window"),
     "ring": (np.int64, -1, "ring"),
     "busy": (bool, False, None),  # has undecided junctions
+    # burst records
+    "rec_pos": (np.int64, 0, None),  # where the next burst record starts (end of the previous one)
+    "last_e": (np.float64, -INF, None),  # end of the last record (-inf: none yet)
+    "rec_t0": (np.float64, NAN, None),  # records that started before it straddle the baseline (first sight)
+    "gaps": (np.float64, NAN, "gaps"),  # ring of the last gap_memory exact phase gaps (gap rule), nan: unused
+    "gap_n": (np.int64, 0, None),  # gaps ever added (next ring column: gap_n % gap_memory)
+    "end_pos": (np.int64, 0, "ends"),  # ring of the last _ENDS records' (end position, end time),
+    "end_t": (np.float64, NAN, "ends"),  # to place hinted boundaries (nan: unused)
+    "end_n": (np.int64, 0, None),
 }
 
 
@@ -312,7 +324,8 @@ class FlowMonitor:
 
     def __init__(self, params: MonitorParams = MonitorParams()) -> None:
         self.p = params
-        self._extra = {"history": params.history, "window": params.window_slots, "ring": _RING}
+        self._extra = {"history": params.history, "window": params.window_slots, "ring": _RING,
+                       "gaps": params.gap_memory, "ends": _ENDS}
         self._a = {name: self._new(name, 0) for name in _FIELDS}
         self._job_list: list = []
         self._e_eff = np.zeros(0)
@@ -328,6 +341,7 @@ class FlowMonitor:
         self._stats = _empty_stats()
         self.records_dropped = 0  # out-of-order or unattributable burst records
         self.hints_ignored = 0  # iteration starts not after the job's previous one
+        self.fast_paths = True  # array paths for the common cases (tests turn them off to compare)
 
     # -- per-flow arrays --------------------------------------------------------------------
     def _new(self, name: str, n: int) -> np.ndarray:
@@ -403,10 +417,10 @@ class FlowMonitor:
             a["ids"][:] = ids
             a["job"][:] = jobs
             a["acked"][new] = acked[new]
-            for name in ("base", "jmax", "origin"):
+            for name in ("base", "jmax", "origin", "rec_pos"):
                 a[name][new] = acked[new]
-            a["still"][new] = t
-            a["t0"][new] = t
+            for name in ("still", "t0", "rec_t0"):
+                a[name][new] = t
             self._job_list = job_list
         new = ~cont
 
@@ -456,7 +470,7 @@ class FlowMonitor:
             fids = ids[sel].tolist()
             for i, fid, pre in zip(rows, fids, pre_l):  # first (each touches its own flow only)
                 if pre:
-                    self._presight(i, self._track(i, fid), self._pre[fid])
+                    self._presight(i, self._pre[fid])
             v = _Rows(self, sel)
             acked_l = acked[sel].tolist()
             still_prev, still = a["still_prev"][sel].tolist(), a["still"][sel].tolist()
@@ -667,7 +681,7 @@ class FlowMonitor:
             fid = int(self._a["ids"][i])
         tr = self._tracks.get(fid)
         if tr is None:
-            tr = _Track(int(self._a["origin"][i]), float(self._a["t0"][i]), self.p.gap_memory)
+            tr = _Track()
             self._tracks[fid] = tr
         return tr
 
@@ -678,14 +692,14 @@ class FlowMonitor:
         cs = self._a["ring"][rows[:, None], order]
         return ts, cs, (cs >= 0) & np.isfinite(ts)
 
-    def _presight(self, i: int, tr: _Track, recs: list) -> None:
+    def _presight(self, i: int, recs: list) -> None:
         """Records that arrived before the flow's first read: their bytes end at the
         first counter value and count into the current iteration."""
         a = self._a
         origin = int(a["acked"][i]) - sum(r[2] for r in recs)
-        for name in ("base", "jmax", "origin"):
+        for name in ("base", "jmax", "origin", "rec_pos"):
             a[name][i] = origin
-        tr.rec_pos, tr.t0 = origin, -INF
+        a["rec_t0"][i] = -INF
         recs = sorted(recs)
         self._records(np.full(len(recs), i), *(np.array(x) for x in zip(*recs)), settle=False)
 
@@ -700,6 +714,12 @@ class FlowMonitor:
         c_start = np.where(ok & (ts <= s[:, None]), cs, -1).max(axis=1)  # read before it started
         c_lo = np.where(ok & (ts <= e[:, None]), cs, -1).max(axis=1)
         c_hi = np.where(ok & (ts >= e[:, None]), cs, np.iinfo(np.int64).max).min(axis=1)
+        if settle and self.fast_paths and not self._hints:
+            rest = ~self._records_simple(rows, s, e, b, ts, cs, ok, c_start, c_lo, c_hi)
+            if not rest.any():
+                return
+            rows, s, e, b, cs, ok, c_start, c_lo, c_hi = (
+                x[rest] for x in (rows, s, e, b, cs, ok, c_start, c_lo, c_hi))
         n = len(rows)
         # the flows, in order: u = index of the record's flow among them
         first = np.ones(n, dtype=bool)
@@ -708,42 +728,51 @@ class FlowMonitor:
         ul = (np.cumsum(first) - 1).tolist()
         v = _Rows(self, idx)
         tracks = [self._track(i, fid) for i, fid in zip(idx.tolist(), a["ids"][idx].tolist())]
+        rec_pos, last_el, rec_t0 = a["rec_pos"][idx].tolist(), a["last_e"][idx].tolist(), a["rec_t0"][idx].tolist()
         fo_before = list(v.first_ok)
         starts, ends, use = [0] * n, [0] * n, [False] * n
-        new_gaps: set[int] = set()
+        new_gaps: dict[int, list[float]] = {}
         sl, el, bl = s.tolist(), e.tolist(), b.tolist()
         st_l, lo_l, hi_l = c_start.tolist(), c_lo.tolist(), c_hi.tolist()
         gap = p.phase_gap_s
         for r in range(n):
             u = ul[r]
-            tr = tracks[u]
             si, ei, bi = sl[r], el[r], bl[r]
-            last_e = tr.last_e
+            last_e = last_el[u]
             if si < last_e:
                 self.records_dropped += 1
                 continue
-            t0 = tr.t0
+            t0 = rec_t0[u]
             if fo_before[u] < 0 and last_e == -INF:
                 v.first_ok[u] = 1 if si >= t0 else 0
             if si < t0:  # started before first sight: only the part after it is in our accounting
                 part = 1.0 if ei <= t0 else (t0 - si) / (ei - si)
                 bi -= int(round(bi * part))
-            start = max(tr.rec_pos, st_l[r])  # bytes read before it started are not in it
+            start = max(rec_pos[u], st_l[r])  # bytes read before it started are not in it
             end = min(max(start + bi, lo_l[r]), hi_l[r])
             starts[r], ends[r], use[r] = min(start, end), end, True
-            tr.rec_pos = end
+            rec_pos[u] = end
             if last_e > -INF and si - last_e + EPS >= gap:
-                tr.add_gap(si - last_e)
-                new_gaps.add(u)  # its threshold changes: computed once per flow below, from all its new gaps
-            tr.last_e = ei
-        for u in new_gaps:
-            v.thr[u] = _threshold_sorted(tracks[u].sorted_gaps, p.gap_ratio)
+                new_gaps.setdefault(u, []).append(si - last_e)
+            last_el[u] = ei
+        a["rec_pos"][idx], a["last_e"][idx] = rec_pos, last_el
+        if new_gaps:  # the flows' thresholds change: computed once per flow, from all its new gaps
+            ring, count, mem = a["gaps"], a["gap_n"], p.gap_memory
+            for u, gs in new_gaps.items():
+                i = int(idx[u])
+                for g in gs:  # into the ring: the oldest leaves when it is full
+                    ring[i, count[i] % mem] = g
+                    count[i] += 1
+            us = list(new_gaps)
+            for u, x in zip(us, self._thresholds(idx[us]).tolist()):
+                v.thr[u] = x
         # when each record's flow next moved past its end, from the reads
         past = cs > np.array(ends, dtype=np.int64)[:, None]
         s_lo = np.where(ok & ~past, ts, -INF).max(axis=1).tolist()
         s_hi = np.where(ok & past, ts, INF).min(axis=1).tolist()
         base_l, vstart, jmax = v.base, v.start, v.jmax  # (no commit before the settles: base is the one read)
         kg = p.kernel_gap_s
+        e_pos, e_t, e_n = a["end_pos"], a["end_t"], a["end_n"]
         for r in range(n):
             if not use[r]:
                 continue
@@ -768,11 +797,81 @@ class FlowMonitor:
                     j.s_lo = max(j.s_lo, ei + kg)
                 if end > jmax[u]:
                     jmax[u] = end
-            tr.ends.append((end, ei))
+            i = int(idx[u])  # the record's end into the ring of recent ends
+            e_pos[i, e_n[i] % _ENDS], e_t[i, e_n[i] % _ENDS] = end, ei
+            e_n[i] += 1
         if settle:
             for u, tr in enumerate(tracks):
                 self._settle(v, u, tr)
         v.put(self)
+
+    def _records_simple(self, rows, s, e, b, ts, cs, ok, c_start, c_lo, c_hi) -> np.ndarray:
+        """_records for the common case, with arrays: a flow's only record in the batch, not its
+        first record, in order (s >= the previous record's end) and after first sight, the flow
+        without undecided junctions (nor hints on the monitor). Its record then makes at most
+        one junction, decided at once or kept alone, as the per-record path would: the same
+        steps on the same floats. Returns the mask of the records done."""
+        a, p = self._a, self.p
+        n = len(rows)
+        done = np.ones(n, dtype=bool)  # the flow's only record in the batch (rows are sorted)
+        if n > 1:
+            dup = rows[1:] == rows[:-1]
+            done[1:] &= ~dup
+            done[:-1] &= ~dup
+        last_e = a["last_e"][rows]
+        done &= ~a["busy"][rows] & (last_e > -INF) & (s >= last_e) & (s >= a["rec_t0"][rows])
+        k = np.flatnonzero(done)
+        if not len(k):
+            return done
+        r, si, ei, last_e = rows[k], s[k], e[k], last_e[k]
+        # place the record on the counter
+        start = np.maximum(a["rec_pos"][r], c_start[k])
+        end = np.minimum(np.maximum(start + b[k], c_lo[k]), c_hi[k])
+        start = np.minimum(start, end)
+        a["rec_pos"][r], a["last_e"][r] = end, ei
+        g = si - last_e
+        new_gap = g + EPS >= p.phase_gap_s
+        if new_gap.any():  # into the gap ring (the oldest leaves when it is full), a new threshold
+            rg = r[new_gap]
+            count = a["gap_n"][rg]
+            a["gaps"][rg, count % p.gap_memory] = g[new_gap]
+            a["gap_n"][rg] = count + 1
+            a["thr"][rg] = self._thresholds(rg)
+        count = a["end_n"][r]  # into the ring of recent ends
+        a["end_pos"][r, count % _ENDS], a["end_t"][r, count % _ENDS] = end, ei
+        a["end_n"][r] = count + 1
+        # when the flow next moved past the record's end, from the reads
+        past = cs[k] > end[:, None]
+        s_lo = np.where(ok[k] & ~past, ts, -INF).max(axis=1)
+        s_hi = np.where(ok[k] & past, ts, INF).min(axis=1)
+        base = a["base"][r]
+        began = (start == base) & (end > start)
+        a["start"][r[began]] = si[began]
+        has_j = end > base  # the record ends a burst inside the current iteration: a junction
+        a["jmax"][r] = np.where(has_j, np.maximum(a["jmax"][r], end), a["jmax"][r])
+        s_lo = np.where(s_lo != s_hi, np.maximum(s_lo, ei + p.kernel_gap_s), s_lo)  # the record proves its gap
+        # _settle of that one junction (rules 2-5)
+        lo, hi = s_lo - ei + EPS, s_hi - ei + EPS
+        gap, thr = p.phase_gap_s, a["thr"][r]
+        phase = lo >= gap
+        long_ = np.isnan(thr) | (lo >= thr)
+        drop = (~has_j | (~phase & (hi < gap))  # no junction, or certainly no phase end
+                | (end - base < p.min_fraction * self._e_eff[r])  # the volume rule says "go on"
+                | (~long_ & (hi < thr)))  # a short gap (gap rule)
+        commit = ~drop & phase & long_
+        kept = ~drop & ~commit  # undecided: kept (alone, so not blocked behind another)
+        if commit.any():
+            self._commit_rows(r[commit], end[commit], s_lo[commit])
+        for u in np.flatnonzero(kept).tolist():
+            self._track(int(r[u])).junctions.append(
+                _Junction(int(end[u]), float(ei[u]), float(ei[u]), float(s_lo[u]), float(s_hi[u])))
+        a["busy"][r] = kept
+        return done
+
+    def _thresholds(self, rows: np.ndarray) -> np.ndarray:
+        """The gap rule's threshold of each row, from its gap ring (gap_threshold of its gaps)."""
+        a = self._a
+        return ring_thresholds(a["gaps"][rows], a["gap_n"][rows], self.p.gap_ratio)
 
     def _settle(self, v: _Rows, u: int, tr: _Track) -> None:
         """Decide the u-th flow of v's junctions in order (module docstring, rules 2-5)."""
@@ -905,7 +1004,9 @@ class FlowMonitor:
         if k == 0:
             return int(self._a["base"][i])
         pos, nxt = int(cs[k - 1]), int(cs[k]) if k < len(cs) else int(cs[-1])
-        for end, e in list(tr.ends) + [(j.pos, j.e_hi) for j in tr.junctions]:
+        a = self._a
+        recent = zip(a["end_pos"][i].tolist(), a["end_t"][i].tolist())  # (unused entries: nan, never <= t)
+        for end, e in [*recent, *((j.pos, j.e_hi) for j in tr.junctions)]:
             if e <= t and end <= nxt:
                 pos = max(pos, int(end))
         return pos

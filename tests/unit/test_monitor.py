@@ -514,17 +514,16 @@ def test_flows_batched_together_equal_flows_alone():
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from([0.02, 0.03, 0.2, 0.5]) | st.floats(0.02, 2.0), max_size=80),
        st.integers(3, 12))
-def test_kept_sorted_gaps_give_the_gap_rule(gaps, memory):
-    """A flow keeps its last gap_memory gaps sorted as they come; the threshold from them is
-    gap_threshold of the gaps."""
+def test_kept_gap_ring_gives_the_gap_rule(gaps, memory):
+    """A flow keeps its last gap_memory gaps in a ring (column count % gap_memory, nan unused);
+    the threshold from the ring is gap_threshold of the gaps."""
     from collections import deque
 
-    from hostctl.core.monitor import _Track, _threshold_sorted
+    from hostctl.core.monitor import ring_thresholds
 
-    tr, last = _Track(0, 0.0, memory), deque(maxlen=memory)
-    for g in gaps:
-        tr.add_gap(g)
+    ring, last = np.full((1, memory), np.nan), deque(maxlen=memory)
+    for count, g in enumerate(gaps):
+        ring[0, count % memory] = g
         last.append(g)
-        assert list(tr.gaps) == list(last) and tr.sorted_gaps == sorted(last)
-        got, want = _threshold_sorted(tr.sorted_gaps, 4.0), gap_threshold(last, 4.0)
+        got, want = ring_thresholds(ring, np.array([count + 1]), 4.0)[0], gap_threshold(last, 4.0)
         assert (math.isnan(got) and math.isnan(want)) or got == want

@@ -304,13 +304,10 @@ class MlccControl:
     def _plan(self, slot: int, flows: Sequence[FlowIn], ids: list[str], links: list[tuple[str, ...]],
               deps: list[Dep] | None = None) -> HostSlot:
         n, K = len(flows), self.K
-        if links.count((NIC,)) == n:  # local mode, or no switch path known: no set to sort
-            used, P = ([NIC] if n else []), 1
-        else:
-            used = sorted({lid for ls in links for lid in ls}, key=lambda x: (x != NIC, x))
-            P = max((len(ls) for ls in links), default=1)
+        used = sorted({lid for ls in links for lid in ls}, key=lambda x: (x != NIC, x))
         col = {lid: i for i, lid in enumerate(used)}
         L = max(1, len(used))
+        P = max((len(ls) for ls in links), default=1)
         if L == 1:  # local mode, or no switch path known: every flow crosses the NIC link only
             path = np.zeros((n, 1), dtype=np.int64)
         else:

@@ -14,7 +14,6 @@ and applied at the next tick (the monitor is not thread-safe).
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -29,13 +28,12 @@ from hostctl.core.monitor import FlowMonitor, MonitorParams
 from hostctl.core.pace import PaceTable, cap_rates, selectors
 from hostctl.core.plan import MAX_JOB_SLOTS, allocate_slots
 from hostctl.core.types import FlowKey, Job
-from hostctl.datapath import FLOW_CLOSED, UNLIMITED_BPS_BYTES, BurstBatch, FlowRecord
+from hostctl.datapath import UNLIMITED_BPS_BYTES, BurstBatch, FlowRecord
 
 NAN = float("nan")
 log = logging.getLogger("hostctl")
 
 
-@functools.lru_cache(maxsize=1 << 14)
 def _intra_host(key: FlowKey) -> bool:
     """Traffic that stays on this host (loopback, or to its own address): not scheduled."""
     return key.raddr == key.laddr or key.raddr.startswith("127.")
@@ -64,8 +62,8 @@ class PaceControl:
         # selectors() of the last (jobs, slots): jobs change at rescans only (every 0.5-1 s), not per slot
         self._sel_key: tuple | None = None
         self._sel: tuple[dict, dict] = ({}, {})
-        # the flows in key order and which of them are intra-host (not scheduled), kept while the
-        # flow set does not change: sorting 100 keys every slot costs more than comparing the sets
+        # the flows in key order, kept while the flow set does not change: sorting 100 keys every
+        # slot costs more than comparing the sets
         self._sorted_keys: list[FlowKey] = []
         self._sorted_set: frozenset[FlowKey] = frozenset()
         self._hints: list[tuple[str, int | None, float | None]] = []
@@ -132,7 +130,7 @@ class PaceControl:
             if job is None:
                 closed.append(key)
                 continue
-            if r.flags & FLOW_CLOSED:  # (r.closed without a property call: every flow, every slot)
+            if r.closed:
                 closed.append(key)
             records[key] = r
             flow_job[key] = job
@@ -148,8 +146,7 @@ class PaceControl:
                 self.monitor.bursts(fid[known], bursts.start_ns[known] / 1e9, bursts.end_ns[known] / 1e9,
                                     bursts.nbytes[known].astype(np.int64))
         # ids after the bursts: the records of a flow read for the first time are left out
-        known = self._ids.get
-        ids = np.array([i if (i := known(k)) is not None else self._flow_id(k) for k in records], dtype=np.int64)
+        ids = np.array([self._flow_id(k) for k in records], dtype=np.int64)
         self.monitor.observe(max(now, t_read), ids, jobs_l,
                              np.array(acked_l, dtype=np.int64))
         if closed:
@@ -208,7 +205,7 @@ class PaceControl:
         records, ids, flow_job = self._records, self._ids, self._flow_job
         for key in self._flows_in_order():
             r = records[key]
-            if r.flags & FLOW_CLOSED or _intra_host(key):
+            if r.closed or _intra_host(key):
                 continue  # intra-host traffic is not scheduled (spec 2.2)
             i = row_of.get(ids.get(key, -1))
             if i is None:

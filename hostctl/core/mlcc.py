@@ -103,9 +103,6 @@ class Role(IntEnum):
     RING = 3  # worker -> successor; reference F_pred; notifies the successor's ring flow
 
 
-_AGGREGATION, _RING = int(Role.AGGREGATION), int(Role.RING)  # plain ints: numpy compares them faster
-
-
 @dataclass(frozen=True)
 class MlccParams:
     """Allocator parameters (Appendix A of the spec for the defaults).
@@ -241,10 +238,9 @@ def path_links(path, n: int, L: int) -> tuple[np.ndarray, np.ndarray]:
         pidx = np.where(valid, order, L)
         inc = p.astype(np.float64)
     elif p.dtype.kind in "iu":
-        lo, hi = (int(p.min()), int(p.max())) if p.size else (0, -1)
-        if p.size and (lo < -1 or hi >= L):
+        if p.size and (p.min() < -1 or p.max() >= L):
             raise ValueError(f"path: link indices must be in [0, {L}) or -1 for padding, "
-                             f"got range [{lo}, {hi}]")
+                             f"got range [{p.min()}, {p.max()}]")
         pidx = np.where(p >= 0, p, L).astype(np.intp)
         counts = (p >= 0).sum(axis=1)
         inc1 = np.zeros((n, L + 1))
@@ -269,14 +265,6 @@ def _deadlines(K: int, first_slot: int) -> np.ndarray:
     d = np.arange(first_slot + 1, K + 1)[None, :, None]
     d.flags.writeable = False
     return d
-
-
-@functools.lru_cache(maxsize=64)
-def _slots1(K: int) -> np.ndarray:
-    """1..K (int64), read-only: the 1-based slot numbers."""
-    a = np.arange(1, K + 1, dtype=np.int64)
-    a.flags.writeable = False
-    return a
 
 
 def _tol(G: np.ndarray) -> np.ndarray:
@@ -309,7 +297,7 @@ def schedule_cost(rates_Bps, price, G_bytes, *, slot_s: float, w_beta: float = 1
     sent = r * slot_s
     complete = sent.sum(axis=1) >= G - _tol(G)
     used = r > 0
-    beta = np.where(used, _slots1(K), 0).max(axis=1, initial=0)  # 1 + last slot used, 0 if none
+    beta = np.where(used, np.arange(1, K + 1, dtype=np.int64), 0).max(axis=1, initial=0)  # 1 + last slot used, 0 if none
     beta = np.where(complete, beta, K)
     Gs = np.where(G > 0, G, 1.0)
     cost = w_beta * beta + (sent * price).sum(axis=1) / Gs
@@ -378,8 +366,8 @@ def initial_schedule(G_bytes, avail_Bps, price, *, slot_s: float, w_beta: float 
 
 def _notifications(role, cum, slack, succ, tol):
     """Alg. 2 lines 13-16 with Q-M9/Q-M11: ceiling for the receiver's subsequent flows."""
-    agg = role == _AGGREGATION
-    ring = role == _RING
+    agg = role == Role.AGGREGATION
+    ring = role == Role.RING
     ceiling = np.where(agg, cum, np.where(ring, cum + slack, np.nan))
     reduce = np.maximum(succ - ceiling, 0.0)  # NaN where succ or ceiling unknown
     notify = (agg | ring) & (np.isnan(succ) | (reduce > tol))
@@ -454,7 +442,7 @@ def allocate(G_bytes, path, load_Bps, avail_Bps, cap_Bps, B_Bps, *, role=None, s
     rl = rl.astype(np.int8)
     sent = np.zeros(n) if sent_bytes is None else _arr(sent_bytes, "sent_bytes", 1)
     _shape(sent, "sent_bytes", (n,))
-    dep = rl != 0  # (Role.NONE)
+    dep = rl != Role.NONE
     if ref_bytes is None:
         if dep.any():
             raise ValueError("ref_bytes: required when some flow has a dependency role")
@@ -470,7 +458,7 @@ def allocate(G_bytes, path, load_Bps, avail_Bps, cap_Bps, B_Bps, *, role=None, s
     slack = np.zeros(n) if slack_bytes is None else _arr(slack_bytes, "slack_bytes", 1)
     _shape(slack, "slack_bytes", (n,))
     if succ_bytes is None:
-        succ = np.where(rl == _AGGREGATION, ref, np.nan)
+        succ = np.where(rl == Role.AGGREGATION, ref, np.nan)
     else:
         succ = _arr(succ_bytes, "succ_bytes", 1, allow_nan=True)
         _shape(succ, "succ_bytes", (n,))

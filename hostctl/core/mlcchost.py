@@ -61,7 +61,6 @@ import numpy as np
 
 from hostctl.core.mlcc import MlccParams, MlccPlan, Role, allocate, apply_reductions
 
-_INF1, _ONE1, _ZERO1 = np.array([np.inf]), np.array([1], dtype=np.int64), np.array([0.0])
 MSS_BYTES = 1448
 WAIT_FLOOR_MSS_PER_SLOT = 4
 
@@ -160,7 +159,7 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
 
     valid = pidx >= 0
     gidx = np.where(valid, pidx, L)  # padding -> an extra link of infinite capacity
-    ext_cap = np.concatenate((cap, _INF1))
+    ext_cap = np.append(cap, np.inf)
     path_cap = ext_cap[gidx].min(axis=1)  # [n] tightest link
     mv = np.ones(n, dtype=bool) if moving is None else np.asarray(moving, dtype=bool)
     unknown = np.isnan(G) & mv
@@ -169,7 +168,7 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     kind[unknown] = "unknown"
 
     # idle rate: equal share of the tightest link among this host's flows on it
-    flows_on = np.concatenate((np.bincount(pidx[valid], minlength=L), _ONE1)).astype(np.float64)
+    flows_on = np.append(np.bincount(pidx[valid], minlength=L), 1).astype(np.float64)
     share = (ext_cap[gidx] / np.maximum(flows_on[gidx], 1.0)).min(axis=1)
 
     planned = np.flatnonzero(active | unknown)
@@ -211,7 +210,7 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     # a flow whose plan ends in slot 0 may send that slot's volume at up to the path's headroom
     # (slot-0 rate of the plan = its volume / t): the table counts volume per slot, and a burst
     # stretched over the whole slot would only add its length to the iteration
-    head0 = np.maximum(ext_cap - np.concatenate((load0, _ZERO1)), 0.0)[gidx].min(axis=1)
+    head0 = np.maximum(ext_cap - np.append(load0, 0.0), 0.0)[gidx].min(axis=1)
     ends_now = np.zeros(n, dtype=bool)
     if plan is not None:
         ends_now[planned] = (plan.beta == 1) & ~unknown[planned]

@@ -8,7 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostctl.config import Config
-from hostctl.core import mlcc
 from hostctl.core.mlcc import schedule_cost
 from hostctl.core.monitor import FlowMonitor
 from hostctl.core.pace import selectors
@@ -174,6 +173,3 @@ def test_hysteresis_keeps_rates_within_the_deadband(rates, data):
         r = max(1, int(r))
         assert out[k] == (w if w is not None and abs(r - w) <= RATE_DEADBAND * w else r)
 
-
-def test_role_constants_match_the_enum():
-    assert mlcc._AGGREGATION == mlcc.Role.AGGREGATION and mlcc._RING == mlcc.Role.RING

@@ -30,6 +30,8 @@ from hostctl.errors import HostctlError
 from hostctl.testbed.net import Testbed
 
 PY = sys.executable
+PROCESSOR_NAME = "host"
+"""Each host's emulated processor (host_cores); its socket is per network namespace."""
 HOSTCTL = os.path.join(sys.prefix, "bin", "hostctl")
 READY_TIMEOUT_S = 60.0
 OBSERVE_EVERY_S = 1.0  # policy daemons' status (jobs, bands, flows) is sampled this often during a run
@@ -295,6 +297,15 @@ class Run:
             if pending:
                 time.sleep(0.1)
 
+    def start_processors(self) -> None:
+        """[testbed] host_cores: one emulated processor on every host that runs workers."""
+        cores = self.sc.topology.host_cores
+        if not cores:
+            return
+        for h in sorted({h for j in self.sc.jobs for h in j.worker_hosts}):
+            self.servers.append(self._start(h, [PY, "-m", "hostctl.workloads.processor", "--name", PROCESSOR_NAME,
+                                                "--cores", str(cores)], f"processor-{h}"))
+
     def start_servers(self) -> None:
         for j in self.sc.jobs:
             if j.kind != "ps":
@@ -308,8 +319,9 @@ class Run:
 
     def worker_argv(self, j: JobDef, k: int) -> list[str]:
         out = os.path.join(self.raw_dir, f"{j.name}.w{k}.json")
+        shared = ["--compute-processor", PROCESSOR_NAME] if self.sc.topology.host_cores else []
         common = ["--job", j.name, "--rank", str(k), "--iterations", str(j.iterations), "--compute",
-                  str(j.compute_s), "--model-bytes", str(j.model_bytes), "--out", out]
+                  str(j.compute_s), *shared, "--model-bytes", str(j.model_bytes), "--out", out]
         if j.kind == "ps":
             ps = ",".join(f"{self._addr(h)}:{p}" for h, p in zip(j.ps_hosts, j.ports))
             overlap = ["--backward", str(j.backward), "--buckets", str(j.buckets)] if j.buckets > 1 else []
@@ -350,6 +362,7 @@ class Run:
             self.tb.up()
             self.start_daemons()
             self.wait_daemons(expect_jobs=False)
+            self.start_processors()
             self.start_servers()
             self.wait_daemons(expect_jobs=True)
             c0 = self.tb.counters()

@@ -11,6 +11,10 @@ and hostctl settings, parsed into frozen dataclasses (no I/O but reading the fil
     queue = "256KiB"               # switch port buffer (tbf limit)
     tcp_cc = "cubic"               # congestion control of the workloads' sockets (default: the kernel's)
     sysctls = { "net.ipv4.tcp_slow_start_after_idle" = 0 }   # per host namespace
+    host_cores = 1                 # the workers on a host share its processor: at most this many
+                                   #   compute steps run at full speed, more share it (emulated,
+                                   #   hostctl.workloads.processor); default: none, every worker
+                                   #   computes on its own (a sleep)
 
     [hostctl]                      # settings of the daemon under test
     rr_interval = 2.0
@@ -76,7 +80,7 @@ MAX_HOSTS = 64
 MAX_PROCESSES = 400
 
 TOP_KEYS = {"name", "description", "testbed", "hostctl", "bench", "jobs", "cross"}
-TESTBED_KEYS = {"hosts", "racks", "hosts_per_rack", "link", "uplink", "queue", "tcp_cc", "sysctls"}
+TESTBED_KEYS = {"hosts", "racks", "hosts_per_rack", "link", "uplink", "queue", "tcp_cc", "sysctls", "host_cores"}
 _SYSCTL = re.compile(r"net\.(ipv4|ipv6|core)\.[a-z0-9_.]+")
 HOSTCTL_KEYS = {"rr_interval", "bands", "other_rate", "rescan", "hosts", "workers", "cap", "ingress_rate", "slot"}
 BENCH_KEYS = {"policies", "repeat", "timeout", "warmup"}
@@ -96,6 +100,7 @@ class Topology:
     queue_bytes: int  # switch port buffer
     tcp_cc: str | None = None  # congestion control for the workloads' sockets; None: the kernel default
     sysctls: tuple[tuple[str, str], ...] = ()  # set in every host namespace
+    host_cores: float | None = None  # each host's emulated processor, shared by its workers' compute; None: sleep
 
     def index(self, host: str) -> int:
         return self.hosts.index(host)
@@ -289,9 +294,10 @@ def parse_topology(d: dict) -> Topology:
         if not _SYSCTL.fullmatch(k) or isinstance(v, (bool, list, dict)):
             raise ConfigError(f"testbed.sysctls: {k} = {v!r}: only net.ipv4/ipv6/core keys (namespaced) with a "
                               "number or string value")
+    cores = None if "host_cores" not in d else float(_num(d, "host_cores", "testbed", None, 0.1, 1024))
     return Topology(hosts=tuple(f"h{i}" for i in range(n)), rack_of=rack_of, racks=racks, link_bps=link,
                     uplink_bps=uplink, queue_bytes=queue, tcp_cc=cc,
-                    sysctls=tuple(sorted((k, str(v)) for k, v in sysctls.items())))
+                    sysctls=tuple(sorted((k, str(v)) for k, v in sysctls.items())), host_cores=cores)
 
 
 def _jobs(items: Any, topo: Topology) -> tuple[JobDef, ...]:

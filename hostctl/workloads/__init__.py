@@ -32,6 +32,8 @@ the end, also after an error; ``-`` means stdout)::
       "barrier_enter": [float] * N,
       "barrier_exit": [float] * M,  # see below
       "barrier_wait_s": [float] * N,  # derived: the wait at barrier i, in seconds
+      "compute_wall_s": [float] * N,  # how long each compute step took (longer than --compute
+                                  #   when the host's processor is shared: --compute-cgroup)
       "bytes_sent": int | None,   # application bytes after the handshake
       "bytes_received": int | None,
       "errors": [str]             # empty when the job completed
@@ -41,7 +43,8 @@ Barriers by kind:
 
 - ``ps``: ``barrier_enter[i]`` = the last gradient shard of iteration i had
   arrived at its server (servers report it with the next header; the worker's
-  own "sends returned" time is in ``gradient_sent[i]``);
+  own "sends returned" time is in ``gradient_sent[i]``, and when the whole
+  update had arrived, i.e. its compute began, in ``compute_start[i]``);
   ``barrier_exit`` has N+1 entries: ``barrier_exit[i]`` = the last server's
   header of iteration i arrived (``barrier_exit[0]`` is the job start, and for
   i >= 1 it is the release of barrier i-1), ``barrier_exit[N]`` = the last

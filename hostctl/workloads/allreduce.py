@@ -46,6 +46,7 @@ from hostctl.workloads.common import (
     compute_then_collective, connect_retry, install_sigterm, listen, new_record, now, parse_hostport, pos_int,
     port_number, run_parallel, run_recorded, shutdown_all,
 )
+from hostctl.workloads.compute import compute_from_args
 
 PROG = "hostctl.workloads.allreduce"
 HELLO = struct.Struct("!4sIIQ")  # "HARW", rank, world, chunk_bytes
@@ -145,7 +146,7 @@ def run_worker(a: argparse.Namespace) -> int:
             for _step_no in range(2 * (a.world - 1) if ring else 0):
                 _step(*ring, chunk, abort)
 
-        compute_then_collective(rec, a.iterations, a.compute, allreduce)
+        compute_then_collective(rec, a.iterations, a.compute_step, a.compute, allreduce)
 
     def cleanup() -> None:
         rec["bytes_sent"] = sum(lk.sent_bytes for lk in links)
@@ -176,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.world > 1 and a.prev is None:
         ap.error("--prev ADDR:PORT is required when --world > 1")
     check_out_path(ap, a.out)
+    a.compute_step = compute_from_args(ap, a)
     install_sigterm()
     return run_worker(a)
 

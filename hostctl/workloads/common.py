@@ -326,19 +326,28 @@ def add_job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", required=True)
     p.add_argument("--rank", type=nonneg_int, required=True)
     p.add_argument("--iterations", type=pos_int, required=True)
-    p.add_argument("--compute", type=nonneg_float, required=True, help="seconds of compute per iteration")
+    add_compute_args(p)
     p.add_argument("--model-bytes", type=nonneg_int, required=True)
     p.add_argument("--out", required=True, help="record file ('-' = stdout)")
     p.add_argument("--connect-timeout", type=pos_float, default=60.0)
     p.add_argument("--io-timeout", type=pos_float, default=IO_TIMEOUT_S)
 
 
-def compute_then_collective(rec: dict[str, Any], iterations: int, compute_s: float, collective) -> None:
-    """The loop of a collective job: compute, then `collective()` as the barrier, per iteration;
-    barrier_enter/exit bracket the collective (iter_end = its exit)."""
+def add_compute_args(p: argparse.ArgumentParser) -> None:
+    """--compute and --compute-processor (see hostctl.workloads.compute)."""
+    p.add_argument("--compute", type=nonneg_float, required=True,
+                   help="seconds of compute per iteration (with the host's processor to itself)")
+    p.add_argument("--compute-processor", metavar="NAME",
+                   help="compute on this emulated processor of the host, shared by its workers "
+                        "(hostctl.workloads.processor; default: compute is a sleep)")
+
+
+def compute_then_collective(rec: dict[str, Any], iterations: int, compute, compute_s: float, collective) -> None:
+    """The loop of a collective job: compute (a `Compute`), then `collective()` as the barrier, per
+    iteration; barrier_enter/exit bracket the collective (iter_end = its exit)."""
     rec["t_start"] = now()
     for _ in range(iterations):
-        time.sleep(compute_s)
+        rec["compute_wall_s"].append(compute.run(compute_s))
         rec["barrier_enter"].append(now())
         collective()
         t = now()
@@ -353,7 +362,7 @@ def new_record(job: str, kind: str, rank: int | None, role: str = "worker") -> d
     t = now()
     return {"job": job, "kind": kind, "role": role, "rank": rank, "t_start": t, "t_end": t,
             "iter_end": [], "barrier_enter": [], "barrier_exit": [], "barrier_wait_s": [],
-            "bytes_sent": 0, "bytes_received": 0, "errors": []}
+            "compute_wall_s": [], "bytes_sent": 0, "bytes_received": 0, "errors": []}
 
 
 def write_record(path: str, rec: dict[str, Any]) -> None:

@@ -60,7 +60,6 @@ import argparse
 import struct
 import sys
 import threading
-import time
 from functools import partial
 
 from hostctl.core.traffic import shards
@@ -69,6 +68,7 @@ from hostctl.workloads.common import (
     hostport_list, install_sigterm, listen, new_record, nonneg_int, now, pos_float,
     pos_int, port_number, run_parallel, run_recorded, shutdown_links,
 )
+from hostctl.workloads.compute import Compute, compute_from_args
 
 
 def _share(text: str) -> float:
@@ -226,32 +226,52 @@ def _release(rec: dict, got: list[tuple[float, float]]) -> None:
         rec["barrier_wait_s"].append(t_exit - t_enter)
 
 
-def _compute_and_push(links: list[Link], sizes: list[int], a: argparse.Namespace, abort) -> None:
+def _compute_and_push(links: list[Link], sizes: list[int], a: argparse.Namespace, abort, compute: Compute) -> float:
     """--compute seconds of compute, and the gradient to every server: in one burst after it
     (--buckets 1), or bucket by bucket as the backward pass (its last --backward share)
-    produces them: bucket b of B is sent once b/B of the backward pass is done."""
+    produces them: bucket b of B is sent once b/B of the backward pass is done.
+    Returns the compute's wall time."""
     if a.buckets <= 1:
-        time.sleep(a.compute)
+        wall = compute.run(a.compute)
         run_parallel([partial(lk.send_blob, n) for lk, n in zip(links, sizes)], abort)
-        return
-    t0 = now()
+        return wall
     forward_s = a.compute * (1.0 - a.backward)
     step_s = a.compute * a.backward / a.buckets
+    ready = [threading.Event() for _ in range(a.buckets)]
+    failed = threading.Event()
+    wall = 0.0
+
+    def produce() -> None:
+        nonlocal wall
+        try:
+            compute.begin()
+            compute.until(forward_s)
+            for b in range(a.buckets):
+                compute.until(forward_s + (b + 1) * step_s)
+                ready[b].set()
+            wall = now() - compute.t0
+        except BaseException:
+            failed.set()
+            raise
 
     def push(link: Link, nbytes: int) -> None:
         for b, part in enumerate(shards(nbytes, a.buckets)):
-            wait = t0 + forward_s + (b + 1) * step_s - now()
-            if wait > 0:
-                time.sleep(wait)
+            while not ready[b].wait(0.2):
+                if failed.is_set():
+                    return
             link.send_blob(part)
 
-    run_parallel([partial(push, lk, n) for lk, n in zip(links, sizes)], abort)
+    run_parallel([produce, *(partial(push, lk, n) for lk, n in zip(links, sizes))], abort)
+    return wall
 
 
 def run_worker(a: argparse.Namespace) -> int:
     rec = new_record(a.job, "ps", a.rank)
     rec.update(backward=a.backward, buckets=a.buckets)
+    compute = a.compute_step
+    rec["compute_processor"] = compute.processor
     rec["gradient_sent"] = []
+    rec["compute_start"] = []  # the whole update had arrived: phases are update, compute, gradient
     sizes = shards(a.model_bytes, len(a.ps))
     links: list[Link] = []
 
@@ -263,7 +283,8 @@ def run_worker(a: argparse.Namespace) -> int:
         rec["t_start"] = now()
         for i in range(a.iterations):
             _release(rec, run_parallel([partial(_recv_update, lk, i, n) for lk, n in zip(links, sizes)], abort))
-            _compute_and_push(links, sizes, a, abort)
+            rec["compute_start"].append(now())
+            rec["compute_wall_s"].append(_compute_and_push(links, sizes, a, abort, compute))
             rec["gradient_sent"].append(now())
         _release(rec, run_parallel([partial(_recv_update, lk, DONE, 0) for lk in links], abort))
         rec["t_end"] = rec["barrier_exit"][-1]
@@ -314,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("give --backward (> 0) and --buckets (> 1) together, e.g. --backward 0.67 --buckets 8")
     if a.cmd == "worker" and a.buckets > a.model_bytes // len(a.ps):
         ap.error(f"--buckets {a.buckets} is more than the bytes of a shard ({a.model_bytes // len(a.ps)})")
+    if a.cmd == "worker":
+        a.compute_step = compute_from_args(ap, a)
     install_sigterm()
     return run_server(a) if a.cmd == "server" else run_worker(a)
 

@@ -12,6 +12,8 @@ prints::
      "barrier_wait_std_s":    [per iteration: population std over workers],
      "barrier_wait_s":        [every worker's every wait, flat, iteration-major],
      "barrier_wait_mean_all_s", "barrier_wait_std_mean_s" (mean of the per-iteration stds),
+     "compute_wall_mean_s":   mean wall time of a compute step (longer than --compute
+                               when the host's processor is shared),
      "errors": ["rank K: ...", ...]}
 
 The wait of worker w at barrier i is taken from the record's "barrier_wait_s"
@@ -117,6 +119,8 @@ def summarize(records: list[dict], t0: float | None = None) -> dict[str, Any]:
         "barrier_wait_s": flat,
         "barrier_wait_mean_all_s": _mean(flat),
         "barrier_wait_std_mean_s": _mean(stds),
+        # mean wall time of a compute step: the --compute time, or more on a shared processor (host_cores)
+        "compute_wall_mean_s": _mean([x for r in workers for x in r.get("compute_wall_s", [])]),
         "errors": errors,
     }
 

@@ -28,9 +28,10 @@ import os
 import sys
 
 from hostctl.workloads.common import (
-    EXIT_USAGE, ArgParser, check_out_path, compute_then_collective, install_sigterm, new_record, nonneg_float, nonneg_int,
+    EXIT_USAGE, ArgParser, add_compute_args, check_out_path, compute_then_collective, install_sigterm, new_record, nonneg_int,
     parse_hostport, pos_float, pos_int, run_recorded,
 )
+from hostctl.workloads.compute import compute_from_args
 
 PROG = "hostctl.workloads.torchjob"
 NO_TORCH = "torch is not installed: pip install '.[torch]' (torch==2.13.0, CPU build)"
@@ -45,7 +46,7 @@ def _parser() -> ArgParser:
                     help="rendezvous: rank 0 listens here, the others connect")
     ap.add_argument("--iface", required=True, help="network interface gloo uses (GLOO_SOCKET_IFNAME)")
     ap.add_argument("--model-bytes", type=pos_int, required=True, help="tensor size in bytes (float32: B/4 elements)")
-    ap.add_argument("--compute", type=nonneg_float, required=True, help="seconds of compute per iteration")
+    add_compute_args(ap)
     ap.add_argument("--iterations", type=pos_int, required=True)
     ap.add_argument("--out", required=True, help="record file ('-' = stdout)")
     ap.add_argument("--connect-timeout", type=pos_float, default=60.0,
@@ -72,7 +73,7 @@ def run(a: argparse.Namespace, torch, dist) -> int:
         dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=a.rank,
                                 world_size=a.world, timeout=datetime.timedelta(seconds=a.connect_timeout))
         tensor = torch.zeros(max(1, a.model_bytes // 4), dtype=torch.float32)
-        compute_then_collective(rec, a.iterations, a.compute, lambda: dist.all_reduce(tensor))
+        compute_then_collective(rec, a.iterations, a.compute_step, a.compute, lambda: dist.all_reduce(tensor))
 
     def cleanup() -> None:
         if dist.is_initialized():
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(NO_TORCH + "\n")
         return EXIT_USAGE
     torch.set_num_threads(1)
+    a.compute_step = compute_from_args(ap, a)
     install_sigterm()
     return run(a, torch, dist)
 

@@ -92,6 +92,7 @@ def tiny_scenario(path, extra: str = "") -> str:
         [testbed]
         hosts = 3
         link = "100mbit"
+        host_cores = 1
         [hostctl]
         rr_interval = 1.0
         rescan = 0.2
@@ -137,6 +138,8 @@ def test_tiny_bench_writes_complete_json_and_plots(tmp_path):
         assert set(run["jobs"]) == {"ps-01", "ps-02", "ring"}
         for j in run["jobs"].values():
             assert j["jct_s"] > 0 and len(j["barrier_wait_std_s"]) == 8 and not j["errors"]
+            # host_cores = 1: the steps ran on the hosts' shared processors, never faster than alone
+            assert j["compute_wall_mean_s"] >= 0.05 * 0.95
         assert run["cross"]["bulk"]["bytes"] > 0
         assert run["links"]["h0:up"]["bytes"] > 8 * 2 * 2 * 512 * 1024  # 2 jobs x 2 workers x 8 updates
         assert 0 < run["cpu"]["mean_pct"] <= 100

@@ -65,6 +65,12 @@ def test_tcp_cc_and_sysctls():
     assert s.topology.sysctls == (("net.ipv4.tcp_slow_start_after_idle", "0"),)
 
 
+def test_host_cores_default_none_and_reach_the_workers():
+    assert sc(testbed={"hosts": 2}).topology.host_cores is None
+    s = sc(testbed={"hosts": 3, "host_cores": 1}, jobs=[{"name": "a", "ps": ["h0"]}])
+    assert s.topology.host_cores == 1.0
+
+
 def test_cross_traffic_ports_follow_jobs():
     s = sc(cross=[{"src": "h1", "dst": "h0", "duration": 5}])
     assert s.cross[0].port == PORT_BASE + 3 and s.cross[0].name == "cross0"
@@ -101,6 +107,8 @@ def test_cross_traffic_ports_follow_jobs():
     ({"testbed": {"hosts": 2, "tcp_cc": "Cubic!"}}, "not a congestion control name"),
     ({"testbed": {"hosts": 2, "sysctls": {"kernel.panic": 1}}}, "only net.ipv4/ipv6/core keys"),
     ({"testbed": {"hosts": 2, "sysctls": 3}}, "testbed.sysctls must be a table"),
+    ({"testbed": {"hosts": 2, "host_cores": 0}}, "testbed.host_cores = 0 is out of range"),
+    ({"testbed": {"hosts": 2, "host_cores": "one"}}, "testbed.host_cores must be a number"),
 ])
 def test_mistakes_name_the_key(over, fragment):
     with pytest.raises(ConfigError) as e:

@@ -542,6 +542,36 @@ def bench(
     _run_bench(scenario, policies, repeat, iterations, out)
 
 
+@app.command("bench-compare")
+def bench_compare(
+    results: str = typer.Argument(..., help="A results JSON written by hostctl bench."),
+    policy: str = typer.Argument(..., help="The policy to compare, e.g. mlcc."),
+    baseline: str = typer.Argument(..., help="The policy to compare it with, e.g. mlcc-local."),
+) -> None:
+    """Compare two policies of one bench run: mean paired ratio of their average JCT over the repeats."""
+    from hostctl.bench import report
+    from hostctl.errors import ConfigError
+
+    try:
+        with open(results) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot read {results} ({e}): give a results JSON written by hostctl bench") from None
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
+        raise ConfigError(f"{results} is not a results JSON written by hostctl bench (it has no runs)")
+    try:
+        c = report.compare(data, policy, baseline)
+    except ValueError as e:
+        raise ConfigError(f"{results}: {e}") from None
+    if not c["pairs"]:
+        raise ConfigError(f"{results}: no repeat where both {policy} and {baseline} ran ok")
+    ci = c["ratio_ci95"]
+    typer.echo(f"{policy} vs {baseline}: average JCT ratio {c['ratio']:.3f}"
+               + (f", 95% CI [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else " (one pair: no interval)")
+               + f" over {c['pairs']} paired repeats; per repeat: "
+               + ", ".join(f"{r:.3f}" for r in c["ratios"]))
+
+
 @app.command("bench-pacing")
 def bench_pacing(
     out: str = typer.Option("results/pacing", "--out", help="Folder for pacing.json and the plots."),

@@ -168,6 +168,28 @@ def _policy_stats(runs: list[dict]) -> dict:
     }
 
 
+def paired_ratios(results: Mapping, policy: str, baseline: str) -> dict[Any, float]:
+    """repeat -> avg JCT of `policy` / avg JCT of `baseline` in that repeat, over the repeats where
+    both ran ok (interleaved repeats share the machine's state, so pairs cancel most drift)."""
+    mine = _per_repeat_avg(ok_runs(results, policy))
+    base = _per_repeat_avg(ok_runs(results, baseline))
+    return {k: mine[k] / base[k] for k in mine if base.get(k)}
+
+
+def compare(results: Mapping, policy: str, baseline: str) -> dict:
+    """`policy` against `baseline` (any two policies of one run): mean paired ratio of the average
+    JCT, its Student t 95% interval (None with fewer than two pairs), and the per-repeat ratios."""
+    known = policies_of(results)
+    for p in (policy, baseline):
+        if p not in known:
+            raise ValueError(f"policy {p!r} is not in these results ({', '.join(known) or 'none'})")
+    by_repeat = paired_ratios(results, policy, baseline)
+    ratios = [by_repeat[k] for k in sorted(by_repeat, key=str)]
+    ci = mean_ci95(ratios)
+    return {"policy": policy, "baseline": baseline, "ratio": _mean(ratios), "ratio_ci95": list(ci) if ci else None,
+            "pairs": len(ratios), "ratios": ratios}
+
+
 def summarize(results: Mapping) -> dict[str, dict]:
     """policy -> summary over its ok runs:
 
@@ -192,13 +214,11 @@ def summarize(results: Mapping) -> dict[str, dict]:
     lb = _num((results.get("lower_bound") or {}).get("avg_jct_s"))
     base_runs = ok_runs(results, BASELINE)
     base = _policy_stats(base_runs) if base_runs else None
-    base_by_repeat = _per_repeat_avg(base_runs)
     out: dict[str, dict] = {}
     for policy in policies_of(results):
         runs = ok_runs(results, policy)
         s = _policy_stats(runs)
-        mine = _per_repeat_avg(runs)
-        ratios = [mine[k] / base_by_repeat[k] for k in mine if base_by_repeat.get(k)]
+        ratios = list(paired_ratios(results, policy, BASELINE).values())
         ci = mean_ci95(ratios)
         s.update({
             "ratio_vs_fifo": _mean(ratios),

@@ -233,3 +233,38 @@ def test_active_window_missing_in_old_results():
     s = report.summarize(make_results(repeat=1))
     assert all(p["active_utilisation"] is None and p["active_utilisation_ratio_vs_fifo"] is None
                for p in s.values())
+
+
+def test_compare_any_two_policies_by_hand():
+    # one vs rr, paired by repeat; rr's repeat 1 failed: 9/15 and 12/16
+    c = report.compare(make_results(), "one", "rr")
+    assert c["pairs"] == 2 and c["ratios"] == pytest.approx([9 / 15, 12 / 16])
+    assert c["ratio"] == pytest.approx((9 / 15 + 12 / 16) / 2)
+    assert c["ratio_ci95"] == pytest.approx(by_hand_ci([9 / 15, 12 / 16]))
+    # against fifo it is the summary's ratio
+    s = report.summarize(make_results())
+    assert report.compare(make_results(), "one", "fifo")["ratio"] == pytest.approx(s["one"]["ratio_vs_fifo"])
+    with pytest.raises(ValueError, match="policy 'best' is not in these results"):
+        report.compare(make_results(), "best", "fifo")
+
+
+def test_bench_compare_cli(tmp_path):
+    import json
+    import subprocess
+
+    from tests.conftest import HOSTCTL
+
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(make_results()))
+    r = subprocess.run([HOSTCTL, "bench-compare", str(p), "one", "rr"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "one vs rr: average JCT ratio 0.675" in r.stdout and "over 2 paired repeats" in r.stdout
+    for args, msg in (([str(p), "one", "best"], "policy 'best' is not in these results"),
+                      ([str(tmp_path / "none.json"), "a", "b"], "cannot read"),
+                      ([str(tmp_path)], "Missing argument")):
+        r = subprocess.run([HOSTCTL, "bench-compare", *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and msg in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "list.json").write_text("[1, 2]")
+    r = subprocess.run([HOSTCTL, "bench-compare", str(tmp_path / "list.json"), "a", "b"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "not a results JSON" in r.stderr

@@ -15,8 +15,9 @@ emulated host has its own. A worker sends a step of compute as its standalone du
 it takes with the processor to itself) and gets the reply when the step is done. With n steps
 running, each progresses at min(1, C / n) of its standalone speed (egalitarian processor sharing,
 as the kernel's fair scheduler gives n equal threads C cores). It uses no CPU for the work
-itself, so the machine's two cores stay free for the network; CFS quotas could not do this
-here: below a 4 ms tick (HZ=250) a 0.1-core quota is overrun and repaid in 100 ms lumps.
+itself, so the machine's two cores stay free for the network. A CFS quota on real CPU work
+could not do this here: with a 4 ms scheduler tick (HZ=250) a 0.1-core quota is overrun and
+repaid in lumps of up to hundreds of milliseconds (docs/testbed.md).
 
 Protocol, per connection (a worker's compute thread), all big-endian:
 request ``"HCPU" seconds:f64`` -> reply ``"DONE" wall:f64`` when that much work is done.

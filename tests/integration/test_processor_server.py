@@ -114,3 +114,30 @@ def test_worker_with_missing_processor_exits_2_with_one_line(tmp_path):
                        env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert r.returncode == 2
     assert "--compute-processor" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_idle_exit_and_name_taken():
+    name = f"t{uuid.uuid4().hex[:12]}"
+    p = subprocess.Popen([PY, "-m", "hostctl.workloads.processor", "--name", name, "--idle-exit", "0.3"],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        c = ProcessorClient(name, timeout_s=10)  # held open: the server is not idle meanwhile
+        # a second processor of the same name in this namespace says so and exits 1
+        r = subprocess.run([PY, "-m", "hostctl.workloads.processor", "--name", name], capture_output=True,
+                           text=True, timeout=30)
+        assert r.returncode == 1 and "is another processor named" in r.stderr
+        assert p.poll() is None
+        c.close()
+        assert p.wait(10) == 0  # no connection for 0.3 s: it exits by itself
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(5)
+
+
+@pytest.mark.parametrize("args, msg", [(["--cores", "0"], "must be a positive number"),
+                                       (["--cores", "nan"], "must be a positive number"),
+                                       (["--cores", "x"], "invalid float value")])
+def test_bad_flags_one_line(args, msg):
+    r = subprocess.run([PY, "-m", "hostctl.workloads.processor", *args], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr

@@ -123,8 +123,9 @@ def _digest(h, pc, table, k: int, status_every: int) -> None:
         h.update(json.dumps(s, sort_keys=True, default=str).encode())
 
 
-def replay(cap: dict, reps: int = 3, status_every: int = 25) -> tuple[np.ndarray, str]:
-    """(per-tick CPU seconds of the fastest pass, the behaviour hash)."""
+def replay(cap: dict, reps: int = 3, status_every: int = 25, gap_s: float = 0.0) -> tuple[np.ndarray, str]:
+    """(per-tick CPU seconds of the fastest pass, the behaviour hash). gap_s: sleep between ticks,
+    as the daemon does between slots (the CPU's caches then go cold as other processes run)."""
     from hostctl.pacectl import PaceControl
 
     best, digest = None, ""
@@ -141,6 +142,8 @@ def replay(cap: dict, reps: int = 3, status_every: int = 25) -> tuple[np.ndarray
             t0 = time.thread_time()
             pc.tick(t["now"], t["jobs"])
             times.append(time.thread_time() - t0)
+            if gap_s:
+                time.sleep(gap_s)
             if rep == 0:
                 _digest(h, pc, dp.tables[-1], k, status_every)
         tt = np.array(times[WARM_SLOTS:])
@@ -162,6 +165,8 @@ def main() -> None:
     r = sub.add_parser("replay", help="replay a capture with the code on PYTHONPATH")
     r.add_argument("capture")
     r.add_argument("--reps", type=int, default=3)
+    r.add_argument("--gap", type=float, default=0.0,
+                   help="seconds to sleep between ticks, as the daemon between slots (default 0: back to back)")
     r.add_argument("--out", help="append a JSON line with the result to this file")
     a = ap.parse_args()
     if a.cmd == "daemon":
@@ -175,12 +180,12 @@ def main() -> None:
         cap = pickle.load(f)
     if len(cap["ticks"]) <= WARM_SLOTS:
         raise SystemExit(f"{a.capture}: {len(cap['ticks'])} slots captured, more than {WARM_SLOTS} needed")
-    tt, digest = replay(cap, a.reps)
+    tt, digest = replay(cap, a.reps, gap_s=a.gap)
     import hostctl
 
     res = {"capture": a.capture, "slots": len(cap["ticks"]), "code": os.path.dirname(hostctl.__file__),
            "tick_ms_mean": 1e3 * float(tt.mean()), "tick_ms_median": 1e3 * float(np.median(tt)),
-           "tick_ms_p90": 1e3 * float(np.percentile(tt, 90)), "hash": digest,
+           "tick_ms_p90": 1e3 * float(np.percentile(tt, 90)), "hash": digest, "gap_s": a.gap,
            "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     print(f"{res['slots']} slots from {res['code']}: per tick mean {res['tick_ms_mean']:.3f} ms, median "
           f"{res['tick_ms_median']:.3f}, p90 {res['tick_ms_p90']:.3f}; hash {digest[:16]}")

@@ -11,12 +11,16 @@ DIR/raw/SCENARIO-DATE/rN-POLICY/). Per job, per iteration i >= 1, averaged over 
 - gradient: from the end of compute to the worker's gradient having arrived at the server;
 - wait: the rest of the iteration (the worker waits for the job's slowest gradient).
 
-Prints one line per job and the mean over jobs; needs records with ``compute_start`` (ps workers
-from 2026-11-24 on).
+Prints one line per job and the mean over jobs, then which worker rank's gradient was the job's
+last (and first) in how many iterations, and the mean spread between a job's first and last
+gradient: a rank that is last far more often than 1/W of the time is a systematic straggler (for
+example a host that is always served last). Needs records with ``compute_start`` (ps workers from
+2026-11-24 on).
 """
 
 from __future__ import annotations
 
+import collections
 import glob
 import json
 import os
@@ -41,6 +45,25 @@ def job_phases(recs: list[dict]) -> dict[str, float]:
     return {"iteration": m(it), "update": m(upd), "compute": m(comp), "gradient": m(grad), "wait": m(wait)}
 
 
+def stragglers(by_job: dict[str, list[dict]]) -> tuple[dict[int, float], dict[int, float], float]:
+    """(share of iterations whose last gradient came from each rank, the same for the first,
+    mean spread between a job's first and last gradient in seconds), over all jobs, iterations >= 1."""
+    last: collections.Counter = collections.Counter()
+    first: collections.Counter = collections.Counter()
+    spread = []
+    for recs in by_job.values():
+        recs = sorted(recs, key=lambda r: r["rank"])
+        n = min(len(r["barrier_enter"]) for r in recs)
+        for i in range(1, n):
+            g = [r["barrier_enter"][i] for r in recs]
+            last[recs[g.index(max(g))]["rank"]] += 1
+            first[recs[g.index(min(g))]["rank"]] += 1
+            spread.append(max(g) - min(g))
+    tot = sum(last.values()) or 1
+    return ({k: v / tot for k, v in sorted(last.items())}, {k: v / tot for k, v in sorted(first.items())},
+            statistics.fmean(spread) if spread else 0.0)
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         sys.stderr.write(__doc__)
@@ -63,6 +86,10 @@ def main(argv: list[str]) -> int:
             print(f"{j:12s} " + "  ".join(f"{k} {v * 1e3:5.0f}" for k, v in p.items()))
         mean = {k: statistics.fmean(p[k] for p in rows.values()) for k in next(iter(rows.values()))}
         print(f"{'mean':12s} " + "  ".join(f"{k} {v * 1e3:5.0f}" for k, v in mean.items()))
+        last, first, spread = stragglers(by_job)
+        print("job's last gradient from rank: " + ", ".join(f"{k}: {v:.0%}" for k, v in last.items())
+              + "; first: " + ", ".join(f"{k}: {v:.0%}" for k, v in first.items())
+              + f"; mean spread {spread * 1e3:.0f} ms")
     return 0
 
 

@@ -493,6 +493,8 @@ def _run_bench(scenario: str, policies: Optional[str], repeat: Optional[int], it
     from hostctl.datapath.linux import require_root
 
     require_root()
+    # SIGTERM (systemd, timeout(1), a CI limit) unwinds like Ctrl-C, so the run's testbed is torn down
+    signal.signal(signal.SIGTERM, _terminate)
     sc = load_scenario(scenario).with_overrides(
         iterations=iterations, repeat=repeat,
         policies=tuple(p.strip() for p in policies.split(",") if p.strip()) if policies else None)
@@ -528,6 +530,16 @@ def _run_bench(scenario: str, policies: Optional[str], repeat: Optional[int], it
         for p in report.plot(results, os.path.join(out, sc.name)):
             typer.echo(f"plot: {p}")
     return results
+
+
+class Terminated(BaseException):
+    """SIGTERM in a command that must undo what it built (the bench's testbeds): raised by the
+    handler so that every `finally` runs; the process then exits 143."""
+
+
+def _terminate(_sig, _frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the teardown short
+    raise Terminated
 
 
 @app.command()
@@ -617,6 +629,9 @@ def main() -> None:
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Terminated:
+        print("hostctl: terminated (SIGTERM); what this run built was removed", file=sys.stderr)
+        sys.exit(143)
 
 
 if __name__ == "__main__":

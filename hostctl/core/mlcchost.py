@@ -28,7 +28,7 @@ Which flows are planned, and how (choices the papers leave to the implementer):
 - **Work-conserving slot 0** (``fill``, default on; not in the paper): capacity that the
   plans leave free in slot 0 (Algorithm 1 fills a flow's chosen slots to finish just in
   time, and waves can leave a link part-used) goes to flows that still have bytes planned
-  later, in wave order, taken off their last slots. Only slot 0 is filled: it is the only
+  later, in wave order and max-min fair within a wave, taken off their last slots. Only slot 0 is filled: it is the only
   one that is applied, and the rest is re-planned next slot anyway.
 - A flow whose plan ends in slot 0 is paced at the path's headroom in slot 0 (the
   capacity minus other hosts' load), not at its slot-0 volume / t: the tables count
@@ -94,7 +94,11 @@ def job_waves(job: np.ndarray, job_left: dict[str, float]) -> np.ndarray:
 def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
     """Work-conserving slot 0: what the plans leave free in slot 0 on every link (capacity minus
     other hosts' load minus this host's slot-0 volumes) goes to flows that still have bytes planned
-    for later slots, wave by wave (the same order as the plan), moved from their last slots."""
+    for later slots, moved from their last slots. Wave by wave (the same order as the plan); within
+    a wave, max-min fair by progressive filling, as the plan itself shares a link. (A greedy fill in
+    row order gave the same flow the free capacity in every slot: the workers of a PS job whose
+    updates left in key order got them at 0.26 s and 0.41-0.43 s, so every job waited for its last
+    worker: racks-uplink, docs/benchmarks.md.)"""
     L = cap.shape[0]
     rows = pidx[planned]
     # slot-0 volume per link (padding -> bin L); bincount adds in the same order as np.add.at did
@@ -105,22 +109,36 @@ def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
     cand = planned[later > 0]
     if cand.size == 0 or max(free, default=0.0) <= 0:
         return
-    order = cand[np.lexsort((cand, wave[cand]))].tolist()  # wave by wave, then by row
-    for r, path in zip(order, pidx[order].tolist()):
-        links = [x for x in path if 0 <= x < L]
-        extra = min(free[x] for x in links) if links else 0.0
-        if extra <= 0:
-            continue
-        extra = min(extra, float(rates[r, 1:].sum()))  # at most the volume it has left to move
-        for x in links:
-            free[x] -= extra
-        rates[r, 0] += extra
-        # take the same volume off its last planned slots
-        tail = rates[r, :0:-1]  # slots K-1 .. 1
-        taken = np.minimum(tail, np.maximum(extra - (np.cumsum(tail) - tail), 0.0))
-        rates[r, :0:-1] = tail - taken
+    links_of = {r: [x for x in path if 0 <= x < L] for r, path in zip(cand.tolist(), pidx[cand].tolist())}
+    for w in np.unique(wave[cand]).tolist():
+        need = {r: float(rates[r, 1:].sum()) for r in cand[wave[cand] == w].tolist() if links_of[r]}
+        given = dict.fromkeys(need, 0.0)
+        for _round in range(len(need) + L + 1):  # each round ends a flow or fills a link
+            if not need:
+                break
+            on = [0] * L  # flows of the wave still filling, per link
+            for r in need:
+                for x in links_of[r]:
+                    on[x] += 1
+            offer = {r: max(0.0, min(need[r], *(free[x] / on[x] for x in links_of[r]))) for r in need}
+            for r, g in offer.items():
+                given[r] += g
+                need[r] -= g
+                for x in links_of[r]:
+                    free[x] -= g
+            # done: flows with nothing left to move, or on a link that is full now
+            need = {r: v for r, v in need.items()
+                    if v > 1e-9 * max(1.0, given[r]) and min(free[x] for x in links_of[r]) > 1e-9}
+        for r, extra in given.items():
+            if extra <= 0:
+                continue
+            rates[r, 0] += extra
+            # take the same volume off its last planned slots
+            tail = rates[r, :0:-1]  # slots K-1 .. 1
+            taken = np.minimum(tail, np.maximum(extra - (np.cumsum(tail) - tail), 0.0))
+            rates[r, :0:-1] = tail - taken
         if max(free) <= 0:
-            break  # every link is full: the later flows would get nothing
+            break  # every link is full: the later waves would get nothing
 
 
 def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bps, *, moving=None,

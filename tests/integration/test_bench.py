@@ -301,6 +301,37 @@ def test_pytorch_job_runs_through_hostctl(tmp_path):
     assert gloo["gloo"]["flows"] >= 1 and gloo["gloo"]["tx_bytes"] > 0
 
 
+def test_sigterm_tears_the_testbed_down(tmp_path):
+    """SIGTERM (timeout(1), systemd, a CI limit) in the middle of a run: the bench removes its
+    testbed, says so, and exits 143."""
+    import signal
+    import time
+
+    def ours() -> set[str]:
+        names = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+        return {n for n in names if n.startswith(NS_PREFIX + "b")}
+
+    before = ours()
+    p = subprocess.Popen([HOSTCTL, "bench", tiny_scenario(tmp_path / "t.toml"), "--policies", "fifo", "--out",
+                          str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (ours() - before) and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.2)
+        made = ours() - before
+        assert made, "the bench built no testbed"
+        time.sleep(2.0)  # into the run: daemons and jobs started
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+    assert p.returncode == 143, err[-2000:]
+    assert "terminated (SIGTERM)" in err and "Traceback" not in err
+    assert not (made & ours()), "the terminated bench left its namespaces"
+
+
 def test_bench_errors_are_one_line(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[testbed]\nhosts = 2\n[[jobs]]\nname = 'x'\nkind = 'ps'\n")

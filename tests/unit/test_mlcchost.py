@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostctl.core.mlcc import MlccParams
-from hostctl.core.mlcchost import host_slot, job_waves, wait_floor_Bps
+from hostctl.core.mlcchost import _fill_slot0, host_slot, job_waves, wait_floor_Bps
 
 C = 62.5e6  # 500 Mbit/s in bytes/s
 P = MlccParams()
@@ -114,6 +114,56 @@ def test_slot0_is_work_conserving():
     assert r.rates_Bps[:, 0].sum() == pytest.approx(C)  # filled
     assert r.rates_Bps[1].sum() * T == pytest.approx(4 * C * T)  # the same volume, moved earlier
     assert r.rates_Bps[0, 0] == pytest.approx(C / 2)  # the first wave's plan is untouched
+
+
+def _fill(rates, paths, cap, load0, wave=None):
+    rates = np.array(rates, dtype=float)
+    n = rates.shape[0]
+    before = rates.copy()
+    _fill_slot0(rates, np.arange(n), np.zeros(n, np.int64) if wave is None else np.asarray(wave), np.asarray(paths),
+                np.asarray(cap, float), np.asarray(load0, float), T)
+    return before, rates
+
+
+def test_slot0_fill_is_fair_within_a_wave():
+    # two flows of one wave on one link, each with 2 slots of C/2 planned later; slot 0 has C/2 free:
+    # each gets C/4 (a greedy fill in row order gave all of it to the first, in every slot)
+    before, after = _fill([[C / 4, C / 2, C / 2, 0, 0, 0, 0, 0, 0, 0]] * 2, [[0], [0]], [C], [0.0])
+    assert after[:, 0] == pytest.approx([C / 2, C / 2])
+    assert after.sum(axis=1) == pytest.approx(before.sum(axis=1))  # volume moved, not made
+    # max-min: flow 1 also crosses link 1 with C/10 free, so flow 0 gets the rest of link 0
+    _, after = _fill([[0, C, 0, 0, 0, 0, 0, 0, 0, 0]] * 2, [[0, -1], [0, 1]], [C, C], [0.0, 0.9 * C])
+    assert after[1, 0] == pytest.approx(C / 10) and after[0, 0] == pytest.approx(0.9 * C)
+    # an earlier wave is served first
+    _, after = _fill([[0, C, 0, 0, 0, 0, 0, 0, 0, 0]] * 2, [[0], [0]], [C], [0.5 * C], wave=[1, 0])
+    assert after[:, 0] == pytest.approx([0.0, C / 2])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_slot0_fill_properties(data):
+    n = data.draw(st.integers(1, 6))
+    L = data.draw(st.integers(1, 3))
+    rates = np.array(data.draw(st.lists(st.lists(st.floats(0, C), min_size=P.K, max_size=P.K), min_size=n, max_size=n)))
+    paths = np.array(data.draw(st.lists(st.lists(st.integers(-1, L - 1), min_size=2, max_size=2), min_size=n, max_size=n)))
+    cap = np.full(L, C)
+    load0 = np.array(data.draw(st.lists(st.floats(0, C), min_size=L, max_size=L)))
+    wave = np.array(data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)))
+    before, after = _fill(rates, paths, cap, load0, wave)
+    assert after.sum(axis=1) == pytest.approx(before.sum(axis=1), rel=1e-9, abs=1e-3)  # volume is only moved
+    assert (after[:, 0] >= before[:, 0] - 1e-6).all() and (after >= -1e-6).all()
+    # no link gets more than the fill found free there (what the plans had on it may already be over)
+    for x in range(L):
+        on = np.array([x in p for p in paths.tolist()])
+        added = (after[on, 0] - before[on, 0]).sum()
+        free = max(cap[x] - load0[x] - before[on, 0].sum() * 1.0, 0.0)
+        assert added <= free * (1 + 1e-9) + 1e-3
+    # identical flows of one wave are filled alike
+    for i in range(n):
+        for j in range(i + 1, n):
+            if (wave[i] == wave[j] and sorted(set(paths[i].tolist())) == sorted(set(paths[j].tolist()))
+                    and before[i, 1:].sum() == pytest.approx(before[j, 1:].sum())):
+                assert after[i, 0] - before[i, 0] == pytest.approx(after[j, 0] - before[j, 0], rel=1e-6, abs=1e-3)
 
 
 def _roles(G, *, role, ref, cum, ceiling=None, slack=None):

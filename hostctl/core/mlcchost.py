@@ -28,8 +28,9 @@ Which flows are planned, and how (choices the papers leave to the implementer):
 - **Work-conserving slot 0** (``fill``, default on; not in the paper): capacity that the
   plans leave free in slot 0 (Algorithm 1 fills a flow's chosen slots to finish just in
   time, and waves can leave a link part-used) goes to flows that still have bytes planned
-  later, in wave order and max-min fair within a wave, taken off their last slots. Only slot 0 is filled: it is the only
-  one that is applied, and the rest is re-planned next slot anyway.
+  later, in wave order and max-min fair within a wave, taken off their last slots. Only
+  slot 0 is filled: it is the only one that is applied, and the rest is re-planned next
+  slot anyway.
 - A flow whose plan ends in slot 0 is paced at the path's headroom in slot 0 (the
   capacity minus other hosts' load), not at its slot-0 volume / t: the tables count
   volume per slot, so sending that volume early in the slot changes no other plan, while

@@ -31,11 +31,12 @@ from __future__ import annotations
 import argparse
 import math
 import selectors
-import signal
 import socket
 import struct
 import sys
 import time
+
+from hostctl.workloads.common import Terminated, install_sigterm, recv_exact
 
 PROG = "hostctl.workloads.processor"
 REQUEST = struct.Struct("!4sd")
@@ -106,10 +107,6 @@ class _Conn:
         self.buf = b""
         self.started = 0.0
         self.busy = False
-
-
-class _Stop(Exception):
-    """Raised by the SIGTERM/SIGINT handler (select would otherwise resume after the signal)."""
 
 
 class Server:
@@ -204,11 +201,7 @@ class Server:
 
 
 def serve(name: str, cores: float, idle_exit_s: float = 0.0) -> int:
-    def on_term(_sig, _frm) -> None:
-        raise _Stop
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    install_sigterm()  # SIGTERM raises Terminated (select would otherwise resume after the signal)
     try:
         server = Server(name, cores)
     except OSError as e:
@@ -217,7 +210,7 @@ def serve(name: str, cores: float, idle_exit_s: float = 0.0) -> int:
         return 1
     try:
         server.run(idle_exit_s)
-    except _Stop:
+    except (Terminated, KeyboardInterrupt):
         pass
     finally:
         server.close()
@@ -246,13 +239,10 @@ class ProcessorClient:
     def compute(self, seconds: float) -> float:
         """Block until `seconds` of standalone compute are done; returns the wall time."""
         self.sock.sendall(REQUEST.pack(MAGIC_REQ, seconds))
-        buf = b""
-        while len(buf) < REPLY.size:
-            chunk = self.sock.recv(REPLY.size - len(buf))
-            if not chunk:
-                raise ConnectionError(f"processor {self.name!r} closed the connection")
-            buf += chunk
-        magic, wall = REPLY.unpack(buf)
+        try:
+            magic, wall = REPLY.unpack(recv_exact(self.sock, REPLY.size))
+        except ConnectionError as e:
+            raise ConnectionError(f"processor {self.name!r}: {e}") from None
         if magic != MAGIC_REP:
             raise ConnectionError(f"processor {self.name!r} sent a bad reply")
         return wall

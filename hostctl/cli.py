@@ -89,6 +89,7 @@ def start(
     horizon: Optional[int] = typer.Option(None, "--horizon", help="mlcc: slots planned ahead, K (default 10)."),
     plan_offset: Optional[float] = typer.Option(None, "--plan-offset", help="mlcc: seconds into each slot at which this host plans (default: from its host name, 0..35 ms)."),
     deps: Optional[bool] = typer.Option(None, "--deps/--no-deps", help="mlcc: Algorithm 2's dependency rules for jobs with a comm pattern in the config (switch mode; default on)."),
+    job_order: Optional[str] = typer.Option(None, "--job-order", help="mlcc with --switch: order the jobs on the fabric's links, the same order on every host: none (default), fixed, or rotate (a new order every --rr-interval)."),
     metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help="Address for --metrics-port."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (qdisc, classes, classifier entries) and exit."),
     log_level: str = typer.Option("INFO", "--log-level"),
@@ -105,7 +106,7 @@ def start(
                        ports=ports, pids=pids, match=match, bands=bands, rr_interval=rr_interval,
                        rescan=rescan, lease=lease, metrics_port=metrics_port, cap=cap, cgroup=cgroup, slot=slot,
                        switch=switch, curve_keys=curve_keys, horizon=horizon, plan_offset=plan_offset,
-                       ingress_rate=ingress_rate, deps=deps)
+                       ingress_rate=ingress_rate, deps=deps, job_order=job_order)
     the_iface = _resolve_iface(cfg)
     from hostctl.datapath.linux import link_info
 
@@ -318,6 +319,10 @@ def _print_pacing(con, pc: dict, s: dict) -> None:
                   f"fallbacks {ml['fallbacks']}, recoveries {ml['recoveries']}, silent slots {ml['silent_slots']}, "
                   f"errors {ml['errors'] or 'none'}; NIC plan (Mbit/s): "
                   + " ".join(f"{x * 8 / 1e6:.0f}" for x in ml["nic_load_Bps"]))
+        jo = ml.get("job_order")
+        if jo and jo.get("order") != "none":
+            con.print(f"job order ({jo['order']}" + (f", every {jo['interval_s']:g} s" if jo["order"] == "rotate" else "")
+                      + "): " + (" > ".join(jo["jobs"]) or "no jobs yet"))
         d = ml.get("deps")
         if d and d.get("flows"):
             con.print(f"Algorithm 2: {d['flows']} flow(s) with a role; slots raised {d['delta_flows']}, held "

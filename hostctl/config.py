@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hostctl import consts
-from hostctl.core.bands import MAX_BANDS, POLICIES
+from hostctl.core.bands import JOB_ORDERS, MAX_BANDS, POLICIES
 from hostctl.core.plan import BAND_MIN_RATE_BPS
 from hostctl.core.types import JobSpec
 from hostctl.core.units import (
@@ -22,7 +22,8 @@ from hostctl.errors import ConfigError
 
 TOP_KEYS = {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
             "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot", "phase_gap",
-            "switch", "curve_keys", "horizon", "plan_offset", "ingress_rate", "deps"}
+            "switch", "curve_keys", "horizon", "plan_offset", "ingress_rate", "deps",
+            "job_order"}
 JOB_KEYS = {"name", "ports", "pids", "match", "model_size", "cap", "comm", "ring_size"}
 COMM_PATTERNS = ("ps", "ring")  # [[jobs]] comm: parameter server, ring all-reduce
 PACING_POLICIES = ("cap", "mlcc")  # policies that run the sock_ops pacing datapath and the slot loop
@@ -52,6 +53,7 @@ class Config:
     plan_offset_s: float | None = None  # mlcc: when in the slot this host plans; None: from its host name
     ingress_rate: str | None = None  # ingress bands: "97%" of the link rate or a rate; None: off
     deps: bool = True  # mlcc: Algorithm 2's dependency rules for jobs with a comm (switch mode)
+    job_order: str = "none"  # mlcc: fabric-wide job order through the switches: none, fixed or rotate
 
     @property
     def pacing(self) -> bool:
@@ -116,6 +118,11 @@ class Config:
                                   "e.g. --switch tcp://10.0.0.9:5555")
         if self.policy == "mlcc" and self.curve_keys and not self.switch:
             raise ConfigError("curve_keys needs switch endpoints (--switch)")
+        if self.job_order not in JOB_ORDERS:
+            raise ConfigError(f"unknown job order {self.job_order!r}: choose one of {', '.join(JOB_ORDERS)}")
+        if self.job_order != "none" and (self.policy != "mlcc" or not self.switch):
+            raise ConfigError(f"job order {self.job_order!r} orders jobs on the fabric's links through the "
+                              "switches: it needs --policy mlcc with --switch ENDPOINT")
         if self.plan_offset_s is not None and not 0 <= self.plan_offset_s <= 0.6 * self.slot_s:
             raise ConfigError(f"plan_offset must be within 0..{0.6 * self.slot_s:g} seconds (60% of the slot), "
                               f"got {self.plan_offset_s}")
@@ -293,6 +300,8 @@ def load_file(path: str) -> dict[str, Any]:
         kw["plan_offset_s"] = _num(data, "plan_offset", float, path)
     if "ingress_rate" in data:
         kw["ingress_rate"] = _str(data, "ingress_rate", path)
+    if "job_order" in data:
+        kw["job_order"] = _str(data, "job_order", path)
     if "deps" in data:
         if not isinstance(data["deps"], bool):
             raise ConfigError(f"{path}: deps must be true or false, got {data['deps']!r}")

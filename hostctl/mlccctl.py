@@ -36,6 +36,17 @@ connection's cumulative bytes plus the slot-0 volume) and sends the notification
 aggregation and ring flows. A flow whose peers' progress is missing or older than
 PROGRESS_MAX_AGE slots is planned without Delta. In local mode there is nobody to exchange
 progress with: every flow has role NONE.
+
+Job order (``job_order="fixed"`` or ``"rotate"``, switch mode; hostctl's addition, off by default): all
+hosts rank the jobs alike (``bands.fabric_rank``: a hash of the job id, and of the rotation count for
+``rotate``) and send each flow's job rank with its schedules and queries. The switch then leaves the
+jobs ranked *after* a flow's job out of its feedback, so a job plans around the jobs before it only,
+and this host plans its own jobs one after another in that order (each job around the ones before
+it). A job ranked later waits for the reservations of the earlier ones instead of sharing the links
+with them, TensorLights' strict priority carried to the fabric's links: on racks-uplink the PS jobs'
+updates then take turns on the oversubscribed uplink, one job computing while the next sends
+(docs/benchmarks.md). An idle flow of an ordered job starts a new burst at its path's headroom only
+(not at an equal share of its NIC), so that it does not run over an earlier job's reservation.
 """
 
 from __future__ import annotations
@@ -51,6 +62,7 @@ from typing import NamedTuple
 import numpy as np
 
 from hostctl.core import deps as dep_rules
+from hostctl.core.bands import JOB_ORDERS, fabric_rank, rr_epoch
 from hostctl.core import wire
 from hostctl.core.deps import Dep, JobComm
 from hostctl.core.mlcc import MlccParams, Role
@@ -94,7 +106,10 @@ flow_id = dep_rules.flow_name  # a flow's id on the wire: its 4-tuple (unique in
 class MlccControl:
     def __init__(self, link_rate_Bps: int, slot_s: float, *, switch=None, horizon: int = 10,
                  fetch_timeout_s: float | None = None, publish_timeout_s: float | None = None,
-                 wall: Callable[[], float] = time.time, deps: bool = True) -> None:
+                 wall: Callable[[], float] = time.time, deps: bool = True, job_order: str = "none",
+                 order_interval_s: float = 2.0) -> None:
+        if job_order not in JOB_ORDERS:
+            raise ValueError(f"unknown job order {job_order!r} (one of {', '.join(JOB_ORDERS)})")
         self.params = MlccParams(K=horizon, slot_s=slot_s)
         self.K = horizon
         self.slot_s = slot_s
@@ -125,6 +140,11 @@ class MlccControl:
         self._warned: set[str] = set()
         # Algorithm 2 (switch mode): roles, the peers' progress and the notifications received
         self.use_deps = deps
+        # fabric-wide job order (switch mode): this slot's rank per job, and the ranks last published
+        self.job_order = job_order
+        self.order_interval_s = order_interval_s
+        self.ranks: dict[str, int] = {}
+        self._pub_ranks: dict[str, int] = {}
         self._deps_key: tuple | None = None
         self._deps_cached: list[Dep] | None = None
         self._ring_size: dict[str, int | None] = {}
@@ -150,6 +170,9 @@ class MlccControl:
         ids = [flow_id(f.key) for f in flows]
         t0 = time.perf_counter()
         deps = self._flow_deps(flows, ids, comms) if self.wants_comms and comms else None
+        if self.switch is not None and self.job_order != "none":
+            epoch = rr_epoch(slot * self.slot_s, self.order_interval_s)
+            self.ranks = {j: fabric_rank(j, self.job_order, epoch) for j in {f.job for f in flows}}
         if self.switch is not None:
             self._fetch(slot, flows, ids, deps)
         if self.mode != "switch":
@@ -203,7 +226,8 @@ class MlccControl:
     def _fetch(self, slot: int, flows: Sequence[FlowIn], ids: list[str], deps: list[Dep] | None = None) -> None:
         if not flows:
             return  # nothing to ask (and no answer is not silence)
-        q = [wire.FlowQuery(i, f.key.laddr, f.key.raddr, job_id=f.job) for i, f in zip(ids, flows)]
+        rank = self.ranks.get
+        q = [wire.FlowQuery(i, f.key.laddr, f.key.raddr, job_id=f.job, rank=rank(f.job)) for i, f in zip(ids, flows)]
         names = sorted({n for d in deps for n in d.query}) if deps else ()
         res = self.switch.exchange(slot, fetches=q, get_progress=names, timeout_s=self.fetch_timeout_s)
         if deps:
@@ -337,6 +361,8 @@ class MlccControl:
         held = wait_floor_Bps(self.slot_s) * 2
         prev = dict(zip(self.last_flows, self.last.applied_Bps.tolist())) if self.last is not None else {}
         moving = [f.moving or prev.get(fid, math.inf) <= held for fid, f in zip(ids, flows)]
+        if self.ranks and self.mode == "switch" and fresh:
+            return self._plan_ordered(slot, flows, ids, deps, path, cap, moving, col, L)
         if deps is None:
             return host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [f.sent_bytes for f in flows],
                              np.array([f.job for f in flows], dtype=object), path, cap, cap, others,
@@ -349,6 +375,60 @@ class MlccControl:
         self.dep_counts["delta_flows"] += int((hs.delta_Bps > 0).sum())
         self.dep_counts["reduced_flows"] += int((hs.reduced_bytes > 0).sum())
         return hs
+
+    def _plan_ordered(self, slot: int, flows: Sequence[FlowIn], ids: list[str], deps: list[Dep] | None,
+                      path: np.ndarray, cap: np.ndarray, moving: list[bool], col: dict[str, int], L: int) -> HostSlot:
+        """The plan under a job order: this host's jobs one after another in rank order, each around
+        the other hosts' load that the switch reported for it (the jobs ranked before it) and this
+        host's plans of the jobs before it in this slot."""
+        n, K = len(flows), self.K
+        shift = slot - self.fb_slot
+        _, own_job = self._own_load(self.fb_slot)
+        ranks, pub = self.ranks, self._pub_ranks
+        jobs = sorted({f.job for f in flows}, key=lambda j: (ranks[j], j))
+        dep_in = self._dep_inputs(slot, flows, deps) if deps is not None else None
+        local = np.zeros((L, K))  # this slot's plans of the jobs before, per link
+        rates, applied = np.zeros((n, K)), np.zeros(n)
+        kind, wave = np.full(n, "idle", dtype=object), np.full(n, -1, dtype=np.int64)
+        cum, delta, notify, reduced = np.zeros(n), np.zeros(n), np.full(n, np.nan), np.zeros(n)
+        for w, j in enumerate(jobs):
+            rows = [r for r, f in enumerate(flows) if f.job == j]
+            # the switch counted this host's published flows of the jobs it ranked up to j's rank
+            counted = [h for h, rk in pub.items() if h != j and (rk is None or rk <= ranks[j])]
+            others = np.zeros((L, K))
+            seen = np.zeros(L, dtype=bool)
+            for r in rows:
+                for lid, row in self.feedback.get(ids[r], {}).items():
+                    c = col.get(lid)
+                    if c is None or seen[c]:
+                        continue
+                    mine = sum((own_job.get((h, lid), 0.0) for h in counted), 0.0)
+                    others[c, :K - shift] = np.maximum(np.asarray(row, dtype=np.float64) - mine, 0.0)[shift:]
+                    seen[c] = True
+            others += local
+            kw = {}
+            if dep_in is not None:
+                kw = {k: [v[r] for r in rows] for k, v in dep_in.items()}
+                sent = [flows[r].cum_bytes if flows[r].cum_bytes == flows[r].cum_bytes else 0.0 for r in rows]
+            else:
+                sent = [flows[r].sent_bytes for r in rows]
+            hs = host_slot([flows[r].G_bytes for r in rows], [flows[r].B_Bps for r in rows], sent,
+                           np.array([j] * len(rows), dtype=object), path[rows], cap, cap, others,
+                           moving=[moving[r] for r in rows], params=self.params, idle_share=False, **kw)
+            idx = np.array(rows)
+            rates[idx], applied[idx], kind[idx] = hs.rates_Bps, hs.applied_Bps, hs.kind
+            wave[idx] = np.where(hs.wave >= 0, w, -1)
+            if hs.cum_bytes is not None:
+                cum[idx], delta[idx], notify[idx], reduced[idx] = (hs.cum_bytes, hs.delta_Bps, hs.notify_bytes,
+                                                                   hs.reduced_bytes)
+            for i, p in enumerate(path[rows].tolist()):
+                for c in p:
+                    if c >= 0:
+                        local[c] += hs.rates_Bps[i]
+        if dep_in is None:
+            return HostSlot(rates, applied, kind, wave, None)
+        return HostSlot(rates, applied, kind, wave, None, cum_bytes=cum, delta_Bps=delta, notify_bytes=notify,
+                        reduced_bytes=reduced)
 
     def _kept_factors(self, ids: list[str], flows: Sequence[FlowIn]) -> np.ndarray:
         """Per flow, the share of its reservations it has been using: an EWMA (KEPT_WEIGHT) of
@@ -406,9 +486,11 @@ class MlccControl:
                      if c == c and d.notify_to and not (d.role == Role.RING and math.isnan(f.G_bytes + f.sent_bytes))]
             self.dep_counts["notifications_sent"] += len(notes)
         self.seq += 1
+        rank = self.ranks.get
         ups = [wire.FlowSchedule(fid, f.job, f.key.laddr, f.key.raddr, self.seq,
-                                 tuple(float(x) for x in np.round(published[r])))
+                                 tuple(float(x) for x in np.round(published[r])), rank=rank(f.job))
                for r, (fid, f) in enumerate(zip(ids, flows))]
+        self._pub_ranks = {f.job: rank(f.job) for f in flows}
         # flows that ended: withdraw their schedules (all zeros)
         now = set(ids)
         ups += [wire.FlowSchedule(fid, f.job, f.key.laddr, f.key.raddr, self.seq, (0.0,) * self.K)
@@ -498,6 +580,8 @@ class MlccControl:
             "links": len({lid for ls in self.prev_links for lid in ls}),
             "deps": {"enabled": self.use_deps, "flows": sum(1 for d in self.deps or () if d.role != Role.NONE),
                      **self.dep_counts},
+            "job_order": {"order": self.job_order, "interval_s": self.order_interval_s,
+                          "jobs": sorted(self.ranks, key=lambda j: (self.ranks[j], j))},
         }
 
     def close(self) -> None:

@@ -82,7 +82,8 @@ class PaceControl:
             if not rate:
                 raise ValueError("policy mlcc needs the link rate (the NIC link's capacity)")
             self.mlcc = MlccControl(rate // 8, config.slot_s, switch=switch, horizon=config.horizon, wall=wall,
-                                    deps=config.deps)
+                                    deps=config.deps, job_order=config.job_order,
+                                    order_interval_s=config.rr_interval_s)
 
     # -- from other threads -----------------------------------------------------------
     def hint(self, job: str, bytes_per_iter: int | None, iteration_start_mono: float | None) -> None:

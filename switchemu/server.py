@@ -219,7 +219,7 @@ class SwitchState:
         table, paths = self.table, self._paths
         status = []
         bad = 0
-        for flow, job, src, dst, seq, rates, links in items:
+        for flow, job, src, dst, seq, rates, links, rank in items:
             p = paths.get((src, dst, links))
             if p is None:
                 try:
@@ -232,7 +232,7 @@ class SwitchState:
                 status.append(self._flow_error(Code.REFUSED))
                 bad = bad or status[-1]
                 continue
-            if table.update_valid(flow, p[0], slot, list(map(round, rates)), slot_now, seq, job):
+            if table.update_valid(flow, p[0], slot, list(map(round, rates)), slot_now, seq, job, rank):
                 status.append(0)
             else:
                 status.append(self._flow_error(Code.REORDERED))
@@ -253,7 +253,7 @@ class SwitchState:
         caps: dict[str, int] = {}
         fb = []
         bad = 0
-        for flow, src, dst, links, job in items:
+        for flow, src, dst, links, job, rank in items:
             p = paths.get((src, dst, links))
             if p is None:
                 try:
@@ -264,7 +264,7 @@ class SwitchState:
                     fb.append({"flow": flow, "status": code, "links": [], "load_Bps": [], "path_Bps": []})
                     continue
             idx, ids, capl = p
-            rows = table.rows(idx, slot, slot_now, flow, job)
+            rows = table.rows(idx, slot, slot_now, flow, job, rank)
             for lid, cap in capl:
                 if lid not in caps:
                     caps[lid] = cap
@@ -338,7 +338,8 @@ class SwitchState:
             if len(table) >= self.max_flows and f.flow_id not in table:
                 status.append(self._flow_error(Code.REFUSED))
                 continue
-            ok = table.update(f.flow_id, idx, req.slot, f.rates_Bps, slot_now, seq=f.seq, job_id=f.job_id)
+            ok = table.update(f.flow_id, idx, req.slot, f.rates_Bps, slot_now, seq=f.seq, job_id=f.job_id,
+                              rank=f.rank)
             status.append(0 if ok else self._flow_error(Code.REORDERED))
         return _status_reply(req, slot_now, status)
 
@@ -353,7 +354,8 @@ class SwitchState:
             except WireError as e:
                 fb.append(wire.FlowFeedback(f.flow_id, self._flow_error(e.code)))
                 continue
-            loads = self.table.loads(idx, req.slot, slot_now, exclude=f.flow_id, exclude_job=f.job_id)
+            loads = self.table.loads(idx, req.slot, slot_now, exclude=f.flow_id, exclude_job=f.job_id,
+                                     below_rank=f.rank)
             for lid in ids:
                 if lid not in caps:
                     caps[lid] = links_all[self.topo.link_index[lid]].capacity_Bps

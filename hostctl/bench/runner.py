@@ -47,13 +47,14 @@ def policy_order(policies: tuple[str, ...], repeat: int) -> list[str]:
     return list(policies[k:] + policies[:k])
 
 
-MLCC_POLICIES = ("mlcc", "mlcc-local", "mlcc-nodeps")
-SWITCH_POLICIES = ("mlcc", "mlcc-nodeps")  # bench policies that run switchemu
+MLCC_POLICIES = ("mlcc", "mlcc-local", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate")
+SWITCH_POLICIES = ("mlcc", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate")  # bench policies that run switchemu
 
 
 def daemon_policy(policy: str) -> str:
     """`hostctl start --policy` of a bench policy: mlcc-local is mlcc without switchemu, mlcc-nodeps
-    mlcc with switchemu but --no-deps, one-ingress / rr-ingress are one / rr with --ingress-rate."""
+    mlcc with switchemu but --no-deps, mlcc-fixed / mlcc-rotate mlcc with switchemu and --job-order
+    fixed / rotate, one-ingress / rr-ingress are one / rr with --ingress-rate."""
     return "mlcc" if policy in MLCC_POLICIES else policy.removesuffix("-ingress")
 
 
@@ -231,6 +232,8 @@ class Run:
                 argv += ["--switch", self.switch_ep]
             if pol == "mlcc-nodeps":
                 argv += ["--no-deps"]
+            if pol in ("mlcc-fixed", "mlcc-rotate"):
+                argv += ["--job-order", pol.removeprefix("mlcc-")]
             if mlcc:  # one host name for all namespaces: spread the planning offsets by host index
                 from hostctl.daemon import nth_plan_offset
 

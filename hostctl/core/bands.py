@@ -20,6 +20,7 @@ A host with at most one job is left unconfigured (property 1): no contention.
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Mapping, Sequence
 
 POLICIES = ("fifo", "one", "rr")
@@ -90,3 +91,23 @@ def describe(assignment: Mapping[str, int], all_jobs: Sequence[str]) -> str:
     if rest:
         parts.append(f"default={','.join(rest)}")
     return " ".join(parts) if parts else "(no jobs)"
+
+
+# mlcc's fabric-wide job order (``hostctl start --policy mlcc --switch ... --job-order``)
+JOB_ORDERS = ("none", "fixed", "rotate")
+
+
+def fabric_rank(job_id: str, order: str, epoch: int = 0) -> int | None:
+    """A job's rank in mlcc's fabric-wide job order (lower = planned first), 0..2**32-1, or None for
+    ``none``. Every host computes the same rank for the same job id without talking, the way ``rr``
+    bands agree: ``fixed`` is a hash of the job id (an arbitrary but agreed order, since the hosts of
+    a job may know different model sizes or none), ``rotate`` a hash of the job id and the rotation
+    count ``epoch`` (``rr_epoch`` of the slot's time): a new order every interval, so that over
+    time every job leads."""
+    if order == "none":
+        return None
+    if order == "fixed":
+        return zlib.crc32(job_id.encode())
+    if order == "rotate":
+        return zlib.crc32(f"{job_id}/{epoch}".encode())
+    raise ValueError(f"unknown job order {order!r} (one of {', '.join(JOB_ORDERS)})")

@@ -10,6 +10,11 @@ the link. Rules (spec section 4, properties 19-21):
   nothing for K slots) contributes 0 and is forgotten.
 * **Self-exclusion** (Q-M8): ``loads(..., exclude=flow)`` leaves out that flow's own schedule and keeps
   everybody else's, including the same job's other flows.
+* **Job order** (hostctl's addition, ``--job-order``): a job's updates may carry a *rank*, its place in a
+  fabric-wide job order (lower = first). A read with ``below_rank=r`` also leaves out the jobs whose rank
+  is greater than ``r``: a flow plans around the jobs ranked before it only, and the jobs ranked after it
+  plan around it. A job's rank is the one of its latest update (an update without a rank makes the job
+  unordered: always counted); it is forgotten with the job's last flow.
 
 Units: rates are bytes/s, stored as exact integers (rounded on input, half to even like ``np.rint``), so
 adding and subtracting schedules never drifts and a withdrawn flow leaves exactly 0 behind. Slots are absolute
@@ -93,6 +98,7 @@ class LoadTable:
         self._rows: list[list[int]] = [[0] * self.ring for _ in range(n_links)]
         self._flows: dict[Hashable, FlowEntry] = {}
         self._by_job: dict[str, set[Hashable]] = {}  # job id -> its flows in the table
+        self._job_rank: dict[str, int] = {}  # job id -> rank of its latest update (ordered jobs only)
         self._expiry: dict[int, set[Hashable]] = {}  # last_slot -> flows whose schedule ends there
         self.now_slot: int | None = None
         self.expired_flows = 0  # counter: flows forgotten because their schedule ran out
@@ -148,7 +154,7 @@ class LoadTable:
 
     def update(self, key: Hashable, links: Sequence[int] | np.ndarray, start_slot: int,
                rates_Bps: Sequence[float] | np.ndarray, now_slot: int, *, seq: int = 0,
-               job_id: str = "") -> bool:
+               job_id: str = "", rank: int | None = None) -> bool:
         """Replace ``key``'s schedule by ``rates_Bps`` (K values, bytes/s) starting at ``start_slot``
         on ``links``. An all-zero schedule withdraws the flow. A ``seq`` older than the stored one is
         ignored (returns False: reordered); an equal ``seq`` is applied again (idempotent).
@@ -172,19 +178,19 @@ class LoadTable:
             raise ValueError(f"link index out of range 0..{self.n_links - 1}")
         if len(idx) > 1 and len(set(idx)) != len(idx):
             raise ValueError("links of a flow must be distinct")
-        return self._put(key, idx, int(start_slot), rates, int(seq), job_id)
+        return self._put(key, idx, int(start_slot), rates, int(seq), job_id, rank)
 
     def update_valid(self, key: Hashable, links: tuple[int, ...], start_slot: int, rates_Bps: list[int],
-                     now_slot: int, seq: int = 0, job_id: str = "") -> bool:
+                     now_slot: int, seq: int = 0, job_id: str = "", rank: int | None = None) -> bool:
         """``update`` for input the caller has validated already (the switch's per-frame path): ``links``
         a tuple of distinct indices in range, ``rates_Bps`` a new list of K ints within
         0..MAX_RATE_Bps (the table keeps it and may modify it), ``start_slot`` and ``seq`` ints."""
         if now_slot != self.now_slot:
             self.advance(now_slot)
-        return self._put(key, links, start_slot, rates_Bps, seq, job_id)
+        return self._put(key, links, start_slot, rates_Bps, seq, job_id, rank)
 
     def _put(self, key: Hashable, idx: tuple[int, ...], start_slot: int, rates: list[int], seq: int,
-             job_id: str) -> bool:
+             job_id: str, rank: int | None = None) -> bool:
         now = self.now_slot
         assert now is not None
         flows = self._flows
@@ -221,6 +227,11 @@ class LoadTable:
                     self._job(key, job_id)
             old.links, old.start_slot, old.rates_Bps, old.seq, old.job_id = idx, start_slot, rates, seq, job_id
         self._add(idx, start_slot, rates, add)
+        if job_id:
+            if rank is None:
+                self._job_rank.pop(job_id, None)
+            else:
+                self._job_rank[job_id] = rank
         return True
 
     def _bucket(self, key: Hashable, last_slot: int) -> None:
@@ -242,6 +253,12 @@ class LoadTable:
 
     def _unjob(self, key: Hashable, e: FlowEntry) -> None:
         _index_discard(self._by_job, e.job_id, key)
+        if e.job_id not in self._by_job:
+            self._job_rank.pop(e.job_id, None)
+
+    def job_rank(self, job_id: str) -> int | None:
+        """The rank of ``job_id``'s latest update (None: unordered or not in the table)."""
+        return self._job_rank.get(job_id)
 
     def _unbucket(self, key: Hashable, last_slot: int) -> None:
         _index_discard(self._expiry, last_slot, key)
@@ -287,7 +304,7 @@ class LoadTable:
     # ------------------------------------------------------------------ reads
 
     def rows(self, links: Sequence[int], start_slot: int, now_slot: int, exclude: Hashable | None = None,
-             exclude_job: str | None = None) -> list[list[int]]:
+             exclude_job: str | None = None, below_rank: int | None = None) -> list[list[int]]:
         """``loads()`` as a list of K-int lists, one per link (the switch's per-frame read)."""
         if now_slot != self.now_slot:
             self.advance(now_slot)
@@ -329,6 +346,14 @@ class LoadTable:
                     e = flows.get(key) if key != exclude else None
                     if e is not None:
                         self._subtract(out, links, e, start_slot)
+        if below_rank is not None and self._job_rank:
+            flows = self._flows
+            for job, r in self._job_rank.items():
+                if r > below_rank and job != exclude_job:
+                    for key in self._by_job.get(job, ()):
+                        e = flows.get(key) if key != exclude else None
+                        if e is not None:
+                            self._subtract(out, links, e, start_slot)
         return out
 
     def _subtract(self, out: list[list[int]], links: Sequence[int], e: FlowEntry, start_slot: int) -> None:
@@ -349,14 +374,15 @@ class LoadTable:
                 r[a:b] = map(sub, r[a:b], seg)
 
     def loads(self, links: Sequence[int] | np.ndarray, start_slot: int, now_slot: int,
-              exclude: Hashable | None = None, exclude_job: str | None = None) -> np.ndarray:
+              exclude: Hashable | None = None, exclude_job: str | None = None,
+              below_rank: int | None = None) -> np.ndarray:
         """Per-link load (bytes/s, int64) of ``links`` over K slots from ``start_slot``: an array of
         shape (len(links), K). Slots before now or not stored are 0. ``exclude``'s own schedule is
         left out (self-exclusion, Q-M8); with ``exclude_job``, so are all that job's flows (the
-        paper's b_l: the load of *other* jobs)."""
+        paper's b_l: the load of *other* jobs); with ``below_rank``, so are the jobs ranked after it."""
         self.advance(now_slot)
         idx = links.tolist() if isinstance(links, np.ndarray) else [int(x) for x in links]
-        out = self.rows(idx, int(start_slot), self.now_slot, exclude, exclude_job)
+        out = self.rows(idx, int(start_slot), self.now_slot, exclude, exclude_job, below_rank)
         return np.array(out, dtype=np.int64).reshape(len(idx), self.horizon)
 
     def path_load(self, links: Sequence[int] | np.ndarray, start_slot: int, now_slot: int,

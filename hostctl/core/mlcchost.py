@@ -144,7 +144,8 @@ def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
 
 def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bps, *, moving=None,
               params: MlccParams = MlccParams(), floor_Bps: float | None = None, fill: bool = True,
-              by_job: bool = False, role=None, ref_bytes=None, slack_bytes=None, ceiling_bytes=None) -> HostSlot:
+              by_job: bool = False, role=None, ref_bytes=None, slack_bytes=None, ceiling_bytes=None,
+              idle_share: bool = True) -> HostSlot:
     """Plan this host's flows for the current slot.
 
     G_bytes [n]: bytes left this iteration (NaN: unknown); B_Bps [n]: max rate over the last
@@ -161,7 +162,11 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     chunk); sent_bytes is then the F base (cumulative bytes of the connection, the same measure
     on every host). ceiling_bytes [n]: received notifications
     (+inf: none), applied with apply_reductions to the schedule the flow *publishes* (rates_Bps),
-    not to the rate it is paced at (applied_Bps): see the module docstring."""
+    not to the rate it is paced at (applied_Bps): see the module docstring.
+
+    idle_share=False: an idle flow's rate is its path's slot-0 headroom only (at least the wait
+    floor), not at least an equal share of its tightest link: under a job order (mlccctl), a job's
+    new burst must not run over the reservations of the jobs ranked before it."""
     K, t = int(params.K), float(params.slot_s)
     G = np.asarray(G_bytes, dtype=np.float64)
     n = G.shape[0]
@@ -235,7 +240,7 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
         ends_now[planned] = (plan.beta == 1) & ~unknown[planned]
     r0 = np.where(ends_now, np.maximum(rates[:, 0], head0), rates[:, 0])
     idle = ~(active | unknown)  # (kind == "idle")
-    applied = np.where(idle, np.maximum(share, head0), np.maximum(r0, floor))
+    applied = np.where(idle, np.maximum(share if idle_share else floor, head0), np.maximum(r0, floor))
     applied = np.minimum(applied, path_cap)
     rates[:, 0] = np.where(idle, 0.0, np.maximum(rates[:, 0], np.minimum(floor, applied)))
     # unknown sizes reserve nothing ahead: they publish the slot they are in only

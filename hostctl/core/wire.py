@@ -17,12 +17,15 @@ Requests (common keys: ``v`` = 1, ``type``, ``id`` = uint request id echoed in t
 the sender's current slot = the first slot of the K-slot window, ``host`` = sender host name or address,
 optional except to receive notifications)::
 
-    update_schedule  flows: [{flow, job, src, dst, seq, rates_Bps: [K numbers >= 0], links?: [link ids]}]
-                     replace each flow's schedule over [slot, slot+K); all-zero rates withdraw the flow
-    fetch_feedback   flows: [{flow, src, dst, links?}]
+    update_schedule  flows: [{flow, job, src, dst, seq, rates_Bps: [K numbers >= 0], links?: [link ids],
+                              rank?: uint}]
+                     replace each flow's schedule over [slot, slot+K); all-zero rates withdraw the flow;
+                     ``rank`` (optional) is the job's place in a fabric-wide job order (lower first)
+    fetch_feedback   flows: [{flow, src, dst, links?, job?, rank?}]
                      per-link loads over [slot, slot+K) on the links of the path this switch owns,
-                     EXCLUDING the flow's own schedule (same-job flows included); plus queued
-                     notifications for ``host``
+                     EXCLUDING the flow's own schedule (with ``job``: the job's whole load); with
+                     ``rank``: also EXCLUDING the jobs whose last update gave a higher rank (jobs
+                     without a rank are always counted); plus queued notifications for ``host``
     report_progress  flows: [{flow, job, cum_bytes, rate_Bps}]    F values (cum bytes by the end of
                      this slot) and the rate planned for it (spec 2.8.2); the switch is a rendezvous
     get_progress     flows: [flow ids]                             latest reported progress of those flows
@@ -112,6 +115,7 @@ class FlowSchedule:
     seq: int
     rates_Bps: tuple[float, ...]  # K rates, bytes/s, from the message's slot on
     links: tuple[str, ...] | None = None  # explicit path (link ids); None = from the topology
+    rank: int | None = None  # the job's place in a fabric-wide job order (lower = first); None: unordered
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +125,7 @@ class FlowQuery:
     dst: str
     links: tuple[str, ...] | None = None
     job_id: str | None = None  # given: the job's other flows are left out too (b_l = other jobs' load)
+    rank: int | None = None  # given: jobs ranked after it are left out too (a fabric-wide job order)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +217,8 @@ def _flow_sched(f: FlowSchedule) -> dict[str, Any]:
          "rates_Bps": list(f.rates_Bps)}
     if f.links is not None:
         d["links"] = list(f.links)
+    if f.rank is not None:
+        d["rank"] = f.rank
     return d
 
 
@@ -221,6 +228,8 @@ def _flow_query(f: FlowQuery) -> dict[str, Any]:
         d["links"] = list(f.links)
     if f.job_id is not None:
         d["job"] = f.job_id
+    if f.rank is not None:
+        d["rank"] = f.rank
     return d
 
 
@@ -319,9 +328,9 @@ _NUM_TYPES = frozenset({int, float})
 def fast_request(m: dict[str, Any], k: int) -> tuple | None:
     """(type, id, slot, host, items) of a valid update_schedule / fetch_feedback map, else None.
 
-    update_schedule items: ``(flow, job, src, dst, seq, rates, links)``, ``rates`` the list as sent
-    (K ints/floats within 0..MAX_RATE_Bps, finite), ``links`` a tuple or None.
-    fetch_feedback items: ``(flow, src, dst, links, job)``, ``job`` None when absent."""
+    update_schedule items: ``(flow, job, src, dst, seq, rates, links, rank)``, ``rates`` the list as sent
+    (K ints/floats within 0..MAX_RATE_Bps, finite), ``links`` a tuple or None, ``rank`` an int or None.
+    fetch_feedback items: ``(flow, src, dst, links, job, rank)``, ``job`` and ``rank`` None when absent."""
     # Required keys are read by subscript (a missing one: KeyError -> None); once they are all there,
     # "no unknown key" is a length test: len(map) == required + the optional keys present.
     try:
@@ -347,8 +356,8 @@ def fast_request(m: dict[str, Any], k: int) -> tuple | None:
                 if type(d) is not dict:
                     return None
                 flow, job, src, dst, seq, rates = d["flow"], d["job"], d["src"], d["dst"], d["seq"], d["rates_Bps"]
-                links = d.get("links")
-                if (len(d) != (6 if "links" not in d else 7)
+                links, rank = d.get("links"), d.get("rank")
+                if (len(d) != 6 + ("links" in d) + ("rank" in d)
                         or type(flow) is not str or not 0 < len(flow) <= MAX_STR
                         or type(job) is not str or not 0 < len(job) <= MAX_STR
                         or type(src) is not str or not 0 < len(src) <= MAX_STR
@@ -363,14 +372,16 @@ def fast_request(m: dict[str, Any], k: int) -> tuple | None:
                     links = _fast_links(links)
                     if links is None:
                         return None
-                append((flow, job, src, dst, seq, rates, links))
+                if rank is not None and (type(rank) is not int or not 0 <= rank <= MAX_U64):
+                    return None
+                append((flow, job, src, dst, seq, rates, links, rank))
         else:
             for d in flows:
                 if type(d) is not dict:
                     return None
                 flow, src, dst = d["flow"], d["src"], d["dst"]
-                links, job = d.get("links"), d.get("job")
-                if (len(d) != 3 + ("links" in d) + ("job" in d)
+                links, job, rank = d.get("links"), d.get("job"), d.get("rank")
+                if (len(d) != 3 + ("links" in d) + ("job" in d) + ("rank" in d)
                         or type(flow) is not str or not 0 < len(flow) <= MAX_STR
                         or type(src) is not str or not 0 < len(src) <= MAX_STR
                         or type(dst) is not str or not 0 < len(dst) <= MAX_STR):
@@ -381,7 +392,9 @@ def fast_request(m: dict[str, Any], k: int) -> tuple | None:
                     links = _fast_links(links)
                     if links is None:
                         return None
-                append((flow, src, dst, links, job))
+                if rank is not None and (type(rank) is not int or not 0 <= rank <= MAX_U64):
+                    return None
+                append((flow, src, dst, links, job, rank))
     except (KeyError, TypeError):  # a missing field, or an unhashable map key (cannot happen from msgpack)
         return None
     return t, rid, slot, host, out
@@ -440,8 +453,8 @@ def _decode_request(m: dict[str, Any], k: int) -> Request:
 
 _KEYS_FLOWS = frozenset({"v", "type", "id", "slot", "host", "flows"})
 _KEYS_NOTIFY = frozenset({"v", "type", "id", "slot", "host", "items"})
-_K_SCHED = frozenset({"flow", "job", "src", "dst", "seq", "rates_Bps", "links"})
-_K_QUERY = frozenset({"flow", "src", "dst", "links", "job"})
+_K_SCHED = frozenset({"flow", "job", "src", "dst", "seq", "rates_Bps", "links", "rank"})
+_K_QUERY = frozenset({"flow", "src", "dst", "links", "job", "rank"})
 _K_PROG = frozenset({"flow", "job", "cum_bytes", "rate_Bps"})
 _K_NOTE = frozenset({"to", "flow", "job", "F_bytes"})
 
@@ -472,6 +485,10 @@ def _uint(v: Any, what: str, hi: int) -> int:
     if type(v) is not int or not 0 <= v <= hi:
         raise WireError(Code.MALFORMED, f"{what} must be an int within 0..{hi}")
     return v
+
+
+def _opt_uint(v: Any, what: str) -> int | None:
+    return None if v is None else _uint(v, what, MAX_U64)
 
 
 def _rate(v: Any, what: str) -> float | int:
@@ -506,7 +523,8 @@ def _sched_item(x: Any, i: int, k: int) -> FlowSchedule:
     return FlowSchedule(_str(d.get("flow"), w + ".flow"), _str(d.get("job"), w + ".job"),
                         _str(d.get("src"), w + ".src"), _str(d.get("dst"), w + ".dst"),
                         _uint(d.get("seq"), w + ".seq", MAX_U64),
-                        tuple(_rate(r, w + ".rates_Bps") for r in rates), _links(d.get("links"), w + ".links"))
+                        tuple(_rate(r, w + ".rates_Bps") for r in rates), _links(d.get("links"), w + ".links"),
+                        _opt_uint(d.get("rank"), w + ".rank"))
 
 
 def _query_item(x: Any, i: int) -> FlowQuery:
@@ -515,7 +533,7 @@ def _query_item(x: Any, i: int) -> FlowQuery:
     job = d.get("job")
     return FlowQuery(_str(d.get("flow"), w + ".flow"), _str(d.get("src"), w + ".src"),
                      _str(d.get("dst"), w + ".dst"), _links(d.get("links"), w + ".links"),
-                     None if job is None else _str(job, w + ".job"))
+                     None if job is None else _str(job, w + ".job"), _opt_uint(d.get("rank"), w + ".rank"))
 
 
 def _progress_item(x: Any, i: int) -> FlowProgress:

@@ -542,7 +542,8 @@ def test_mlcc_settings(toml):
 def test_keys_sets_match_the_documented_ones():
     assert TOP_KEYS == {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
                         "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot",
-                        "phase_gap", "switch", "curve_keys", "horizon", "plan_offset", "ingress_rate", "deps"}
+                        "phase_gap", "switch", "curve_keys", "horizon", "plan_offset", "ingress_rate", "deps",
+                        "job_order"}
     assert JOB_KEYS == {"name", "ports", "pids", "match", "model_size", "cap", "comm", "ring_size"}
 
 

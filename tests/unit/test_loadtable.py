@@ -226,3 +226,96 @@ def test_rounding_is_half_to_even_like_numpy():
     rates = [0.5, 1.5, 2.5, 1e9 / 3]
     t.update("f", [0], 10, rates, 10)
     assert t.loads([0], 10, 10).tolist() == [np.rint(rates).astype(np.int64).tolist()]
+
+
+class RankModel(Model):
+    """Model plus jobs and the job order: a job's rank is the one of its latest applied (not
+    withdrawing) update, forgotten with the job's last flow."""
+
+    def __init__(self):
+        super().__init__()
+        self.job: dict[str, str] = {}
+        self.rank: dict[str, int] = {}
+
+    def _prune(self):
+        live = {self.job[f] for f in self.flows}
+        self.rank = {j: r for j, r in self.rank.items() if j in live}
+
+    def advance(self, now):
+        super().advance(now)
+        if hasattr(self, "rank"):
+            self._prune()
+
+    def update_ranked(self, f, links, start, rates, now, seq, job, rank):
+        ok = self.update(f, links, start, rates, now, seq)
+        if ok and f in self.flows:
+            self.job[f] = job
+            if rank is None:
+                self.rank.pop(job, None)
+            else:
+                self.rank[job] = rank
+        self._prune()
+        return ok
+
+    def loads_ranked(self, links, start, now, exclude, exclude_job, below_rank):
+        self.advance(now)
+        keep = {f: v for f, v in self.flows.items()
+                if self.job[f] != exclude_job
+                and not (below_rank is not None and self.rank.get(self.job[f], -1) > below_rank)}
+        saved, rank, self.flows = self.flows, self.rank, keep
+        try:
+            return self.loads(links, start, now, exclude)
+        finally:  # (loads() advances, which prunes the ranks of the jobs left out here)
+            self.flows, self.rank = saved, rank
+
+
+ranked_ops = st.lists(st.one_of(
+    st.tuples(st.just("update"), flow_ids, link_sets, st.integers(-2, 3), rate_lists, st.integers(0, 3),
+              st.sampled_from(["j1", "j2", "j3"]), st.none() | st.integers(0, 3)),
+    st.tuples(st.just("withdraw"), flow_ids),
+    st.tuples(st.just("tick"), st.integers(0, 7)),
+), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ranked_ops)
+def test_job_order_leaves_out_the_jobs_ranked_after(seq_ops):
+    """below_rank=r leaves out exactly the flows of jobs whose latest rank is > r (unranked jobs always
+    count), on top of exclude / exclude_job; rows() and loads() agree."""
+    t, m = LoadTable(N_LINKS, K, ring=RING), RankModel()
+    now = 100
+    for op in seq_ops:
+        if op[0] == "update":
+            _, f, links, off, rates, seq, job, rank = op
+            if f in m.flows and m.job[f] != job:
+                continue  # a flow keeps its job (the daemon's flow ids name one connection)
+            assert t.update(f, links, now + off, rates, now, seq=seq, job_id=job, rank=rank) == \
+                m.update_ranked(f, links, now + off, rates, now, seq, job, rank)
+        elif op[0] == "withdraw":
+            t.withdraw(op[1], now)
+            m.advance(now)
+            m.flows.pop(op[1], None)
+            m._prune()
+        else:
+            now += op[1]
+        links = list(range(N_LINKS))
+        for below in (None, 0, 1, 2, 3):
+            for f, job in ((None, None), ("a", "j1"), (None, "j2")):
+                want = m.loads_ranked(links, now, now, f, job, below)
+                assert np.array_equal(t.loads(links, now, now, exclude=f, exclude_job=job, below_rank=below), want)
+                assert t.rows(links, now, now, f, job, below) == want.tolist()
+        assert {j: t.job_rank(j) for j in ("j1", "j2", "j3") if t.job_rank(j) is not None} == m.rank
+
+
+def test_job_order_example():
+    t = LoadTable(1, K)
+    t.update("a1", [0], 10, [100] * K, 10, job_id="a", rank=1)
+    t.update("b1", [0], 10, [200] * K, 10, job_id="b", rank=2)
+    t.update("c1", [0], 10, [400] * K, 10, job_id="c")  # unordered: everybody sees it
+    assert t.rows([0], 10, 10, "a1", "a", 1) == [[400] * K]  # b is ranked after a
+    assert t.rows([0], 10, 10, "b1", "b", 2) == [[500] * K]
+    assert t.rows([0], 10, 10, "a1", "a") == [[600] * K]  # no rank asked: the paper's b_l
+    t.update("b1", [0], 10, [200] * K, 10, job_id="b", rank=0)  # the order rotated
+    assert t.rows([0], 10, 10, "a1", "a", 1) == [[600] * K]
+    t.withdraw("b1", 10)
+    assert t.job_rank("b") is None and t.job_rank("a") == 1

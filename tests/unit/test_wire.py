@@ -36,8 +36,9 @@ def code_of(frame: bytes) -> Code:
 ids = st.text(min_size=1, max_size=20)
 rates = st.lists(st.one_of(st.integers(0, wire.MAX_RATE_Bps), st.floats(0, 1e12)), min_size=K, max_size=K)
 links = st.none() | st.lists(ids, max_size=4, unique=True).map(tuple)
-scheds = st.builds(wire.FlowSchedule, ids, ids, ids, ids, st.integers(0, 2**64 - 1), rates.map(tuple), links)
-queries = st.builds(wire.FlowQuery, ids, ids, ids, links)
+ranks = st.none() | st.integers(0, 2**64 - 1)
+scheds = st.builds(wire.FlowSchedule, ids, ids, ids, ids, st.integers(0, 2**64 - 1), rates.map(tuple), links, ranks)
+queries = st.builds(wire.FlowQuery, ids, ids, ids, links, st.none() | ids, ranks)
 progs = st.builds(wire.FlowProgress, ids, ids, st.integers(0, 2**62), st.floats(0, 1e12))
 notes = st.builds(wire.Notification, ids, ids, ids, st.integers(0, 2**62))
 requests = st.one_of(
@@ -148,7 +149,7 @@ values = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70).fil
                       lambda c: st.lists(c, max_size=5) | st.dictionaries(st.text(max_size=10), c, max_size=5),
                       max_leaves=30)
 keys = st.sampled_from(["v", "type", "id", "slot", "host", "flows", "items", "flow", "job", "src", "dst", "seq",
-                        "rates_Bps", "links", "status", "slot_now", "caps", "K", "notify", "progress"])
+                        "rates_Bps", "links", "rank", "status", "slot_now", "caps", "K", "notify", "progress"])
 
 
 @settings(max_examples=500, deadline=None)
@@ -177,13 +178,13 @@ def test_batch_of_100_flows_is_small():
 def _fast_view(req: Request) -> tuple:
     """What ``fast_request`` returns for a valid update_schedule / fetch_feedback ``req``."""
     if req.type == "update_schedule":
-        items = [(f.flow_id, f.job_id, f.src, f.dst, f.seq, list(f.rates_Bps), f.links) for f in req.flows]
+        items = [(f.flow_id, f.job_id, f.src, f.dst, f.seq, list(f.rates_Bps), f.links, f.rank) for f in req.flows]
     else:
-        items = [(f.flow_id, f.src, f.dst, f.links, f.job_id) for f in req.flows]
+        items = [(f.flow_id, f.src, f.dst, f.links, f.job_id, f.rank) for f in req.flows]
     return (req.type, req.req_id, req.slot, req.host, items)
 
 
-queries_job = st.builds(wire.FlowQuery, ids, ids, ids, links, st.none() | ids)
+queries_job = st.builds(wire.FlowQuery, ids, ids, ids, links, st.none() | ids, ranks)
 fast_requests = st.one_of(
     st.builds(Request, st.just("update_schedule"), st.integers(0, 2**64 - 1), st.integers(0, 2**62 - 1),
               st.none() | ids, st.lists(scheds, max_size=4).map(tuple)),
@@ -288,3 +289,16 @@ def test_error_reply_is_encode_reply_of_an_error(req_id, slot_now, message):
     for code in (Code.MALFORMED, Code.STALE_SLOT, 11):
         assert wire.error_reply(code, message, req_id, slot_now) == wire.encode_reply(
             wire.Reply("error", req_id, int(code), slot_now, message=message[:200]))
+
+
+@pytest.mark.parametrize("rank", [-1, 2**64, True, 1.5, "1", [1], None, 0, 2**64 - 1, 7])
+def test_fast_request_rank(rank):
+    """A schedule's or a query's job rank: an optional uint; fast and full decoders agree."""
+    ok = rank is None or (type(rank) is int and 0 <= rank < 2**64)
+    for m in (upd(flow={"rank": rank}), {"v": 1, "type": "fetch_feedback", "id": 3, "slot": 9, "host": "h0",
+                                          "flows": [{"flow": "f", "src": "h0", "dst": "h1", "job": "j", "rank": rank}]}):
+        _fast_agrees(m)
+        got = wire.fast_request(m, K)
+        assert (got is not None) == ok
+        if ok:
+            assert got[4][0][-1] == rank

@@ -485,7 +485,9 @@ class MlccControl:
                      for d, f, c in zip(deps, flows, plan.notify_bytes.tolist())
                      if c == c and d.notify_to and not (d.role == Role.RING and math.isnan(f.G_bytes + f.sent_bytes))]
             self.dep_counts["notifications_sent"] += len(notes)
-        self.seq += 1
+        # the slot number, at least: a restarted daemon's schedules are not refused as reordered
+        # (older seq) until the old ones expire, K slots later
+        self.seq = max(self.seq + 1, slot)
         rank = self.ranks.get
         ups = [wire.FlowSchedule(fid, f.job, f.key.laddr, f.key.raddr, self.seq,
                                  tuple(float(x) for x in np.round(published[r])), rank=rank(f.job))

@@ -880,3 +880,30 @@ def test_comm_pattern_and_ring_size(toml):
         build_config(toml('[[jobs]]\nname = "r"\nports = [7000]\ncomm = "ring"\nring_size = 1\n'))
     with raises("deps must be true or false"):
         build_config(toml('policy = "mlcc"\nports = "9000"\ndeps = 1\n'))
+
+
+def test_job_order_needs_mlcc_with_a_switch():
+    ok = build_config(policy="mlcc", ports="9000", link_rate="1gbit", switch="tcp://127.0.0.1:5555",
+                      job_order="rotate")
+    assert ok.job_order == "rotate"
+    assert build_config(policy="mlcc", ports="9000", link_rate="1gbit").job_order == "none"
+    with pytest.raises(ConfigError, match="needs --policy mlcc with --switch"):
+        build_config(policy="mlcc", ports="9000", link_rate="1gbit", job_order="fixed")
+    with pytest.raises(ConfigError, match="needs --policy mlcc with --switch"):
+        build_config(policy="rr", ports="9000", switch="tcp://127.0.0.1:5555", job_order="fixed")
+    with pytest.raises(ConfigError, match="unknown job order 'smallest'.*none, fixed, rotate"):
+        build_config(policy="mlcc", ports="9000", link_rate="1gbit", switch="tcp://127.0.0.1:5555",
+                     job_order="smallest")
+
+
+def test_fabric_rank_is_the_same_everywhere_and_rotates():
+    from hostctl.core.bands import fabric_rank
+
+    assert fabric_rank("ja", "none") is None
+    assert fabric_rank("ja", "fixed") == fabric_rank("ja", "fixed", epoch=7)  # fixed: no rotation
+    orders = {tuple(sorted("abcdef", key=lambda j: fabric_rank(j, "rotate", e))) for e in range(20)}
+    assert len(orders) > 10  # a new order (nearly) every epoch
+    firsts = {min("abcdef", key=lambda j: fabric_rank(j, "rotate", e)) for e in range(60)}
+    assert firsts == set("abcdef")  # every job leads at some point
+    with pytest.raises(ValueError):
+        fabric_rank("ja", "smallest")

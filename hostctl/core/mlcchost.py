@@ -25,6 +25,8 @@ Which flows are planned, and how (choices the papers leave to the implementer):
   so that a new iteration's burst starts as it would without hostctl (TCP shares it)
   until the next slot plans it. An equal share alone would hold a burst that starts
   while the host's other flows are idle to 1/n of the link: not work-conserving.
+  Under a job order (``idle_share=False``, mlccctl's ``--job-order``) the idle rate is
+  the headroom alone (at least the wait floor).
 - **Work-conserving slot 0** (``fill``, default on; not in the paper): capacity that the
   plans leave free in slot 0 (Algorithm 1 fills a flow's chosen slots to finish just in
   time, and waves can leave a link part-used) goes to flows that still have bytes planned

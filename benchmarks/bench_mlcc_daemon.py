@@ -2,6 +2,11 @@
 flow table -> waves by job -> allocate -> floors -> own load table), for n flows of J jobs.
 
     python benchmarks/bench_mlcc_daemon.py [--flows 10,100] [--jobs 1,4,10] [--slots 1000] [--repeat 3]
+                                           [--job-order none,fixed]
+
+With ``--job-order`` (a list) each case also runs in switch mode with that order, against an
+in-process switch that answers at once and reports no load (the exchange itself is not timed: the
+decision is); ``none`` there is switch mode without an order.
 
 Each slot gets fresh random flows: bytes left 10 KB..50 MB (log-uniform, 10% unknown, 10% idle),
 B_i up to the link rate, 10 Gbit/s NIC, K = 10. Prints and writes JSON (default
@@ -24,6 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hostctl.core.types import FlowKey  # noqa: E402
 from hostctl.mlccctl import FlowIn, MlccControl  # noqa: E402
+from hostctl.switchclient import ExchangeResult  # noqa: E402
 
 NIC_Bps = 10e9 / 8
 
@@ -42,10 +48,23 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
-def run_case(n: int, jobs: int, slots: int, seed: int) -> dict:
+class InstantSwitch:
+    """Answers every exchange at once, with no load from other hosts."""
+
+    def exchange(self, slot, **_kw) -> ExchangeResult:
+        return ExchangeResult(slot=slot, latency_s={"inproc": 0.0})
+
+    def close(self) -> None:
+        pass
+
+
+def run_case(n: int, jobs: int, slots: int, seed: int, order: str | None = None) -> dict:
     rng = np.random.default_rng(seed)
     t = [1e9]
-    ctl = MlccControl(int(NIC_Bps), 0.06, wall=lambda: t[0])
+    if order is None:
+        ctl = MlccControl(int(NIC_Bps), 0.06, wall=lambda: t[0])
+    else:
+        ctl = MlccControl(int(NIC_Bps), 0.06, wall=lambda: t[0], switch=InstantSwitch(), job_order=order)
     inputs = [flows(rng, n, jobs) for _ in range(50)]
     wall, cpu = [], []
     for s in range(slots + 20):
@@ -60,7 +79,8 @@ def run_case(n: int, jobs: int, slots: int, seed: int) -> dict:
     summ = {k: {"median": statistics.median(v), "p90": pct(v, 0.9), "p99": pct(v, 0.99)}
             for k, v in (("wall_ms", wall), ("cpu_ms", cpu))}
     # CPU share of one core if the daemon made this decision every 60 ms slot
-    return {"n": n, "jobs": jobs, "slots": slots, **summ,
+    return {"n": n, "jobs": jobs, "slots": slots, "mode": "local" if order is None else f"switch, order {order}",
+            **summ,
             "core_pct_at_60ms": 100.0 * statistics.fmean(cpu) / 60.0}
 
 
@@ -70,19 +90,22 @@ def main() -> None:
     ap.add_argument("--jobs", default="1,4,10")
     ap.add_argument("--slots", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--job-order", default=None, help="also in switch mode with these orders, e.g. none,fixed")
     ap.add_argument("--out", default="results/bench_mlcc_daemon.json")
     a = ap.parse_args()
+    orders = [None] if a.job_order is None else a.job_order.split(",")
     res = []
     for rep in range(a.repeat):
-        for n in (int(x) for x in a.flows.split(",")):
-            for jobs in (int(x) for x in a.jobs.split(",")):
-                r = run_case(n, jobs, a.slots, seed=rep * 1000 + n * 10 + jobs)
-                r["repeat"] = rep
-                res.append(r)
-                print(f"rep {rep} n={n:4d} jobs={jobs:3d}: wall median {r['wall_ms']['median']:.3f} p90 "
-                      f"{r['wall_ms']['p90']:.3f} p99 {r['wall_ms']['p99']:.3f} ms | cpu mean -> "
-                      f"{r['core_pct_at_60ms']:.1f}% of a core at 60 ms slots", flush=True)
-    out = {"benchmark": "mlcc daemon per-slot decision (MlccControl.tick, local mode)",
+        cases = [(n, jobs, order) for n in map(int, a.flows.split(",")) for jobs in map(int, a.jobs.split(","))
+                 for order in orders]
+        for n, jobs, order in cases:
+            r = run_case(n, jobs, a.slots, seed=rep * 1000 + n * 10 + jobs, order=order)
+            r["repeat"] = rep
+            res.append(r)
+            print(f"rep {rep} n={n:4d} jobs={jobs:3d} {r['mode']}: wall median {r['wall_ms']['median']:.3f} p90 "
+                  f"{r['wall_ms']['p90']:.3f} p99 {r['wall_ms']['p99']:.3f} ms | cpu mean -> "
+                  f"{r['core_pct_at_60ms']:.1f}% of a core at 60 ms slots", flush=True)
+    out = {"benchmark": "mlcc daemon per-slot decision (MlccControl.tick)",
            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
            "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),

@@ -62,8 +62,8 @@ from typing import NamedTuple
 import numpy as np
 
 from hostctl.core import deps as dep_rules
-from hostctl.core.bands import JOB_ORDERS, fabric_rank, rr_epoch
 from hostctl.core import wire
+from hostctl.core.bands import JOB_ORDERS, fabric_rank, rr_epoch
 from hostctl.core.deps import Dep, JobComm
 from hostctl.core.mlcc import MlccParams, Role
 from hostctl.core.mlcchost import HostSlot, host_slot, wait_floor_Bps
@@ -427,6 +427,8 @@ class MlccControl:
                         local[c] += hs.rates_Bps[i]
         if dep_in is None:
             return HostSlot(rates, applied, kind, wave, None)
+        self.dep_counts["delta_flows"] += int((delta > 0).sum())
+        self.dep_counts["reduced_flows"] += int((reduced > 0).sum())
         return HostSlot(rates, applied, kind, wave, None, cum_bytes=cum, delta_Bps=delta, notify_bytes=notify,
                         reduced_bytes=reduced)
 

@@ -46,7 +46,10 @@ def run(ep: str, order: str, jobs: tuple[str, str], slots: int = 6, interval_s: 
             s = ha.slot_now()
             ra = ha.tick([FlowIn(A, jobs[0], G, C, 0.0)])[A]
             rb = hb.tick([FlowIn(B, jobs[1], G, C, 0.0)])[B]
-            if hb.slot_now() == s:  # both planned in one slot (else the slot is not comparable)
+            # both planned and published within the first half of this slot, with the switch's answer
+            # of this slot: on a loaded machine a tick can spill into the next slot, where the switch
+            # refuses its publish as stale, and then the next slot misses that reservation too
+            if time.time() < (s + 0.5) * SLOT_S and ha.fb_slot == s and hb.fb_slot == s:
                 out.append((s, ra, rb, dict(ha.ranks, **hb.ranks)))
             while ha.slot_now() == s:
                 time.sleep(0.002)
@@ -61,17 +64,20 @@ def test_without_an_order_the_first_to_plan_leads(switch):
     (which one depends on the timing of the first slots) keeps the port; the two never overbook it."""
     got = run(switch, "none", ("ja", "jb"))
     assert all(r == {} for *_, r in got)
-    for s, ra, rb, _ in got[1:]:
-        assert max(ra, rb) >= 0.95 * C and ra + rb <= 1.05 * C, (s, ra, rb)
+    for (s0, *_), (s, ra, rb, _) in zip(got, got[1:]):
+        if s0 == s - 1:
+            assert max(ra, rb) >= 0.95 * C and ra + rb <= 1.05 * C, (s, ra, rb)
 
 
 def test_a_restarted_daemon_is_heard_at_once(switch):
     """Schedules carry the slot number as their sequence number at least: a new controller for the
     same flows (a daemon restart) is not refused as reordered while the old schedules live."""
     run(switch, "none", ("ja", "jb"), slots=8)
-    got = run(switch, "fixed", ("ja", "jb"), slots=5)
+    got = run(switch, "fixed", ("ja", "jb"), slots=6)
     first = min(("ja", "jb"), key=lambda j: (fabric_rank(j, "fixed"), j))
-    for s, ra, rb, _ in got[2:]:
+    pairs = [(a, b) for a, b in zip(got, got[1:]) if a[0] == b[0] - 1 and a[0] > got[0][0]]
+    assert pairs
+    for _, (s, ra, rb, _) in pairs:
         lead, wait = (ra, rb) if first == "ja" else (rb, ra)
         assert lead >= 0.95 * C and wait <= 0.05 * C, (s, ra, rb)
 
@@ -80,8 +86,9 @@ def test_fixed_order_gives_the_port_to_the_first_job(switch):
     jobs = ("ja", "jb")
     first = min(jobs, key=lambda j: (fabric_rank(j, "fixed"), j))
     got = run(switch, "fixed", jobs, slots=8)
-    assert len(got) >= 4
-    for s, ra, rb, ranks in got[2:]:  # after a slot in which both published their plans
+    pairs = [(a, b) for a, b in zip(got, got[1:]) if a[0] == b[0] - 1 and a[0] > got[0][0]]
+    assert len(pairs) >= 3
+    for _, (s, ra, rb, ranks) in pairs:  # a slot after one in which both published (not the first)
         lead, wait = (ra, rb) if first == "ja" else (rb, ra)
         assert lead >= 0.95 * C, (s, ra, rb)
         assert wait <= 0.05 * C, (s, ra, rb)  # the wait floor

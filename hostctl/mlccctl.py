@@ -56,8 +56,8 @@ import math
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -90,6 +90,12 @@ class FlowIn(NamedTuple):
     moving: bool = True  # progress in the last slot
     rate_Bps: float = math.nan  # measured over the last slot (nan: not measured)
     cum_bytes: float = math.nan  # bytes the connection has carried (pacer bytes_sent): Algorithm 2's F base
+
+
+def _F_base(f: FlowIn) -> float:
+    """Algorithm 2's F base of a flow: the connection's cumulative bytes (the same measure on every
+    host), 0 while unknown."""
+    return f.cum_bytes if f.cum_bytes == f.cum_bytes else 0.0
 
 
 def _code_name(code: int) -> str:
@@ -338,43 +344,50 @@ class MlccControl:
             path = np.array([[col[x] for x in ls] + [-1] * (P - len(ls)) for ls in links],
                             dtype=np.int64).reshape(n, P)
         cap = np.array([float(self.caps.get(lid, self.caps[NIC])) for lid in used] or [float(self.caps[NIC])])
-        others = np.zeros((L, K))
-        fresh = self.fb_slot is not None and 0 <= slot - self.fb_slot < K
-        if self.mode == "switch" and fresh:
-            shift = slot - self.fb_slot
-            # others' load per link: the feedback of any flow on it, minus this host's other flows
-            seen = np.zeros(L, dtype=bool)
-            own_total, own_job = self._own_load(self.fb_slot)
-            job_of = {fid: f.job for fid, f in zip(ids, flows)}
-            for fid, fb in self.feedback.items():
-                for lid, row in fb.items():
-                    c = col.get(lid)
-                    if c is None or seen[c]:
-                        continue
-                    # the switch left out fid's whole job; this host's flows of other jobs are its own
-                    mine = own_total.get(lid, 0.0) - own_job.get((job_of.get(fid), lid), 0.0)
-                    o = np.maximum(np.asarray(row, dtype=np.float64) - mine, 0.0)
-                    others[c, :K - shift] = o[shift:]
-                    seen[c] = True
         # "no progress" means "nothing to send" only for a flow that was free to send: one held
         # at the wait floor last slot may just not have been ACKed yet
         held = wait_floor_Bps(self.slot_s) * 2
         prev = dict(zip(self.last_flows, self.last.applied_Bps.tolist())) if self.last is not None else {}
         moving = [f.moving or prev.get(fid, math.inf) <= held for fid, f in zip(ids, flows)]
+        fresh = self.fb_slot is not None and 0 <= slot - self.fb_slot < K
         if self.ranks and self.mode == "switch" and fresh:
             return self._plan_ordered(slot, flows, ids, deps, path, cap, moving, col, L)
+        others = np.zeros((L, K))
+        if self.mode == "switch" and fresh:
+            # others' load per link: the feedback of any flow on it, minus this host's other flows
+            own_total, own_job = self._own_load(self.fb_slot)
+            job_of = {fid: f.job for fid, f in zip(ids, flows)}
+            # the switch left out fid's whole job; this host's flows of other jobs are its own
+            others = self._switch_view(self.feedback, col, L, slot - self.fb_slot, lambda fid, lid: (
+                own_total.get(lid, 0.0) - own_job.get((job_of.get(fid), lid), 0.0)))
         if deps is None:
             return host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [f.sent_bytes for f in flows],
                              np.array([f.job for f in flows], dtype=object), path, cap, cap, others,
                              moving=moving, params=self.params)
         # Algorithm 2: F is counted on the connection's cumulative bytes, the same measure on every host
-        hs = host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows],
-                       [f.cum_bytes if f.cum_bytes == f.cum_bytes else 0.0 for f in flows],
+        hs = host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [_F_base(f) for f in flows],
                        np.array([f.job for f in flows], dtype=object), path, cap, cap, others,
                        moving=moving, params=self.params, **self._dep_inputs(slot, flows, deps))
         self.dep_counts["delta_flows"] += int((hs.delta_Bps > 0).sum())
         self.dep_counts["reduced_flows"] += int((hs.reduced_bytes > 0).sum())
         return hs
+
+    def _switch_view(self, fids: Iterable[str], col: dict[str, int], L: int, shift: int,
+                     mine: Callable[[str, str], Any]) -> np.ndarray:
+        """Other hosts' load [L, K] from this slot on: per link, the switch's feedback row of the first
+        flow of ``fids`` that crosses it (fetched ``shift`` slots ago), minus ``mine(fid, link)``, this
+        host's own published load that the switch counted in that row."""
+        K = self.K
+        others = np.zeros((L, K))
+        seen = np.zeros(L, dtype=bool)
+        for fid in fids:
+            for lid, row in self.feedback.get(fid, {}).items():
+                c = col.get(lid)
+                if c is None or seen[c]:
+                    continue
+                others[c, :K - shift] = np.maximum(np.asarray(row, dtype=np.float64) - mine(fid, lid), 0.0)[shift:]
+                seen[c] = True
+        return others
 
     def _plan_ordered(self, slot: int, flows: Sequence[FlowIn], ids: list[str], deps: list[Dep] | None,
                       path: np.ndarray, cap: np.ndarray, moving: list[bool], col: dict[str, int], L: int) -> HostSlot:
@@ -395,21 +408,12 @@ class MlccControl:
             rows = [r for r, f in enumerate(flows) if f.job == j]
             # the switch counted this host's published flows of the jobs it ranked up to j's rank
             counted = [h for h, rk in pub.items() if h != j and (rk is None or rk <= ranks[j])]
-            others = np.zeros((L, K))
-            seen = np.zeros(L, dtype=bool)
-            for r in rows:
-                for lid, row in self.feedback.get(ids[r], {}).items():
-                    c = col.get(lid)
-                    if c is None or seen[c]:
-                        continue
-                    mine = sum((own_job.get((h, lid), 0.0) for h in counted), 0.0)
-                    others[c, :K - shift] = np.maximum(np.asarray(row, dtype=np.float64) - mine, 0.0)[shift:]
-                    seen[c] = True
-            others += local
+            others = local + self._switch_view([ids[r] for r in rows], col, L, shift, lambda _fid, lid: sum(
+                (own_job.get((h, lid), 0.0) for h in counted), 0.0))
             kw = {}
             if dep_in is not None:
                 kw = {k: [v[r] for r in rows] for k, v in dep_in.items()}
-                sent = [flows[r].cum_bytes if flows[r].cum_bytes == flows[r].cum_bytes else 0.0 for r in rows]
+                sent = [_F_base(flows[r]) for r in rows]
             else:
                 sent = [flows[r].sent_bytes for r in rows]
             hs = host_slot([flows[r].G_bytes for r in rows], [flows[r].B_Bps for r in rows], sent,

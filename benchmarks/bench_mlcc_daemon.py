@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hostctl.core.types import FlowKey  # noqa: E402
 from hostctl.mlccctl import FlowIn, MlccControl  # noqa: E402
-from hostctl.switchclient import ExchangeResult  # noqa: E402
+from hostctl.switchclient import ExchangeResult, FlowLoads  # noqa: E402
 
 NIC_Bps = 10e9 / 8
 
@@ -49,10 +49,35 @@ def pct(xs: list[float], q: float) -> float:
 
 
 class InstantSwitch:
-    """Answers every exchange at once, with no load from other hosts."""
+    """Answers every exchange at once. With ``load``, like a switch of a two-tier fabric (racks of 20
+    hosts): each fetched flow gets its path (this host's uplink, the destination's downlink and, across
+    racks, both top-of-rack uplinks: 2 or 4 links) with other hosts' load on every link, random but fixed
+    per flow (up to half the link rate in each of the K slots). The feedback is built once per flow, so
+    the time measured is the daemon's, not this stand-in's."""
 
-    def exchange(self, slot, **_kw) -> ExchangeResult:
-        return ExchangeResult(slot=slot, latency_s={"inproc": 0.0})
+    def __init__(self, load: bool = True, K: int = 10, seed: int = 7):
+        self.load, self.K, self.rng = load, K, np.random.default_rng(seed)
+        self.fb: dict[str, FlowLoads] = {}
+        self.caps: dict[str, int] = {}
+
+    def _feedback(self, q) -> FlowLoads:
+        fl = self.fb.get(q.flow_id)
+        if fl is None:
+            dst = int(q.dst.rsplit(".", 1)[1])
+            links = [f"{q.src}:up", f"{q.dst}:down"]
+            if dst // 20:
+                links[1:1] = ["tor0:up", f"tor{dst // 20}:down"]
+            rows = (self.rng.uniform(0, NIC_Bps / 2, (len(links), self.K))).astype(int).tolist()
+            fl = self.fb[q.flow_id] = FlowLoads(q.flow_id, dict(zip(links, rows)), [sum(c) for c in zip(*rows)])
+            self.caps.update((lid, int(NIC_Bps)) for lid in links)
+        return fl
+
+    def exchange(self, slot, fetches=(), **_kw) -> ExchangeResult:
+        res = ExchangeResult(slot=slot, latency_s={"inproc": 0.0})
+        if self.load and fetches:
+            res.feedback = {q.flow_id: self._feedback(q) for q in fetches}
+            res.capacities_Bps = self.caps
+        return res
 
     def close(self) -> None:
         pass

@@ -355,11 +355,14 @@ class MlccControl:
         others = np.zeros((L, K))
         if self.mode == "switch" and fresh:
             # others' load per link: the feedback of any flow on it, minus this host's other flows
-            own_total, own_job = self._own_load(self.fb_slot)
+            jix, own_job, own_total = self._own_load(self.fb_slot, col, L)
             job_of = {fid: f.job for fid, f in zip(ids, flows)}
-            # the switch left out fid's whole job; this host's flows of other jobs are its own
-            others = self._switch_view(self.feedback, col, L, slot - self.fb_slot, lambda fid, lid: (
-                own_total.get(lid, 0.0) - own_job.get((job_of.get(fid), lid), 0.0)))
+
+            def mine(cols: np.ndarray, fids: list[str]) -> np.ndarray:
+                # the switch left out fid's whole job; this host's flows of other jobs are its own
+                return own_total[cols] - own_job[[jix.get(job_of.get(fid), -1) for fid in fids], cols]
+
+            others = self._switch_view(self.feedback, col, L, slot - self.fb_slot, mine)
         if deps is None:
             return host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [f.sent_bytes for f in flows],
                              np.array([f.job for f in flows], dtype=object), path, cap, cap, others,
@@ -373,20 +376,28 @@ class MlccControl:
         return hs
 
     def _switch_view(self, fids: Iterable[str], col: dict[str, int], L: int, shift: int,
-                     mine: Callable[[str, str], Any]) -> np.ndarray:
+                     mine: Callable[[np.ndarray, list[str]], Any]) -> np.ndarray:
         """Other hosts' load [L, K] from this slot on: per link, the switch's feedback row of the first
-        flow of ``fids`` that crosses it (fetched ``shift`` slots ago), minus ``mine(fid, link)``, this
-        host's own published load that the switch counted in that row."""
+        flow of ``fids`` that crosses it (fetched ``shift`` slots ago), minus ``mine(links, flows)``
+        (those links' column indices, those first flows), this host's own published load that the
+        switch counted in those rows."""
         K = self.K
         others = np.zeros((L, K))
-        seen = np.zeros(L, dtype=bool)
+        cols, firsts, rows = [], [], []
+        seen: set[int] = set()
+        fb = self.feedback
         for fid in fids:
-            for lid, row in self.feedback.get(fid, {}).items():
+            for lid, row in fb.get(fid, {}).items():
                 c = col.get(lid)
-                if c is None or seen[c]:
+                if c is None or c in seen:
                     continue
-                others[c, :K - shift] = np.maximum(np.asarray(row, dtype=np.float64) - mine(fid, lid), 0.0)[shift:]
-                seen[c] = True
+                seen.add(c)
+                cols.append(c)
+                firsts.append(fid)
+                rows.append(row)
+        if cols:
+            idx = np.array(cols, dtype=np.int64)
+            others[idx, :K - shift] = np.maximum(np.asarray(rows, dtype=np.float64) - mine(idx, firsts), 0.0)[:, shift:]
         return others
 
     def _plan_ordered(self, slot: int, flows: Sequence[FlowIn], ids: list[str], deps: list[Dep] | None,
@@ -396,7 +407,7 @@ class MlccControl:
         host's plans of the jobs before it in this slot."""
         n, K = len(flows), self.K
         shift = slot - self.fb_slot
-        _, own_job = self._own_load(self.fb_slot)
+        jix, own_job, _ = self._own_load(self.fb_slot, col, L)
         ranks, pub = self.ranks, self._pub_ranks
         jobs = sorted({f.job for f in flows}, key=lambda j: (ranks[j], j))
         dep_in = self._dep_inputs(slot, flows, deps) if deps is not None else None
@@ -407,9 +418,15 @@ class MlccControl:
         for w, j in enumerate(jobs):
             rows = [r for r, f in enumerate(flows) if f.job == j]
             # the switch counted this host's published flows of the jobs it ranked up to j's rank
-            counted = [h for h, rk in pub.items() if h != j and (rk is None or rk <= ranks[j])]
-            others = local + self._switch_view([ids[r] for r in rows], col, L, shift, lambda _fid, lid: sum(
-                (own_job.get((h, lid), 0.0) for h in counted), 0.0))
+            counted = [jix[h] for h, rk in pub.items() if h != j and (rk is None or rk <= ranks[j]) and h in jix]
+
+            def mine(cols: np.ndarray, _fids: list[str], counted: list[int] = counted) -> Any:
+                acc = 0.0
+                for h in counted:
+                    acc = acc + own_job[h, cols]
+                return acc
+
+            others = local + self._switch_view([ids[r] for r in rows], col, L, shift, mine)
             kw = {}
             if dep_in is not None:
                 kw = {k: [v[r] for r in rows] for k, v in dep_in.items()}
@@ -495,9 +512,9 @@ class MlccControl:
         # (older seq) until the old ones expire, K slots later
         self.seq = max(self.seq + 1, slot)
         rank = self.ranks.get
-        ups = [wire.FlowSchedule(fid, f.job, f.key.laddr, f.key.raddr, self.seq,
-                                 tuple(float(x) for x in np.round(published[r])), rank=rank(f.job))
-               for r, (fid, f) in enumerate(zip(ids, flows))]
+        rows = np.round(published).tolist()  # one conversion for all flows (floats, as on the wire)
+        ups = [wire.FlowSchedule(fid, f.job, f.key.laddr, f.key.raddr, self.seq, tuple(row), rank=rank(f.job))
+               for fid, f, row in zip(ids, flows, rows)]
         self._pub_ranks = {f.job: rank(f.job) for f in flows}
         # flows that ended: withdraw their schedules (all zeros)
         now = set(ids)
@@ -517,16 +534,27 @@ class MlccControl:
             out[:, :self.K - shift] = rates[:, shift:]
         return out
 
-    def _own_load(self, at_slot: int) -> tuple[dict[str, np.ndarray], dict[tuple[str, str], np.ndarray]]:
-        """This host's last schedules as K values from at_slot, summed per link and per (job, link)."""
+    def _own_load(self, at_slot: int, col: dict[str, int], L: int) -> tuple[dict[str, int], np.ndarray, np.ndarray]:
+        """This host's last schedules as K values from at_slot, on the links of ``col``: (job ->
+        index, per job and link [J + 1, L, K] (the last job row stays 0: index -1 is a job this host
+        did not publish), per link [L, K])."""
         rates = self._aligned(self.prev_rates, at_slot)
-        total: dict[str, np.ndarray] = {}
-        per_job: dict[tuple[str, str], np.ndarray] = {}
+        jix: dict[str, int] = {}
+        rows, cells = [], []  # per flow and link of col: the flow's row, the job's row and the link's column
         for r, (f, ls) in enumerate(zip(self.last_flows.values(), self.prev_links)):
+            j = jix.setdefault(f.job, len(jix))
             for lid in ls:
-                total[lid] = total.get(lid, 0.0) + rates[r]
-                per_job[f.job, lid] = per_job.get((f.job, lid), 0.0) + rates[r]
-        return total, per_job
+                c = col.get(lid)
+                if c is not None:
+                    rows.append(r)
+                    cells.append((j, c))
+        per_job, total = np.zeros((len(jix) + 1, L, self.K)), np.zeros((L, self.K))
+        if rows:
+            j, c = np.array(cells, dtype=np.int64).T
+            # unbuffered sums in flow order: the same floats as adding the rows one by one
+            np.add.at(per_job, (j, c), rates[rows])
+            np.add.at(total, c, rates[rows])
+        return jix, per_job, total
 
     def _remember(self, slot: int, ids: list[str], flows: Sequence[FlowIn], links: list[tuple[str, ...]],
                   plan: HostSlot, published: np.ndarray) -> None:

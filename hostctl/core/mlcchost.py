@@ -107,40 +107,43 @@ def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
     # slot-0 volume per link (padding -> bin L); bincount adds in the same order as np.add.at did
     use = np.bincount(np.where(rows >= 0, rows, L).ravel(), weights=np.repeat(rates[planned, 0], rows.shape[1]),
                       minlength=L + 1)
-    free = np.maximum(cap - load0 - use[:L], 0.0).tolist()
+    free = np.append(np.maximum(cap - load0 - use[:L], 0.0), np.inf)  # [L + 1]: padding never limits
     later = rates[planned, 1:].sum(axis=1)
     cand = planned[later > 0]
-    if cand.size == 0 or max(free, default=0.0) <= 0:
+    if cand.size == 0 or free[:L].max(initial=0.0) <= 0:
         return
-    links_of = {r: [x for x in path if 0 <= x < L] for r, path in zip(cand.tolist(), pidx[cand].tolist())}
-    for w in np.unique(wave[cand]).tolist():
-        need = {r: float(rates[r, 1:].sum()) for r in cand[wave[cand] == w].tolist() if links_of[r]}
-        given = dict.fromkeys(need, 0.0)
-        for _round in range(len(need) + L + 1):  # each round ends a flow or fills a link
-            if not need:
+    links = pidx[cand]
+    links = np.where((links >= 0) & (links < L), links, L)  # padding -> the +inf bin
+    cand, links = cand[(links < L).any(axis=1)], links[(links < L).any(axis=1)]  # flows on some link
+    cw = wave[cand]
+    for w in np.unique(cw).tolist():
+        sel = cw == w
+        rs, M = cand[sel], links[sel]
+        need = rates[rs, 1:].sum(axis=1)
+        given = np.zeros(rs.size)
+        act = np.ones(rs.size, dtype=bool)
+        for _round in range(rs.size + L + 1):  # each round ends a flow or fills a link
+            if not act.any():
                 break
-            on = [0] * L  # flows of the wave still filling, per link
-            for r in need:
-                for x in links_of[r]:
-                    on[x] += 1
-            offer = {r: max(0.0, min(need[r], *(free[x] / on[x] for x in links_of[r]))) for r in need}
-            for r, g in offer.items():
-                given[r] += g
-                need[r] -= g
-                for x in links_of[r]:
-                    free[x] -= g
+            Ma = M[act]
+            on = np.bincount(Ma.ravel(), minlength=L + 1).astype(np.float64)  # filling flows per link
+            on[L] = 1.0
+            offer = np.maximum(np.minimum(need[act], (free / np.maximum(on, 1.0))[Ma].min(axis=1)), 0.0)
+            given[act] += offer
+            need[act] -= offer
+            free -= np.bincount(Ma.ravel(), weights=np.repeat(offer, Ma.shape[1]), minlength=L + 1)
+            free[L] = np.inf
             # done: flows with nothing left to move, or on a link that is full now
-            need = {r: v for r, v in need.items()
-                    if v > 1e-9 * max(1.0, given[r]) and min(free[x] for x in links_of[r]) > 1e-9}
-        for r, extra in given.items():
-            if extra <= 0:
-                continue
-            rates[r, 0] += extra
-            # take the same volume off its last planned slots
-            tail = rates[r, :0:-1]  # slots K-1 .. 1
-            taken = np.minimum(tail, np.maximum(extra - (np.cumsum(tail) - tail), 0.0))
-            rates[r, :0:-1] = tail - taken
-        if max(free) <= 0:
+            act &= (need > 1e-9 * np.maximum(1.0, given)) & (free[M].min(axis=1) > 1e-9)
+        moved = given > 0
+        if moved.any():
+            rs, extra = rs[moved], given[moved]
+            rates[rs, 0] += extra
+            # take the same volume off their last planned slots
+            tail = rates[rs, :0:-1]  # slots K-1 .. 1
+            taken = np.minimum(tail, np.maximum(extra[:, None] - (np.cumsum(tail, axis=1) - tail), 0.0))
+            rates[rs, :0:-1] = tail - taken
+        if free[:L].max() <= 0:
             break  # every link is full: the later waves would get nothing
 
 

@@ -166,6 +166,70 @@ def test_slot0_fill_properties(data):
                 assert after[i, 0] - before[i, 0] == pytest.approx(after[j, 0] - before[j, 0], rel=1e-6, abs=1e-3)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_slot0_fill_matches_the_loop_it_replaced(data):
+    n = data.draw(st.integers(1, 8))
+    L = data.draw(st.integers(1, 4))
+    rates = np.array(data.draw(st.lists(st.lists(st.sampled_from([0.0, 1e3, C / 7, C / 2, C]), min_size=P.K,
+                                                 max_size=P.K), min_size=n, max_size=n)))
+    paths = np.array(data.draw(st.lists(st.lists(st.integers(-1, L - 1), min_size=3, max_size=3), min_size=n,
+                                        max_size=n)))
+    cap = np.array(data.draw(st.lists(st.sampled_from([C / 2, C]), min_size=L, max_size=L)))
+    load0 = np.array(data.draw(st.lists(st.sampled_from([0.0, C / 3, C]), min_size=L, max_size=L)))
+    wave = np.array(data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)))
+    planned = np.array(sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1))), dtype=np.int64)
+    got, want = rates.copy(), rates.copy()
+    _fill_slot0(got, planned, wave, paths, cap, load0, T)
+    _fill_reference(want, planned, wave, paths, cap, load0, T)
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-6)
+
+
+def _fill_reference(rates, planned, wave, pidx, cap, load0, t) -> None:
+    """The slot-0 fill as first written (a loop per flow and link, session 15): the model the
+    array version must match."""
+    L = cap.shape[0]
+    rows = pidx[planned]
+    # slot-0 volume per link (padding -> bin L); bincount adds in the same order as np.add.at did
+    use = np.bincount(np.where(rows >= 0, rows, L).ravel(), weights=np.repeat(rates[planned, 0], rows.shape[1]),
+                      minlength=L + 1)
+    free = np.maximum(cap - load0 - use[:L], 0.0).tolist()
+    later = rates[planned, 1:].sum(axis=1)
+    cand = planned[later > 0]
+    if cand.size == 0 or max(free, default=0.0) <= 0:
+        return
+    links_of = {r: [x for x in path if 0 <= x < L] for r, path in zip(cand.tolist(), pidx[cand].tolist())}
+    for w in np.unique(wave[cand]).tolist():
+        need = {r: float(rates[r, 1:].sum()) for r in cand[wave[cand] == w].tolist() if links_of[r]}
+        given = dict.fromkeys(need, 0.0)
+        for _round in range(len(need) + L + 1):  # each round ends a flow or fills a link
+            if not need:
+                break
+            on = [0] * L  # flows of the wave still filling, per link
+            for r in need:
+                for x in links_of[r]:
+                    on[x] += 1
+            offer = {r: max(0.0, min(need[r], *(free[x] / on[x] for x in links_of[r]))) for r in need}
+            for r, g in offer.items():
+                given[r] += g
+                need[r] -= g
+                for x in links_of[r]:
+                    free[x] -= g
+            # done: flows with nothing left to move, or on a link that is full now
+            need = {r: v for r, v in need.items()
+                    if v > 1e-9 * max(1.0, given[r]) and min(free[x] for x in links_of[r]) > 1e-9}
+        for r, extra in given.items():
+            if extra <= 0:
+                continue
+            rates[r, 0] += extra
+            # take the same volume off its last planned slots
+            tail = rates[r, :0:-1]  # slots K-1 .. 1
+            taken = np.minimum(tail, np.maximum(extra - (np.cumsum(tail) - tail), 0.0))
+            rates[r, :0:-1] = tail - taken
+        if max(free) <= 0:
+            break  # every link is full: the later waves would get nothing
+
+
 def _roles(G, *, role, ref, cum, ceiling=None, slack=None):
     n = len(G)
     return host_slot(np.asarray(G, float), np.full(n, C), np.asarray(cum, float), np.array(["r"] * n, dtype=object),

@@ -127,6 +127,12 @@ class MlccControl:
         # this host's last published schedules (its own load table): links and K rates per flow
         self.prev_links: list[tuple[str, ...]] = []
         self.prev_rates = np.zeros((0, horizon))
+        # the same flows' links as the columns of their plan: link ids, [flows, P] column indices (-1: none)
+        self.prev_used: list[str] = []
+        self.prev_path = np.zeros((0, 1), dtype=np.int64)
+        # the plan's link columns for a list of flow links: (links, used, col, path), reused while equal
+        self._cols_of: tuple = (None, [], {}, self.prev_path)
+        self._plan_cols: tuple[list[str], np.ndarray] = (self.prev_used, self.prev_path)
         self.paths: dict[str, tuple[str, ...]] = {}  # flow id -> switch links (from the feedback)
         self.mode = "switch" if switch is not None else "local"
         self.silent = 0
@@ -135,6 +141,8 @@ class MlccControl:
         self.seq = 0
         self.fb_slot: int | None = None
         self.feedback: dict[str, dict[str, list[int]]] = {}  # flow id -> link id -> K loads (at fb_slot)
+        self._queries: dict[str, wire.FlowQuery] = {}  # flow id -> last slot's fetch query
+        self._fb_first: dict[str, tuple[str, list[int]]] | None = None  # _first_rows(all of feedback), cached
         self.rtt_ms: deque[float] = deque(maxlen=200)  # fetch round trips (negotiation latency)
         self.exchange_ms: deque[float] = deque(maxlen=200)  # fetch + publish, wall time in the slot
         self.errors: dict[str, int] = {}
@@ -233,7 +241,14 @@ class MlccControl:
         if not flows:
             return  # nothing to ask (and no answer is not silence)
         rank = self.ranks.get
-        q = [wire.FlowQuery(i, f.key.laddr, f.key.raddr, job_id=f.job, rank=rank(f.job)) for i, f in zip(ids, flows)]
+        # the same flows ask the same question slot after slot: reuse the query objects
+        old, q = self._queries, []
+        for i, f in zip(ids, flows):
+            x = old.get(i)
+            if x is None or x.job_id != f.job or x.rank != rank(f.job):
+                x = wire.FlowQuery(i, f.key.laddr, f.key.raddr, job_id=f.job, rank=rank(f.job))
+            q.append(x)
+        self._queries = dict(zip(ids, q))
         names = sorted({n for d in deps for n in d.query}) if deps else ()
         res = self.switch.exchange(slot, fetches=q, get_progress=names, timeout_s=self.fetch_timeout_s)
         if deps:
@@ -271,7 +286,7 @@ class MlccControl:
                 if fl.load_Bps:
                     fb[fid] = fl.load_Bps
                     self.paths[fid] = tuple(fl.load_Bps)
-            self.feedback, self.fb_slot = fb, slot
+            self.feedback, self.fb_slot, self._fb_first = fb, slot, None
         else:
             self.silent += 1
             if self.silent >= SILENT_SLOTS and self.mode == "switch":
@@ -334,15 +349,22 @@ class MlccControl:
     def _plan(self, slot: int, flows: Sequence[FlowIn], ids: list[str], links: list[tuple[str, ...]],
               deps: list[Dep] | None = None) -> HostSlot:
         n, K = len(flows), self.K
-        used = sorted({lid for ls in links for lid in ls}, key=lambda x: (x != NIC, x))
-        col = {lid: i for i, lid in enumerate(used)}
-        L = max(1, len(used))
-        P = max((len(ls) for ls in links), default=1)
-        if L == 1:  # local mode, or no switch path known: every flow crosses the NIC link only
-            path = np.zeros((n, 1), dtype=np.int64)
+        if links == self._cols_of[0]:  # the same flows on the same paths as last slot (the common case)
+            used, col, path = self._cols_of[1:]
         else:
-            path = np.array([[col[x] for x in ls] + [-1] * (P - len(ls)) for ls in links],
-                            dtype=np.int64).reshape(n, P)
+            used = sorted({lid for ls in links for lid in ls} - {NIC})
+            used.insert(0, NIC)  # (every flow crosses this host's NIC link: column 0)
+            col = {lid: i for i, lid in enumerate(used)}
+            P = max((len(ls) for ls in links), default=1)
+            if len(used) == 1:  # local mode, or no switch path known: every flow crosses the NIC link only
+                path = np.zeros((n, 1), dtype=np.int64)
+            else:
+                path = np.array([[col[x] for x in ls] + [-1] * (P - len(ls)) for ls in links],
+                                dtype=np.int64).reshape(n, P)
+            path.flags.writeable = False  # shared by the slots that reuse it
+            self._cols_of = (links, used, col, path)
+        L = len(used)
+        self._plan_cols = (used, path)  # _remember keeps them: the next slot's _own_load maps them
         cap = np.array([float(self.caps.get(lid, self.caps[NIC])) for lid in used] or [float(self.caps[NIC])])
         # "no progress" means "nothing to send" only for a flow that was free to send: one held
         # at the wait floor last slot may just not have been ACKed yet
@@ -362,7 +384,7 @@ class MlccControl:
                 # the switch left out fid's whole job; this host's flows of other jobs are its own
                 return own_total[cols] - own_job[[jix.get(job_of.get(fid), -1) for fid in fids], cols]
 
-            others = self._switch_view(self.feedback, col, L, slot - self.fb_slot, mine)
+            others = self._switch_view(None, col, L, slot - self.fb_slot, mine)
         if deps is None:
             return host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [f.sent_bytes for f in flows],
                              np.array([f.job for f in flows], dtype=object), path, cap, cap, others,
@@ -375,23 +397,34 @@ class MlccControl:
         self.dep_counts["reduced_flows"] += int((hs.reduced_bytes > 0).sum())
         return hs
 
-    def _switch_view(self, fids: Iterable[str], col: dict[str, int], L: int, shift: int,
-                     mine: Callable[[np.ndarray, list[str]], Any]) -> np.ndarray:
-        """Other hosts' load [L, K] from this slot on: per link, the switch's feedback row of the first
-        flow of ``fids`` that crosses it (fetched ``shift`` slots ago), minus ``mine(links, flows)``
-        (those links' column indices, those first flows), this host's own published load that the
-        switch counted in those rows."""
-        K = self.K
-        others = np.zeros((L, K))
-        cols, firsts, rows = [], [], []
-        seen: set[int] = set()
+    def _first_rows(self, fids: Iterable[str]) -> dict[str, tuple[str, list[int]]]:
+        """Per link, the first flow of ``fids`` whose feedback names it, and that feedback row."""
+        first: dict[str, tuple[str, list[int]]] = {}
         fb = self.feedback
         for fid in fids:
             for lid, row in fb.get(fid, {}).items():
-                c = col.get(lid)
-                if c is None or c in seen:
-                    continue
-                seen.add(c)
+                if lid not in first:
+                    first[lid] = (fid, row)
+        return first
+
+    def _switch_view(self, fids: Iterable[str] | None, col: dict[str, int], L: int, shift: int,
+                     mine: Callable[[np.ndarray, list[str]], Any]) -> np.ndarray:
+        """Other hosts' load [L, K] from this slot on: per link, the switch's feedback row of the first
+        flow of ``fids`` (None: of all flows with feedback) that crosses it (fetched ``shift`` slots
+        ago), minus ``mine(links, flows)`` (those links' column indices, those first flows), this
+        host's own published load that the switch counted in those rows."""
+        K = self.K
+        others = np.zeros((L, K))
+        if fids is None:
+            if self._fb_first is None:
+                self._fb_first = self._first_rows(self.feedback)
+            first = self._fb_first
+        else:
+            first = self._first_rows(fids)
+        cols, firsts, rows = [], [], []
+        for lid, (fid, row) in first.items():
+            c = col.get(lid)
+            if c is not None:
                 cols.append(c)
                 firsts.append(fid)
                 rows.append(row)
@@ -540,20 +573,20 @@ class MlccControl:
         did not publish), per link [L, K])."""
         rates = self._aligned(self.prev_rates, at_slot)
         jix: dict[str, int] = {}
-        rows, cells = [], []  # per flow and link of col: the flow's row, the job's row and the link's column
-        for r, (f, ls) in enumerate(zip(self.last_flows.values(), self.prev_links)):
-            j = jix.setdefault(f.job, len(jix))
-            for lid in ls:
-                c = col.get(lid)
-                if c is not None:
-                    rows.append(r)
-                    cells.append((j, c))
+        job = np.array([jix.setdefault(f.job, len(jix)) for f in self.last_flows.values()], dtype=np.int64)
+        # the last plan's link columns -> this plan's (-1: not used now; the padding -1 stays -1)
+        remap = np.array([col.get(lid, -1) for lid in self.prev_used] + [-1], dtype=np.int64)
+        cells = remap[self.prev_path]
+        r, p = np.nonzero(cells >= 0)  # row-major: flow by flow, each flow's links in path order
+        rows, j, c = r, job[r], cells[r, p]
         per_job, total = np.zeros((len(jix) + 1, L, self.K)), np.zeros((L, self.K))
-        if rows:
-            j, c = np.array(cells, dtype=np.int64).T
-            # unbuffered sums in flow order: the same floats as adding the rows one by one
-            np.add.at(per_job, (j, c), rates[rows])
-            np.add.at(total, c, rates[rows])
+        if len(rows):
+            # bincount sums in input order (flow by flow): the same floats as adding the rows one by one
+            K, v = self.K, rates[rows].ravel()
+            k = np.arange(K)
+            per_job = np.bincount(((j * L + c)[:, None] * K + k).ravel(), weights=v,
+                                  minlength=per_job.size).reshape(per_job.shape)
+            total = np.bincount((c[:, None] * K + k).ravel(), weights=v, minlength=total.size).reshape(total.shape)
         return jix, per_job, total
 
     def _remember(self, slot: int, ids: list[str], flows: Sequence[FlowIn], links: list[tuple[str, ...]],
@@ -562,6 +595,7 @@ class MlccControl:
             for fid in set(self.paths) - set(ids):
                 self.paths.pop(fid, None)
         self.prev_links = links
+        self.prev_used, self.prev_path = self._plan_cols
         self.prev_rates = published  # this host's own load table: what the switches were told
         self.last, self.last_slot = plan, slot
         self.last_flows = dict(zip(ids, flows))

@@ -548,11 +548,11 @@ class MlccControl:
         rows = np.round(published).tolist()  # one conversion for all flows (floats, as on the wire)
         ups = [wire.FlowSchedule(fid, f.job, f.key.laddr, f.key.raddr, self.seq, tuple(row), rank=rank(f.job))
                for fid, f, row in zip(ids, flows, rows)]
-        self._pub_ranks = {f.job: rank(f.job) for f in flows}
+        self._pub_ranks = {f.job: rank(f.job) for f in flows} if self.ranks else {}  # (read under an order only)
         # flows that ended: withdraw their schedules (all zeros)
         now = set(ids)
         ups += [wire.FlowSchedule(fid, f.job, f.key.laddr, f.key.raddr, self.seq, (0.0,) * self.K)
-                for fid, f in sorted(self.last_flows.items()) if fid not in now]
+                for fid, f in sorted((fid, f) for fid, f in self.last_flows.items() if fid not in now)]
         if ups or progress or notes:
             res = self.switch.exchange(slot, updates=ups, progress=progress, notify=notes,
                                        timeout_s=self.publish_timeout_s)

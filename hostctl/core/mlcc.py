@@ -501,11 +501,12 @@ def allocate(G_bytes, path, load_Bps, avail_Bps, cap_Bps, B_Bps, *, role=None, s
             pid = pidx[idx]
             np.maximum(todo @ inc, 1.0, out=cntx[:L])  # the wave's unplanned flows on each link
             Rx[:L] = R
-            A = (Rx / cntx[:, None])[pid].min(axis=1)  # equal split
+            Rp = Rx[pid]  # [m, P, K] what is left on each link of each flow's path
+            A = (Rp / cntx[pid][:, :, None]).min(axis=1)  # equal split
             if rnd < p.max_rounds - 1:
                 fits = A.sum(axis=1) * t >= G[idx] - tolG[idx]
                 # freeze flows that fit, and flows no split limits (more rounds cannot give them more)
-                stuck = (A >= Rx[pid].min(axis=1) * (1 - 1e-12)).all(axis=1)
+                stuck = (A >= Rp.min(axis=1) * (1 - 1e-12)).all(axis=1)
                 commit = fits | stuck
                 if not commit.any():
                     commit[:] = True  # nothing changes in a later round: commit all now
@@ -513,12 +514,13 @@ def allocate(G_bytes, path, load_Bps, avail_Bps, cap_Bps, B_Bps, *, role=None, s
                 A = A[commit]
             else:
                 ci = idx
-            price = inc[ci] @ ((load + own) * inv_cap)  # Q-M3, with own committed load (Q-M8)
+            ic = inc[ci]
+            price = ic @ ((load + own) * inv_cap)  # Q-M3, with own committed load (Q-M8)
             rc = initial_schedule(G[ci], A, price, slot_s=t, w_beta=p.w_beta).rates_Bps
             batches += 1
             rates[ci] = rc
             price_used[ci] = price
-            use = inc[ci].T @ rc
+            use = ic.T @ rc
             own += use
             R = np.maximum(R - use, 0.0)
             todo[ci] = False

@@ -1,0 +1,97 @@
+"""MlccControl in switch mode sees other hosts' load: the switch's feedback for a flow leaves out that
+flow's whole job (and, under a job order, the jobs ranked after it) but counts this host's published
+flows of the other jobs, and the daemon subtracts those (Q-M8). Against a model switch that does exactly
+that, the load each plan gets on every link must be the other hosts' load the model was given, plus,
+under an order, what this host planned in this slot for the jobs ranked before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hostctl.mlccctl as mlccctl
+from hostctl.core.types import FlowKey
+from hostctl.mlccctl import FlowIn, MlccControl, flow_id
+from hostctl.switchclient import ExchangeResult, FlowLoads
+
+C = 1_000_000_000 // 8
+SLOT = 0.06
+K = 10
+LINKS = ["h0:up", "tor0:up", "tor1:down", "h1:down", "h2:down", "h3:down"]
+
+
+class ModelSwitch:
+    """Holds this host's last published schedules and answers fetches like switchemu: per link of the
+    flow's path, the other hosts' load ``base`` plus this host's flows of other jobs on it."""
+
+    def __init__(self, paths: dict[str, list[str]], base: dict[str, np.ndarray]):
+        self.paths, self.base = paths, base
+        self.table: dict[str, tuple[str, int | None, int, tuple[float, ...]]] = {}  # flow -> (job, rank, slot, rates)
+
+    def exchange(self, slot, *, updates=(), fetches=(), **_kw) -> ExchangeResult:
+        res = ExchangeResult(slot=slot, latency_s={"model": 1e-4})
+        for q in fetches:
+            loads = {}
+            for lid in self.paths[q.flow_id]:
+                row = self.base[lid].astype(np.float64).copy()
+                for g, (job, rank, at, rates) in self.table.items():
+                    before = q.rank is None or rank is None or rank <= q.rank
+                    if job != q.job_id and before and lid in self.paths[g]:
+                        shift = slot - at
+                        row[:K - shift] += np.asarray(rates)[shift:]
+                loads[lid] = [int(round(x)) for x in row]
+            res.feedback[q.flow_id] = FlowLoads(q.flow_id, loads, [sum(c) for c in zip(*loads.values())])
+            res.capacities_Bps.update((lid, C) for lid in loads)
+        for u in updates:
+            self.table[u.flow_id] = (u.job_id, u.rank, slot, u.rates_Bps)
+        return res
+
+
+@pytest.mark.parametrize("order", ["none", "fixed"])
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
+    n = data.draw(st.integers(1, 8), label="flows")
+    jobs = [data.draw(st.sampled_from(["ja", "jb", "jc"])) for _ in range(n)]
+    keys = [FlowKey("10.0.0.1", 5000 + i, f"10.0.1.{i + 2}", 9000) for i in range(n)]
+    paths = {flow_id(k): data.draw(st.lists(st.sampled_from(LINKS), min_size=1, max_size=3, unique=True))
+             for k in keys}
+    base = {lid: np.array(data.draw(st.lists(st.integers(0, C // 2), min_size=K, max_size=K))) for lid in LINKS}
+    G = [data.draw(st.sampled_from([float("nan"), 0.0, 1e5, 3 * C * SLOT, 20 * C * SLOT])) for _ in range(n)]
+    skip = data.draw(st.booleans(), label="skip a slot")
+
+    seen = []
+    real = mlccctl.host_slot
+
+    def spy(*a, **kw):
+        load = np.array(a[7], dtype=np.float64)
+        hs = real(*a, **kw)
+        seen.append((load, np.asarray(a[4]), hs.rates_Bps.copy()))
+        return hs
+
+    t = [1_000_000.0 * SLOT]
+    sw = ModelSwitch(paths, base)
+    ctl = MlccControl(C, SLOT, switch=sw, wall=lambda: t[0], job_order=order)
+    for tick in range(3):
+        seen.clear()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(mlccctl, "host_slot", spy)
+            ctl.tick([FlowIn(k, j, g, C, 0.0, True) for k, j, g in zip(keys, jobs, G)])
+        if tick > 0:  # from the second slot on, this host's own schedules are in the switch's table
+            used = ctl._plan_cols[0]
+            assert len(seen) == (1 if order == "none" else len(set(jobs)))  # one plan, or one per job
+            local = np.zeros((len(used), K))  # this slot's plans of the jobs before (under an order)
+            for load, path, rates in seen:
+                for c in sorted(set(path[path >= 0].tolist())):  # the links this plan's flows cross
+                    lid = used[c]
+                    want = (base[lid] if lid in base else np.zeros(K)) + local[c]
+                    # the published rates are rounded on the wire: half a byte/s per flow at most
+                    assert load[c] == pytest.approx(want, abs=n), (lid, load[c], want)
+                for p, r in zip(path.tolist(), rates):
+                    for c in p:
+                        if c >= 0:
+                            local[c] += r
+        t[0] += SLOT * (2 if skip and tick == 0 else 1)
+

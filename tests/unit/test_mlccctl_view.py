@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import hostctl.mlccctl as mlccctl
 from hostctl.core.types import FlowKey
-from hostctl.mlccctl import FlowIn, MlccControl, flow_id
+from hostctl.mlccctl import NIC, FlowIn, MlccControl, flow_id
 from hostctl.switchclient import ExchangeResult, FlowLoads
 
 C = 1_000_000_000 // 8
@@ -80,7 +80,7 @@ def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
             mp.setattr(mlccctl, "host_slot", spy)
             ctl.tick([FlowIn(k, j, g, C, 0.0, True) for k, j, g in zip(keys, jobs, G)])
         if tick > 0:  # from the second slot on, this host's own schedules are in the switch's table
-            used = ctl._plan_cols[0]
+            used = [NIC] + sorted({lid for p in paths.values() for lid in p})  # the plan's link columns
             assert len(seen) == (1 if order == "none" else len(set(jobs)))  # one plan, or one per job
             local = np.zeros((len(used), K))  # this slot's plans of the jobs before (under an order)
             for load, path, rates in seen:

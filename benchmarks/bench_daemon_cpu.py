@@ -8,7 +8,8 @@ paces all N flows. --pattern stream (default): every connection sends all the ti
 receiver, reading the sockets in turn, cuts each flow into a burst every ~60 ms (a stress test of the
 monitor's burst records, not a DL pattern). --pattern dl: a synchronous parameter server's iterations:
 every --period seconds each connection sends --burst bytes at once, then idles (the workers' compute). After a warm-up, the daemon's user + system CPU time (/proc/PID/stat) over --seconds
-gives its share of one core; its status gives the slot work's p50/p90 and overruns. Writes JSON
+gives its share of one core; its status gives the slot work's p50/p90 and overruns. --switch: mlcc in
+switch mode, against a real switchemu for the testbed (its own CPU is reported apart). Writes JSON
 (default results/bench_daemon_cpu.json). --profile FILE runs the daemon under cProfile; --capture FILE records its
 slots for benchmarks/slot_replay.py. The testbed has a unique name and is removed at the end."""
 
@@ -28,7 +29,9 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hostctl.bench.runner import switch_topology  # noqa: E402
 from hostctl.bench.scenario import parse_scenario  # noqa: E402
+from hostctl.switchclient import SwitchClient  # noqa: E402
 from hostctl.testbed.net import Testbed  # noqa: E402
 
 PY = sys.executable
@@ -71,14 +74,19 @@ def main() -> None:
     ap.add_argument("--pattern", choices=["stream", "dl"], default="stream")
     ap.add_argument("--burst", default="256KiB", help="--pattern dl: bytes per flow per iteration")
     ap.add_argument("--period", type=float, default=0.7, help="--pattern dl: seconds per iteration")
+    ap.add_argument("--switch", action="store_true", help="--policy mlcc with a switchemu for the testbed (switch "
+                    "mode: the daemon also fetches feedback and publishes its schedules every slot)")
     ap.add_argument("--out", default="results/bench_daemon_cpu.json")
     ap.add_argument("--capture", metavar="FILE", help="also record the daemon's first 900 slots to FILE, to replay "
                     "them with benchmarks/slot_replay.py (fixed-input CPU comparisons of code versions)")
     ap.add_argument("--profile", metavar="FILE", help="run the daemon under cProfile (HOSTCTL_PROFILE), stats to "
                     "FILE (the CPU share is then inflated by the profiler; read the breakdown, not the total)")
     a = ap.parse_args()
+    if a.switch and a.policy != "mlcc":
+        ap.error("--switch needs --policy mlcc")
     sc = parse_scenario({"testbed": {"hosts": 2, "link": a.link}, "jobs": [{"name": "j", "ps": ["h0"]}]})
     tb = Testbed("c" + uuid.uuid4().hex[:7], sc.topology)
+    ep = topo = None
     try:
         tb.up()
         h0 = tb.host("h0")
@@ -86,6 +94,20 @@ def main() -> None:
         tb.popen("h0", [PY, "-m", "hostctl.tools.bulk", "serve", "--bind", h0.addr, "--port", "7100", *dl],
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         pol = ["--policy", "mlcc"] if a.policy == "mlcc" else ["--policy", "cap", "--cap", "400mbit"]
+        sw = None
+        if a.switch:  # in h1's namespace, on an ipc socket the daemon in h0 reaches
+            ep = f"ipc:///tmp/hc-cpu-{os.getpid()}-{uuid.uuid4().hex[:6]}.sock"
+            topo = Path(f"/tmp/hc-cpu-{os.getpid()}.toml")
+            topo.write_text(switch_topology(sc, lambda h: tb.host(h).addr))
+            sw = tb.popen("h1", [PY, "-m", "switchemu.cli", "--bind", ep, "--topology", str(topo), "--name", "all",
+                                 "--log-level", "WARNING"], net_only=True, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+            with SwitchClient([ep]) as c:
+                deadline = time.monotonic() + 30
+                while c.probe(0.06, timeout_s=0.5).error is not None:
+                    if sw.poll() is not None or time.monotonic() > deadline:
+                        raise SystemExit(f"switchemu did not start: {sw.stderr.read() if sw.poll() is not None else 'timeout'}")
+            pol += ["--switch", ep]
         launch = ([PY, os.path.join(os.path.dirname(os.path.abspath(__file__)), "slot_replay.py"), "daemon",
                    os.path.abspath(a.capture), "--"] if a.capture else [HOSTCTL])
         d = tb.popen("h0", [*launch, "start", *pol, "--iface", "eth0", "--link-rate", a.link, "--ports", "7100",
@@ -103,14 +125,20 @@ def main() -> None:
         # the daemon is the child of the nsenter wrapper, or the process itself
         kids = psutil.Process(d.pid).children()
         daemon = kids[0] if kids else psutil.Process(d.pid)
+        swp = None
+        if sw is not None:
+            kids = psutil.Process(sw.pid).children()
+            swp = kids[0] if kids else psutil.Process(sw.pid)
+            w0 = cpu_s(swp)
         c0, t0 = cpu_s(daemon), time.monotonic()
         s0 = status(tb)
         time.sleep(a.seconds)
         c1, t1 = cpu_s(daemon), time.monotonic()
         s1 = status(tb)
+        sw_pct = 100 * (cpu_s(swp) - w0) / (t1 - t0) if swp is not None else None
         out, _ = rx.communicate(timeout=60)
         pc = s1.get("pacing") or {}
-        res = {"policy": a.policy, "pattern": a.pattern, **({"burst": a.burst, "period_s": a.period}
+        res = {"policy": a.policy, "mode": "switch" if a.switch else "local", "pattern": a.pattern, **({"burst": a.burst, "period_s": a.period}
                                                              if a.pattern == "dl" else {}),
                "flows_asked": a.flows, "flows_seen": len(pc.get("flows", [])),
                "window_s": t1 - t0, "daemon_cpu_s": c1 - c0, "core_pct": 100 * (c1 - c0) / (t1 - t0),
@@ -120,6 +148,10 @@ def main() -> None:
                "goodput_bps": float(out.strip() or 0), "load_avg": os.getloadavg()}
         # what the CPU paid for: slots and burst records (the monitor's input) in the window
         pc0 = s0.get("pacing") or {}
+        if a.switch:
+            ml = pc.get("mlcc") or {}
+            res["switch_mode"] = ml.get("mode")
+            res["switchemu_core_pct"] = sw_pct
         res["burst_records_per_s"] = (pc.get("burst_records", 0) - pc0.get("burst_records", 0)) / res["window_s"]
         res["cpu_us_per_slot"] = 1e6 * res["daemon_cpu_s"] / max(1, res["slots"])
         # what the monitor made of the traffic: iterations and bytes per iteration per flow (medians)
@@ -127,7 +159,8 @@ def main() -> None:
         med = (lambda v: sorted(v)[len(v) // 2] if v else None)
         res["flow_iterations_median"] = med([f["iterations"] for f in fl])
         res["flow_bytes_per_iter_median"] = med([f["bytes_per_iter"] for f in fl if f["bytes_per_iter"]])
-        print(f"{a.policy}, {a.pattern}, {res['flows_seen']} flows: daemon {res['core_pct']:.1f}% of a core; slot work p50 "
+        print(f"{a.policy}{' (switch mode: ' + str(res.get('switch_mode')) + f', switchemu {sw_pct:.1f}%)' if a.switch else ''}, "
+              f"{a.pattern}, {res['flows_seen']} flows: daemon {res['core_pct']:.1f}% of a core; slot work p50 "
               f"{res['slot_work_ms_p50']:.2f} ms, p90 {res['slot_work_ms_p90']:.2f} ms; "
               f"{res['slot_overruns']} overruns in {res['slots']} slots; goodput {res['goodput_bps'] / 1e6:.0f} Mbit/s; "
               f"{res['burst_records_per_s']:.0f} burst records/s; {res['cpu_us_per_slot'] / 1000:.2f} ms CPU per slot; "
@@ -137,7 +170,12 @@ def main() -> None:
             d.wait(30)
             print(f"profile: {a.profile} (python -m pstats {a.profile})")
     finally:
-        tb.down()
+        tb.down()  # also ends switchemu (it runs in h1's namespace)
+        for f in ([ep[len("ipc://"):]] if ep else []) + ([topo] if topo else []):
+            try:
+                os.unlink(f)
+            except OSError:
+                pass
     doc = {"benchmark": "pacing daemon CPU with N flows", "date": dt.datetime.now(dt.timezone.utc).isoformat(
         timespec="seconds"), "command": " ".join([os.path.basename(PY)] + sys.argv),
            "machine": {"platform": platform.platform(), "cpus": os.cpu_count()}, "result": res}

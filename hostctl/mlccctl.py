@@ -141,7 +141,7 @@ class MlccControl:
         self.seq = 0
         self.fb_slot: int | None = None
         self.feedback: dict[str, dict[str, list[int]]] = {}  # flow id -> link id -> K loads (at fb_slot)
-        self._queries: dict[str, wire.FlowQuery] = {}  # flow id -> last slot's fetch query
+        self._queries: dict[tuple, wire.FlowQuery] = {}  # (src, dst, job, rank) -> last slot's fetch query
         self._fb_first: dict[str, tuple[str, list[int]]] | None = None  # _first_rows(all of feedback), cached
         self.rtt_ms: deque[float] = deque(maxlen=200)  # fetch round trips (negotiation latency)
         self.exchange_ms: deque[float] = deque(maxlen=200)  # fetch + publish, wall time in the slot
@@ -241,14 +241,23 @@ class MlccControl:
         if not flows:
             return  # nothing to ask (and no answer is not silence)
         rank = self.ranks.get
-        # the same flows ask the same question slot after slot: reuse the query objects
-        old, q = self._queries, []
+        # One query per (source, destination, job, rank): the switch leaves the asking flow's whole job
+        # out of its answer, so the flows of a job between the same two hosts (a framework's several
+        # connections per peer) get the same rows; the first of them asks for all. Queries are reused
+        # from slot to slot while the asking flow is the same.
+        old, q, asker = self._queries, [], []
+        groups: dict[tuple, str] = {}
         for i, f in zip(ids, flows):
-            x = old.get(i)
-            if x is None or x.job_id != f.job or x.rank != rank(f.job):
-                x = wire.FlowQuery(i, f.key.laddr, f.key.raddr, job_id=f.job, rank=rank(f.job))
-            q.append(x)
-        self._queries = dict(zip(ids, q))
+            g = (f.key.laddr, f.key.raddr, f.job, rank(f.job)) if f.job else (i,)
+            a = groups.get(g)
+            if a is None:
+                groups[g] = a = i
+                x = old.get(g)
+                if x is None or x.flow_id != i:
+                    x = wire.FlowQuery(i, f.key.laddr, f.key.raddr, job_id=f.job, rank=g[3] if f.job else None)
+                q.append(x)
+            asker.append(a)
+        self._queries = dict(zip(groups, q))
         names = sorted({n for d in deps for n in d.query}) if deps else ()
         res = self.switch.exchange(slot, fetches=q, get_progress=names, timeout_s=self.fetch_timeout_s)
         if deps:
@@ -281,11 +290,12 @@ class MlccControl:
                 log.warning("switches answer again: back to switch mode")
             if res.capacities_Bps:
                 self.caps.update(res.capacities_Bps)
-            fb = {}
-            for fid, fl in res.feedback.items():
-                if fl.load_Bps:
+            fb, got, paths = {}, res.feedback, self.paths
+            for fid, a in zip(ids, asker):
+                fl = got.get(a)
+                if fl is not None and fl.load_Bps:
                     fb[fid] = fl.load_Bps
-                    self.paths[fid] = tuple(fl.load_Bps)
+                    paths[fid] = paths[a] if a != fid else tuple(fl.load_Bps)
             self.feedback, self.fb_slot, self._fb_first = fb, slot, None
         else:
             self.silent += 1

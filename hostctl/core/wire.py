@@ -55,7 +55,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from itertools import chain
 from typing import Any
+
 
 import msgpack
 
@@ -587,13 +589,19 @@ def _decode_reply(m: dict[str, Any]) -> Reply:
     if t == "fetch_feedback":
         k = _opt_int(m.get("K"), "K")
         caps = {str(a): int(b) for a, b in m["caps"].items()}
-        fb = []
+        fb, types, lens = [], set(), set()
         for f in m["flows"]:
-            loads = tuple(tuple(int(x) for x in row) for row in f["load_Bps"])
-            if k is not None and any(len(row) != k for row in loads):
-                raise WireError(Code.MALFORMED, "reply load_Bps rows must have K values")
-            fb.append(FlowFeedback(str(f["flow"]), int(f["status"]), tuple(str(x) for x in f["links"]), loads,
-                                   tuple(int(x) for x in f["path_Bps"])))
+            loads = tuple(map(tuple, f["load_Bps"]))
+            lens.update(map(len, loads))
+            path = tuple(f["path_Bps"])
+            types.update(map(type, path))
+            types.update(map(type, chain.from_iterable(loads)))
+            fb.append(FlowFeedback(str(f["flow"]), int(f["status"]), tuple(map(str, f["links"])), loads, path))
+        # checked once for all flows (the rows stay as msgpack made them)
+        if k is not None and not lens <= {k}:
+            raise WireError(Code.MALFORMED, "reply load_Bps rows must have K values")
+        if not types <= {int}:
+            raise WireError(Code.MALFORMED, "reply load_Bps and path_Bps values must be ints")
         notes = tuple(Notification(str(n["to"]), str(n["flow"]), str(n["job"]), int(n["F_bytes"]), int(n["slot"]),
                                    str(n["from"])) for n in m["notify"])
         return Reply(t, rid, status, slot_now, flow_status=fs, slot=_opt_int(m.get("slot"), "slot"),

@@ -28,10 +28,13 @@ class ModelSwitch:
 
     def __init__(self, paths: dict[str, list[str]], base: dict[str, np.ndarray]):
         self.paths, self.base = paths, base
+        self.queries: list[int] = []  # fetch queries per exchange
         self.table: dict[str, tuple[str, int | None, int, tuple[float, ...]]] = {}  # flow -> (job, rank, slot, rates)
 
     def exchange(self, slot, *, updates=(), fetches=(), **_kw) -> ExchangeResult:
         res = ExchangeResult(slot=slot, latency_s={"model": 1e-4})
+        if fetches:
+            self.queries.append(len(fetches))
         for q in fetches:
             loads = {}
             for lid in self.paths[q.flow_id]:
@@ -55,9 +58,11 @@ class ModelSwitch:
 def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
     n = data.draw(st.integers(1, 8), label="flows")
     jobs = [data.draw(st.sampled_from(["ja", "jb", "jc"])) for _ in range(n)]
-    keys = [FlowKey("10.0.0.1", 5000 + i, f"10.0.1.{i + 2}", 9000) for i in range(n)]
-    paths = {flow_id(k): data.draw(st.lists(st.sampled_from(LINKS), min_size=1, max_size=3, unique=True))
-             for k in keys}
+    # a few destinations: several flows of a job between the same two hosts share one query
+    keys = [FlowKey("10.0.0.1", 5000 + i, f"10.0.1.{data.draw(st.integers(2, 4))}", 9000) for i in range(n)]
+    route = {d: data.draw(st.lists(st.sampled_from(LINKS), min_size=1, max_size=3, unique=True))
+             for d in sorted({k.raddr for k in keys})}
+    paths = {flow_id(k): route[k.raddr] for k in keys}
     base = {lid: np.array(data.draw(st.lists(st.integers(0, C // 2), min_size=K, max_size=K))) for lid in LINKS}
     G = [data.draw(st.sampled_from([float("nan"), 0.0, 1e5, 3 * C * SLOT, 20 * C * SLOT])) for _ in range(n)]
     skip = data.draw(st.booleans(), label="skip a slot")
@@ -79,6 +84,7 @@ def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(mlccctl, "host_slot", spy)
             ctl.tick([FlowIn(k, j, g, C, 0.0, True) for k, j, g in zip(keys, jobs, G)])
+        assert sw.queries[-1] == len({(k.raddr, j) for k, j in zip(keys, jobs)})  # one per peer and job
         if tick > 0:  # from the second slot on, this host's own schedules are in the switch's table
             used = [NIC] + sorted({lid for p in paths.values() for lid in p})  # the plan's link columns
             assert len(seen) == (1 if order == "none" else len(set(jobs)))  # one plan, or one per job

@@ -4,9 +4,10 @@ flow table -> waves by job -> allocate -> floors -> own load table), for n flows
     python benchmarks/bench_mlcc_daemon.py [--flows 10,100] [--jobs 1,4,10] [--slots 1000] [--repeat 3]
                                            [--job-order none,fixed]
 
-With ``--job-order`` (a list) each case also runs in switch mode with that order, against an
-in-process switch that answers at once and reports no load (the exchange itself is not timed: the
-decision is); ``none`` there is switch mode without an order.
+With ``--job-order`` (a list) each case runs in switch mode with each order instead, against an
+in-process switch that answers at once with other hosts' load on each flow's 2- or 4-link path
+(``InstantSwitch``; the exchange itself is not timed: the decision is, with building its messages);
+``none`` there is switch mode without an order, ``local`` local mode.
 
 Each slot gets fresh random flows: bytes left 10 KB..50 MB (log-uniform, 10% unknown, 10% idle),
 B_i up to the link rate, 10 Gbit/s NIC, K = 10. Prints and writes JSON (default
@@ -115,10 +116,11 @@ def main() -> None:
     ap.add_argument("--jobs", default="1,4,10")
     ap.add_argument("--slots", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--job-order", default=None, help="also in switch mode with these orders, e.g. none,fixed")
+    ap.add_argument("--job-order", default=None, help="switch mode with these orders instead of local mode, e.g. "
+                    "none,fixed (none: switch mode without an order); 'local' in the list: local mode too")
     ap.add_argument("--out", default="results/bench_mlcc_daemon.json")
     a = ap.parse_args()
-    orders = [None] if a.job_order is None else a.job_order.split(",")
+    orders = [None] if a.job_order is None else [None if o == "local" else o for o in a.job_order.split(",")]
     res = []
     for rep in range(a.repeat):
         cases = [(n, jobs, order) for n in map(int, a.flows.split(",")) for jobs in map(int, a.jobs.split(","))

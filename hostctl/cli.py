@@ -317,6 +317,7 @@ def _print_pacing(con, pc: dict, s: dict) -> None:
         con.print(f"mlcc: {ml['mode']} mode{' (switch configured)' if ml['switch'] and ml['mode'] == 'local' else ''}, "
                   f"K {ml['K']}, negotiation p50 {ms(ml['negotiation_ms_p50'])} p90 {ms(ml['negotiation_ms_p90'])}, "
                   f"fallbacks {ml['fallbacks']}, recoveries {ml['recoveries']}, silent slots {ml['silent_slots']}, "
+                  f"late publishes {ml.get('late_publishes', 0)}, "
                   f"errors {ml['errors'] or 'none'}; NIC plan (Mbit/s): "
                   + " ".join(f"{x * 8 / 1e6:.0f}" for x in ml["nic_load_Bps"]))
         jo = ml.get("job_order")

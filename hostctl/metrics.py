@@ -83,6 +83,8 @@ def _mlcc_metrics(ml: dict, pc: dict):
     yield mode
     yield CounterMetricFamily("hostctl_mlcc_fallbacks", "Changes to local mode (switches silent 3 slots)", value=ml["fallbacks"])
     yield CounterMetricFamily("hostctl_mlcc_recoveries", "Changes back to switch mode", value=ml["recoveries"])
+    yield CounterMetricFamily("hostctl_mlcc_late_publishes", "Schedules published after their slot had ended "
+                              "(sent from the current slot on)", value=ml.get("late_publishes", 0))
     for q in ("p50", "p90"):
         v = ml.get(f"negotiation_ms_{q}")
         if v is not None:

@@ -138,6 +138,7 @@ class MlccControl:
         self.silent = 0
         self.fallbacks = 0
         self.recoveries = 0
+        self.late_publishes = 0  # publishes made after their slot had ended (sent re-labelled, see _publish)
         self.seq = 0
         self.fb_slot: int | None = None
         self.feedback: dict[str, dict[str, list[int]]] = {}  # flow id -> link id -> K loads (at fb_slot)
@@ -534,8 +535,18 @@ class MlccControl:
                  deps: list[Dep] | None = None, plan: HostSlot | None = None) -> None:
         if self.mode != "switch":
             return
+        late = self.slot_now() - slot
+        if late > 0:
+            # the tick ran past its slot (a late start, a slow fetch, a loaded machine): the switches
+            # refuse a slot that has ended (stale_slot), so send the same schedules from the current slot
+            # on; the progress and notifications describe the ended slot and wait for the next tick
+            self.late_publishes += 1
+            if late >= self.K:
+                return
+            published = np.concatenate([published[:, late:], np.zeros((published.shape[0], late))], axis=1)
+            slot += late
         progress, notes = (), ()
-        if deps is not None and plan is not None and plan.cum_bytes is not None:
+        if late <= 0 and deps is not None and plan is not None and plan.cum_bytes is not None:
             cum = plan.cum_bytes.tolist()
             rate_of = {}  # the slot-0 rate behind F (the receivers extrapolate F with it)
             for d, f, c in zip(deps, flows, cum):
@@ -567,6 +578,8 @@ class MlccControl:
             res = self.switch.exchange(slot, updates=ups, progress=progress, notify=notes,
                                        timeout_s=self.publish_timeout_s)
             for ep, code in res.error_codes.items():
+                name = _code_name(code)
+                self.errors[name] = self.errors.get(name, 0) + 1
                 self._warn_once(f"publish{code}", f"switch {ep} refused this host's schedules: {res.errors.get(ep)}")
 
     def _aligned(self, rates: np.ndarray, at_slot: int) -> np.ndarray:
@@ -654,6 +667,7 @@ class MlccControl:
         return {
             "mode": self.mode, "switch": self.switch is not None, "slot": self.last_slot, "K": self.K,
             "silent_slots": self.silent, "fallbacks": self.fallbacks, "recoveries": self.recoveries,
+            "late_publishes": self.late_publishes,
             "negotiation_ms_p50": pct(self.rtt_ms, 0.5), "negotiation_ms_p90": pct(self.rtt_ms, 0.9),
             "exchange_ms_p90": pct(self.exchange_ms, 0.9), "errors": dict(self.errors),
             "nic_load_Bps": [int(x) for x in nic], "nic_capacity_Bps": self.caps[NIC],

@@ -101,3 +101,40 @@ def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
                             local[c] += r
         t[0] += SLOT * (2 if skip and tick == 0 else 1)
 
+
+
+class SlowSwitch:
+    """Answers fetches only after ``late`` slots have passed (the clock moves on during the fetch), and
+    records the slot and schedules of each publish."""
+
+    def __init__(self, t: list[float], late: int):
+        self.t, self.late = t, late
+        self.published: list[tuple[int, dict[str, tuple[float, ...]]]] = []
+
+    def exchange(self, slot, *, updates=(), fetches=(), **_kw) -> ExchangeResult:
+        if fetches:
+            self.t[0] += self.late * SLOT
+        if updates:
+            self.published.append((slot, {u.flow_id: u.rates_Bps for u in updates}))
+        return ExchangeResult(slot=slot, latency_s={"slow": 1e-4})
+
+
+@pytest.mark.parametrize("late", [0, 1, 3, K])
+def test_a_tick_that_runs_past_its_slot_publishes_from_the_current_slot(late):
+    """The switches refuse a slot that has ended (stale_slot); a late tick sends the same schedules from
+    the current slot on, and counts it."""
+    t = [1_000_000.5 * SLOT]
+    sw = SlowSwitch(t, late)
+    ctl = MlccControl(C, SLOT, switch=sw, wall=lambda: t[0])
+    key = FlowKey("10.0.0.1", 5000, "10.0.1.2", 9000)
+    slot = ctl.slot_now()
+    ctl.tick([FlowIn(key, "ja", 20 * C * SLOT, C, 0.0, True)])
+    plan = ctl.schedule_of(key)["schedule_Bps"]
+    assert ctl.status()["late_publishes"] == (1 if late else 0)
+    if late >= K:  # nothing left of the plan to send
+        assert sw.published == []
+        return
+    (at, sched), = sw.published
+    assert at == slot + late
+    assert sched[flow_id(key)] == pytest.approx(list(plan[late:]) + [0.0] * late, abs=1.0)
+    assert sum(plan) > 0 and sched[flow_id(key)][0] == pytest.approx(plan[late], abs=1.0)

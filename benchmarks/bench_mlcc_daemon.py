@@ -2,7 +2,7 @@
 flow table -> waves by job -> allocate -> floors -> own load table), for n flows of J jobs.
 
     python benchmarks/bench_mlcc_daemon.py [--flows 10,100] [--jobs 1,4,10] [--slots 1000] [--repeat 3]
-                                           [--job-order none,fixed]
+                                           [--job-order local,none,fixed] [--peers N]
 
 With ``--job-order`` (a list) each case runs in switch mode with each order instead, against an
 in-process switch that answers at once with other hosts' load on each flow's 2- or 4-link path
@@ -35,13 +35,15 @@ from hostctl.switchclient import ExchangeResult, FlowLoads  # noqa: E402
 NIC_Bps = 10e9 / 8
 
 
-def flows(rng: np.random.Generator, n: int, jobs: int) -> list[FlowIn]:
+def flows(rng: np.random.Generator, n: int, jobs: int, peers: int | None = None) -> list[FlowIn]:
+    """n flows of ``jobs`` jobs to ``peers`` destination hosts (None: each flow to its own host)."""
     G = np.exp(rng.uniform(np.log(1e4), np.log(5e7), n))
     G[rng.random(n) < 0.1] = np.nan
     G[rng.random(n) < 0.1] = 0.0
-    return [FlowIn(FlowKey("10.0.0.1", 9000 + i, f"10.0.{i // 200}.{2 + i % 200}", 40000 + i), f"job{i % jobs}",
+    dst = [i if peers is None else i % peers for i in range(n)]
+    return [FlowIn(FlowKey("10.0.0.1", 9000 + i, f"10.0.{d // 200}.{2 + d % 200}", 40000 + i), f"job{i % jobs}",
                    float(G[i]), float(rng.uniform(0, NIC_Bps)), float(rng.uniform(0, 1e6)), True)
-            for i in range(n)]
+            for i, d in zip(range(n), dst)]
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -84,14 +86,14 @@ class InstantSwitch:
         pass
 
 
-def run_case(n: int, jobs: int, slots: int, seed: int, order: str | None = None) -> dict:
+def run_case(n: int, jobs: int, slots: int, seed: int, order: str | None = None, peers: int | None = None) -> dict:
     rng = np.random.default_rng(seed)
     t = [1e9]
     if order is None:
         ctl = MlccControl(int(NIC_Bps), 0.06, wall=lambda: t[0])
     else:
         ctl = MlccControl(int(NIC_Bps), 0.06, wall=lambda: t[0], switch=InstantSwitch(), job_order=order)
-    inputs = [flows(rng, n, jobs) for _ in range(50)]
+    inputs = [flows(rng, n, jobs, peers) for _ in range(50)]
     wall, cpu = [], []
     for s in range(slots + 20):
         fl = inputs[s % len(inputs)]
@@ -105,7 +107,8 @@ def run_case(n: int, jobs: int, slots: int, seed: int, order: str | None = None)
     summ = {k: {"median": statistics.median(v), "p90": pct(v, 0.9), "p99": pct(v, 0.99)}
             for k, v in (("wall_ms", wall), ("cpu_ms", cpu))}
     # CPU share of one core if the daemon made this decision every 60 ms slot
-    return {"n": n, "jobs": jobs, "slots": slots, "mode": "local" if order is None else f"switch, order {order}",
+    return {"n": n, "jobs": jobs, "peers": peers, "slots": slots,
+            "mode": "local" if order is None else f"switch, order {order}",
             **summ,
             "core_pct_at_60ms": 100.0 * statistics.fmean(cpu) / 60.0}
 
@@ -118,6 +121,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--job-order", default=None, help="switch mode with these orders instead of local mode, e.g. "
                     "none,fixed (none: switch mode without an order); 'local' in the list: local mode too")
+    ap.add_argument("--peers", type=int, default=None, help="destination hosts of the flows (default: one per flow; "
+                    "fewer peers, fewer links to plan in switch mode)")
     ap.add_argument("--out", default="results/bench_mlcc_daemon.json")
     a = ap.parse_args()
     orders = [None] if a.job_order is None else [None if o == "local" else o for o in a.job_order.split(",")]
@@ -126,7 +131,7 @@ def main() -> None:
         cases = [(n, jobs, order) for n in map(int, a.flows.split(",")) for jobs in map(int, a.jobs.split(","))
                  for order in orders]
         for n, jobs, order in cases:
-            r = run_case(n, jobs, a.slots, seed=rep * 1000 + n * 10 + jobs, order=order)
+            r = run_case(n, jobs, a.slots, seed=rep * 1000 + n * 10 + jobs, order=order, peers=a.peers)
             r["repeat"] = rep
             res.append(r)
             print(f"rep {rep} n={n:4d} jobs={jobs:3d} {r['mode']}: wall median {r['wall_ms']['median']:.3f} p90 "

@@ -143,7 +143,6 @@ class MlccControl:
         self.fb_slot: int | None = None
         self.feedback: dict[str, dict[str, list[int]]] = {}  # flow id -> link id -> K loads (at fb_slot)
         self._queries: dict[tuple, wire.FlowQuery] = {}  # (src, dst, job, rank) -> last slot's fetch query
-        self._fb_first: dict[str, tuple[str, list[int]]] | None = None  # _first_rows(all of feedback), cached
         self.rtt_ms: deque[float] = deque(maxlen=200)  # fetch round trips (negotiation latency)
         self.exchange_ms: deque[float] = deque(maxlen=200)  # fetch + publish, wall time in the slot
         self.errors: dict[str, int] = {}
@@ -297,7 +296,7 @@ class MlccControl:
                 if fl is not None and fl.load_Bps:
                     fb[fid] = fl.load_Bps
                     paths[fid] = paths[a] if a != fid else tuple(fl.load_Bps)
-            self.feedback, self.fb_slot, self._fb_first = fb, slot, None
+            self.feedback, self.fb_slot = fb, slot
         else:
             self.silent += 1
             if self.silent >= SILENT_SLOTS and self.mode == "switch":
@@ -426,14 +425,8 @@ class MlccControl:
         host's own published load that the switch counted in those rows."""
         K = self.K
         others = np.zeros((L, K))
-        if fids is None:
-            if self._fb_first is None:
-                self._fb_first = self._first_rows(self.feedback)
-            first = self._fb_first
-        else:
-            first = self._first_rows(fids)
         cols, firsts, rows = [], [], []
-        for lid, (fid, row) in first.items():
+        for lid, (fid, row) in self._first_rows(self.feedback if fids is None else fids).items():
             c = col.get(lid)
             if c is not None:
                 cols.append(c)

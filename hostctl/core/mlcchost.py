@@ -114,7 +114,8 @@ def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
         return
     links = pidx[cand]
     links = np.where((links >= 0) & (links < L), links, L)  # padding -> the +inf bin
-    cand, links = cand[(links < L).any(axis=1)], links[(links < L).any(axis=1)]  # flows on some link
+    on_some = (links < L).any(axis=1)  # flows on some link
+    cand, links = cand[on_some], links[on_some]
     cw = wave[cand]
     for w in np.unique(cw).tolist():
         sel = cw == w

@@ -58,7 +58,6 @@ from enum import IntEnum
 from itertools import chain
 from typing import Any
 
-
 import msgpack
 
 from hostctl.errors import HostctlError

@@ -66,3 +66,22 @@ def test_fluid_priority_breaks_fifo_lock_step():
     f = fluid.simulate(2, 0.01, 0.02, 0.01, "fifo", False, (0, 2), **args)
     o = fluid.simulate(2, 0.01, 0.02, 0.01, "one", False, (0, 2), **args)
     assert o["iterations_per_job"] > 1.1 * f["iterations_per_job"]
+
+
+def test_decision_benchmark_stand_in_switch_answers_like_a_switch():
+    """bench_mlcc_daemon's InstantSwitch gives each fetched flow its 2- or 4-link path with loads, so
+    switch mode plans over those links; the benchmark's cases run and report their percentiles."""
+    bm = _load("bench_mlcc_daemon")
+    rng = __import__("numpy").random.default_rng(0)
+    fl = bm.flows(rng, 30, 3, peers=25)
+    assert len({f.key.raddr for f in fl}) == 25  # --peers: the flows go to that many hosts
+    sw = bm.InstantSwitch()
+    ctl = bm.MlccControl(int(bm.NIC_Bps), 0.06, wall=lambda: 1e9, switch=sw)
+    ctl.tick(fl)
+    paths = {len(p) for p in ctl.paths.values()}
+    assert paths <= {2, 4} and 4 in paths  # hosts 20-26 are in another rack
+    assert ctl.status()["links"] > 25  # the NIC, this host's uplink, the peers' downlinks, rack links
+    for order in (None, "none", "fixed"):
+        r = bm.run_case(20, 2, 15, seed=1, order=order, peers=5)
+        assert r["mode"] == ("local" if order is None else f"switch, order {order}")
+        assert 0 < r["wall_ms"]["median"] <= r["wall_ms"]["p90"] <= r["wall_ms"]["p99"]

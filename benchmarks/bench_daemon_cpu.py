@@ -106,7 +106,8 @@ def main() -> None:
                 deadline = time.monotonic() + 30
                 while c.probe(0.06, timeout_s=0.5).error is not None:
                     if sw.poll() is not None or time.monotonic() > deadline:
-                        raise SystemExit(f"switchemu did not start: {sw.stderr.read() if sw.poll() is not None else 'timeout'}")
+                        why = sw.stderr.read() if sw.poll() is not None else "timeout"
+                        raise SystemExit(f"switchemu did not start: {why}")
             pol += ["--switch", ep]
         launch = ([PY, os.path.join(os.path.dirname(os.path.abspath(__file__)), "slot_replay.py"), "daemon",
                    os.path.abspath(a.capture), "--"] if a.capture else [HOSTCTL])
@@ -138,8 +139,8 @@ def main() -> None:
         sw_pct = 100 * (cpu_s(swp) - w0) / (t1 - t0) if swp is not None else None
         out, _ = rx.communicate(timeout=60)
         pc = s1.get("pacing") or {}
-        res = {"policy": a.policy, "mode": "switch" if a.switch else "local", "pattern": a.pattern, **({"burst": a.burst, "period_s": a.period}
-                                                             if a.pattern == "dl" else {}),
+        res = {"policy": a.policy, "mode": "switch" if a.switch else "local", "pattern": a.pattern,
+               **({"burst": a.burst, "period_s": a.period} if a.pattern == "dl" else {}),
                "flows_asked": a.flows, "flows_seen": len(pc.get("flows", [])),
                "window_s": t1 - t0, "daemon_cpu_s": c1 - c0, "core_pct": 100 * (c1 - c0) / (t1 - t0),
                "slot_work_ms_p50": pc.get("tick_ms_p50"), "slot_work_ms_p90": pc.get("tick_ms_p90"),
@@ -159,8 +160,9 @@ def main() -> None:
         med = (lambda v: sorted(v)[len(v) // 2] if v else None)
         res["flow_iterations_median"] = med([f["iterations"] for f in fl])
         res["flow_bytes_per_iter_median"] = med([f["bytes_per_iter"] for f in fl if f["bytes_per_iter"]])
-        print(f"{a.policy}{' (switch mode: ' + str(res.get('switch_mode')) + f', switchemu {sw_pct:.1f}%)' if a.switch else ''}, "
-              f"{a.pattern}, {res['flows_seen']} flows: daemon {res['core_pct']:.1f}% of a core; slot work p50 "
+        sw_txt = f" (switch mode: {res.get('switch_mode')}, switchemu {sw_pct:.1f}%)" if a.switch else ""
+        print(f"{a.policy}{sw_txt}, {a.pattern}, {res['flows_seen']} flows: daemon {res['core_pct']:.1f}% of a core; "
+              f"slot work p50 "
               f"{res['slot_work_ms_p50']:.2f} ms, p90 {res['slot_work_ms_p90']:.2f} ms; "
               f"{res['slot_overruns']} overruns in {res['slots']} slots; goodput {res['goodput_bps'] / 1e6:.0f} Mbit/s; "
               f"{res['burst_records_per_s']:.0f} burst records/s; {res['cpu_us_per_slot'] / 1000:.2f} ms CPU per slot; "

@@ -89,6 +89,31 @@ def test_switch_feedback_paces_the_flow_then_fallback_and_recovery(pair, cgroup,
     assert after == pytest.approx(40, rel=0.08), (before, during, after)
 
 
+def test_two_connections_to_one_peer_share_the_switch_link(pair, cgroup, tmp_path):
+    """Two connections of one job to the same worker: the daemon asks the switch once for both (its
+    answer leaves the job out, so it is the same for both) and plans both over the switch's 40 Mbit/s
+    link towards the worker, so together they get 40 Mbit/s, not 40 each."""
+    topo = tmp_path / "topo.toml"
+    topo.write_text(TOPO)
+    ep = f"ipc://{tmp_path}/sw.sock"
+    start_switch(pair, str(topo), ep)
+    serve(pair, pair.ps, cgroup, 5303)
+    start_paced(pair, pair.ps, cgroup, 5303, "--policy", "mlcc", "--switch", ep)
+    rxs = [recv(pair, pair.wk, pair.ps, 5303, 6) for _ in range(2)]
+    st = wait_for(lambda: (s := status(pair.ps)) and len(s["pacing"]["flows"]) == 2
+                  and all(f["plan"] for f in s["pacing"]["flows"]) and s, 10, 0.2, "two planned flows")
+    assert st["pacing"]["mlcc"]["mode"] == "switch"
+    assert [f["plan"]["links"] for f in st["pacing"]["flows"]] == [["nic", "sw0>wk"]] * 2
+    got = []
+    for rx in rxs:
+        out, err = rx.communicate(timeout=60)
+        assert rx.returncode == 0, err
+        got.append(mbit(json.loads(out), 2.0, 5.5))
+    print(f"two connections: {got[0]:.1f} + {got[1]:.1f} Mbit/s")
+    assert sum(got) == pytest.approx(40, rel=0.1), got
+    assert min(got) > 8, got  # both move (the plan shares the link; TCP does the rest)
+
+
 def test_a_ps_daemon_reports_its_broadcast_progress_through_the_switch(pair, cgroup, tmp_path):
     """With a [[jobs]] entry saying comm = "ps", the daemon's flow from the PS port is a broadcast
     (Algorithm 2): it reports F_b^max under ps:<address>:<port> to the real switchemu, where another

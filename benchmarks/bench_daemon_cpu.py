@@ -9,7 +9,9 @@ receiver, reading the sockets in turn, cuts each flow into a burst every ~60 ms 
 monitor's burst records, not a DL pattern). --pattern dl: a synchronous parameter server's iterations:
 every --period seconds each connection sends --burst bytes at once, then idles (the workers' compute). After a warm-up, the daemon's user + system CPU time (/proc/PID/stat) over --seconds
 gives its share of one core; its status gives the slot work's p50/p90 and overruns. --switch: mlcc in
-switch mode, against a real switchemu for the testbed (its own CPU is reported apart). Writes JSON
+switch mode, against a real switchemu for the testbed (its own CPU is reported apart). --peers N: the
+receiver's connections come from N addresses of h1, which the switch's topology lists as N hosts with a
+link each (a PS whose flows go to N workers: N queries per slot and N + 2 links to plan). Writes JSON
 (default results/bench_daemon_cpu.json). --profile FILE runs the daemon under cProfile; --capture FILE records its
 slots for benchmarks/slot_replay.py. The testbed has a unique name and is removed at the end."""
 
@@ -39,9 +41,11 @@ HOSTCTL = os.path.join(os.path.dirname(PY), "hostctl")
 RECEIVER = """
 import selectors, socket, sys, time
 addr, port, n, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+local = sys.argv[5].split(",") if len(sys.argv) > 5 else [""]  # connection i from local[i % len(local)]
 sel = selectors.DefaultSelector()
-for _ in range(n):
-    s = socket.create_connection((addr, port)); s.setblocking(False); sel.register(s, selectors.EVENT_READ)
+for i in range(n):
+    s = socket.create_connection((addr, port), source_address=(local[i % len(local)], 0))
+    s.setblocking(False); sel.register(s, selectors.EVENT_READ)
 end, tot = time.time() + secs, 0
 while time.time() < end:
     for k, _ in sel.select(0.1):
@@ -76,6 +80,8 @@ def main() -> None:
     ap.add_argument("--period", type=float, default=0.7, help="--pattern dl: seconds per iteration")
     ap.add_argument("--switch", action="store_true", help="--policy mlcc with a switchemu for the testbed (switch "
                     "mode: the daemon also fetches feedback and publishes its schedules every slot)")
+    ap.add_argument("--peers", type=int, default=1, help="the flows go to this many addresses of h1, each a host "
+                    "of its own in the switch's topology (1..250)")
     ap.add_argument("--out", default="results/bench_daemon_cpu.json")
     ap.add_argument("--capture", metavar="FILE", help="also record the daemon's first 900 slots to FILE, to replay "
                     "them with benchmarks/slot_replay.py (fixed-input CPU comparisons of code versions)")
@@ -84,6 +90,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.switch and a.policy != "mlcc":
         ap.error("--switch needs --policy mlcc")
+    if not 1 <= a.peers <= 250:
+        ap.error("--peers must be within 1..250")
     sc = parse_scenario({"testbed": {"hosts": 2, "link": a.link}, "jobs": [{"name": "j", "ps": ["h0"]}]})
     tb = Testbed("c" + uuid.uuid4().hex[:7], sc.topology)
     ep = topo = None
@@ -94,11 +102,23 @@ def main() -> None:
         tb.popen("h0", [PY, "-m", "hostctl.tools.bulk", "serve", "--bind", h0.addr, "--port", "7100", *dl],
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         pol = ["--policy", "mlcc"] if a.policy == "mlcc" else ["--policy", "cap", "--cap", "400mbit"]
+        h1 = tb.host("h1")
+        peers = [h1.addr]
+        if a.peers > 1:  # more addresses on h1's interface (its /16), one per peer
+            b = h1.addr.split(".")[1]
+            peers = [f"10.{b}.1.{i + 1}" for i in range(a.peers)]
+            batch = "".join(f"addr add {p}/16 dev {h1.dev}\n" for p in peers)
+            subprocess.run(tb.command("h1", ["ip", "-batch", "-"], net_only=True), input=batch, text=True,
+                           check=True, capture_output=True)
         sw = None
         if a.switch:  # in h1's namespace, on an ipc socket the daemon in h0 reaches
             ep = f"ipc:///tmp/hc-cpu-{os.getpid()}-{uuid.uuid4().hex[:6]}.sock"
             topo = Path(f"/tmp/hc-cpu-{os.getpid()}.toml")
-            topo.write_text(switch_topology(sc, lambda h: tb.host(h).addr))
+            text = switch_topology(sc, lambda h: tb.host(h).addr)
+            if a.peers > 1:  # the peers as hosts of the same switch, each with a link of the link rate
+                text = text.replace('"h1=' + h1.addr + '"', ", ".join(f'"p{i}={p}"' for i, p in enumerate(peers))
+                                    + ', "h1=' + h1.addr + '"')
+            topo.write_text(text)
             sw = tb.popen("h1", [PY, "-m", "switchemu.cli", "--bind", ep, "--topology", str(topo), "--name", "all",
                                  "--log-level", "WARNING"], net_only=True, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True)
@@ -120,7 +140,8 @@ def main() -> None:
             if d.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"daemon did not start: {d.stderr.read() if d.poll() is not None else 'timeout'}")
             time.sleep(0.2)
-        rx = tb.popen("h1", [PY, "-c", RECEIVER, h0.addr, "7100", str(a.flows), str(a.warmup + a.seconds + 2)],
+        rx = tb.popen("h1", [PY, "-c", RECEIVER, h0.addr, "7100", str(a.flows), str(a.warmup + a.seconds + 2),
+                             ",".join(peers) if a.peers > 1 else ""],
                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(a.warmup)
         # the daemon is the child of the nsenter wrapper, or the process itself
@@ -139,7 +160,7 @@ def main() -> None:
         sw_pct = 100 * (cpu_s(swp) - w0) / (t1 - t0) if swp is not None else None
         out, _ = rx.communicate(timeout=60)
         pc = s1.get("pacing") or {}
-        res = {"policy": a.policy, "mode": "switch" if a.switch else "local", "pattern": a.pattern,
+        res = {"policy": a.policy, "mode": "switch" if a.switch else "local", "peers": a.peers, "pattern": a.pattern,
                **({"burst": a.burst, "period_s": a.period} if a.pattern == "dl" else {}),
                "flows_asked": a.flows, "flows_seen": len(pc.get("flows", [])),
                "window_s": t1 - t0, "daemon_cpu_s": c1 - c0, "core_pct": 100 * (c1 - c0) / (t1 - t0),
@@ -152,6 +173,7 @@ def main() -> None:
         if a.switch:
             ml = pc.get("mlcc") or {}
             res["switch_mode"] = ml.get("mode")
+            res["planned_links"] = ml.get("links")  # the NIC plus the switch links of the flows' paths
             res["switchemu_core_pct"] = sw_pct
         res["burst_records_per_s"] = (pc.get("burst_records", 0) - pc0.get("burst_records", 0)) / res["window_s"]
         res["cpu_us_per_slot"] = 1e6 * res["daemon_cpu_s"] / max(1, res["slots"])

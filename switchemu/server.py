@@ -253,6 +253,7 @@ class SwitchState:
         caps: dict[str, int] = {}
         fb = []
         bad = 0
+        memo: dict = {}  # the excluded jobs' flows by link, for this frame's reads (no update in between)
         for flow, src, dst, links, job, rank in items:
             p = paths.get((src, dst, links))
             if p is None:
@@ -264,7 +265,7 @@ class SwitchState:
                     fb.append({"flow": flow, "status": code, "links": [], "load_Bps": [], "path_Bps": []})
                     continue
             idx, ids, capl = p
-            rows = table.rows(idx, slot, slot_now, flow, job, rank)
+            rows = table.rows(idx, slot, slot_now, flow, job, rank, memo)
             for lid, cap in capl:
                 if lid not in caps:
                     caps[lid] = cap
@@ -348,6 +349,7 @@ class SwitchState:
         caps: dict[str, int] = {}
         fb: list[wire.FlowFeedback] = []
         links_all = self.topo.links
+        memo: dict = {}  # as in _fast_fetch
         for f in req.flows:
             try:
                 idx, ids, _ = self._owned_path(f.src, f.dst, f.links)
@@ -355,7 +357,7 @@ class SwitchState:
                 fb.append(wire.FlowFeedback(f.flow_id, self._flow_error(e.code)))
                 continue
             loads = self.table.loads(idx, req.slot, slot_now, exclude=f.flow_id, exclude_job=f.job_id,
-                                     below_rank=f.rank)
+                                     below_rank=f.rank, memo=memo)
             for lid in ids:
                 if lid not in caps:
                     caps[lid] = links_all[self.topo.link_index[lid]].capacity_Bps

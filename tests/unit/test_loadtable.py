@@ -299,11 +299,15 @@ def test_job_order_leaves_out_the_jobs_ranked_after(seq_ops):
         else:
             now += op[1]
         links = list(range(N_LINKS))
+        memo: dict = {}  # one batch of reads with no update in between (a fetch frame)
         for below in (None, 0, 1, 2, 3):
-            for f, job in ((None, None), ("a", "j1"), (None, "j2")):
+            for f, job in ((None, None), ("a", "j1"), (None, "j2"), ("b", "j1")):
                 want = m.loads_ranked(links, now, now, f, job, below)
                 assert np.array_equal(t.loads(links, now, now, exclude=f, exclude_job=job, below_rank=below), want)
                 assert t.rows(links, now, now, f, job, below) == want.tolist()
+                assert t.rows(links, now, now, f, job, below, memo) == want.tolist()
+                for ln in links:  # a path of one link, through the same batch's index
+                    assert t.rows([ln], now, now, f, job, below, memo) == [want[ln].tolist()]
         assert {j: t.job_rank(j) for j in ("j1", "j2", "j3") if t.job_rank(j) is not None} == m.rank
 
 

@@ -1,0 +1,76 @@
+"""The daemon's CPU for its two switch exchanges per slot, against a real switchemu on an ipc socket.
+
+    python benchmarks/bench_exchange_cpu.py [--flows 100] [--peers 1] [--slots 300]
+
+Per slot, as ``MlccControl`` does it: one fetch (one query per peer: the flows of a job to one peer share
+a query) and one publish of every flow's K-slot schedule, each waiting for the reply. Prints the client's
+thread CPU per slot (building the schedule messages included; the wait for the replies is not CPU) and
+the wall time of the two round trips. switchemu runs as its own process; its CPU is not counted here."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hostctl.core import wire  # noqa: E402
+from hostctl.switchclient import SwitchClient  # noqa: E402
+
+SLOT_S = 0.06
+K = 10
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--flows", type=int, default=100)
+    ap.add_argument("--peers", type=int, default=1, help="hosts the flows go to (1..200)")
+    ap.add_argument("--slots", type=int, default=300)
+    a = ap.parse_args()
+    if not 1 <= a.peers <= 200:
+        ap.error("--peers must be within 1..200")
+    d = tempfile.mkdtemp(prefix="hc-xcpu-")
+    topo = os.path.join(d, "topo.toml")
+    peers = [f"10.0.1.{i + 1}" for i in range(a.peers)]
+    hosts = ", ".join(['"h0=10.0.0.1"'] + [f'"p{i}={p}"' for i, p in enumerate(peers)])
+    Path(topo).write_text(f'[[switch]]\nname = "sw0"\nhosts = [{hosts}]\nhost_rate = "10gbit"\n')
+    ep = f"ipc://{d}/sw.sock"
+    sw = subprocess.Popen([sys.executable, "-m", "switchemu.cli", "--bind", ep, "--topology", topo,
+                           "--log-level", "WARNING"], stderr=subprocess.PIPE, text=True)
+    try:
+        with SwitchClient([ep]) as c:
+            deadline = time.monotonic() + 30
+            while c.probe(SLOT_S, timeout_s=0.5).error is not None:
+                if sw.poll() is not None or time.monotonic() > deadline:
+                    why = sw.stderr.read() if sw.poll() is not None else "timeout"
+                    raise SystemExit(f"switchemu did not start: {why}")
+            dst = [peers[i % a.peers] for i in range(a.flows)]
+            queries = [wire.FlowQuery(f"f{i}", "10.0.0.1", p, job_id="j") for i, p in enumerate(peers)]
+            cpu, wall = [], []
+            for n in range(a.slots + 20):
+                slot = int(time.time() // SLOT_S)
+                c0, w0 = time.thread_time(), time.perf_counter()
+                c.exchange(slot, fetches=queries, timeout_s=SLOT_S / 6)
+                ups = [wire.FlowSchedule(f"f{i}", "j", "10.0.0.1", p, slot, (1e6 + i,) * K)
+                       for i, p in enumerate(dst)]
+                c.exchange(slot, updates=ups, timeout_s=SLOT_S / 12)
+                if n >= 20:
+                    cpu.append((time.thread_time() - c0) * 1e3)
+                    wall.append((time.perf_counter() - w0) * 1e3)
+    finally:
+        sw.kill()
+        sw.wait()
+        shutil.rmtree(d, ignore_errors=True)
+    print(f"{a.flows} flows to {a.peers} peer(s), {a.slots} slots: client CPU per slot mean "
+          f"{statistics.fmean(cpu):.3f} ms (median {statistics.median(cpu):.3f}); both round trips, wall: "
+          f"median {statistics.median(wall):.2f} ms")
+
+
+if __name__ == "__main__":
+    main()

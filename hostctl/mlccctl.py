@@ -124,15 +124,13 @@ class MlccControl:
         self.fetch_timeout_s = fetch_timeout_s if fetch_timeout_s is not None else slot_s / 6
         self.publish_timeout_s = publish_timeout_s if publish_timeout_s is not None else slot_s / 12
         self.caps: dict[str, int] = {NIC: int(link_rate_Bps)}
-        # this host's last published schedules (its own load table): links and K rates per flow
-        self.prev_links: list[tuple[str, ...]] = []
+        # this host's last published schedules (its own load table): K rates per flow, and the flows'
+        # links as the columns of their plan: link ids, [flows, P] column indices (-1: none)
         self.prev_rates = np.zeros((0, horizon))
-        # the same flows' links as the columns of their plan: link ids, [flows, P] column indices (-1: none)
         self.prev_used: list[str] = []
         self.prev_path = np.zeros((0, 1), dtype=np.int64)
         # the plan's link columns for a list of flow links: (links, used, col, path), reused while equal
         self._cols_of: tuple = (None, [], {}, self.prev_path)
-        self._plan_cols: tuple[list[str], np.ndarray] = (self.prev_used, self.prev_path)
         self.paths: dict[str, tuple[str, ...]] = {}  # flow id -> switch links (from the feedback)
         self.mode = "switch" if switch is not None else "local"
         self.silent = 0
@@ -198,7 +196,7 @@ class MlccControl:
         if self.switch is not None:
             self._publish(slot, flows, ids, published, deps, plan)
             self.exchange_ms.append((time.perf_counter() - t0) * 1e3)
-        self._remember(slot, ids, flows, links, plan, published)
+        self._remember(slot, ids, flows, plan, published)
         if self.trace is not None:
             self._trace(slot, flows, ids, plan)
         return self._hysteresis([f.key for f in flows], plan.applied_Bps.tolist())
@@ -254,7 +252,7 @@ class MlccControl:
                 groups[g] = a = i
                 x = old.get(g)
                 if x is None or x.flow_id != i:
-                    x = wire.FlowQuery(i, f.key.laddr, f.key.raddr, job_id=f.job, rank=g[3] if f.job else None)
+                    x = wire.FlowQuery(i, f.key.laddr, f.key.raddr, job_id=f.job, rank=rank(f.job))
                 q.append(x)
             asker.append(a)
         self._queries = dict(zip(groups, q))
@@ -374,7 +372,6 @@ class MlccControl:
             path.flags.writeable = False  # shared by the slots that reuse it
             self._cols_of = (links, used, col, path)
         L = len(used)
-        self._plan_cols = (used, path)  # _remember keeps them: the next slot's _own_load maps them
         cap = np.array([float(self.caps.get(lid, self.caps[NIC])) for lid in used] or [float(self.caps[NIC])])
         # "no progress" means "nothing to send" only for a flow that was free to send: one held
         # at the wait floor last slot may just not have been ACKed yet
@@ -605,13 +602,12 @@ class MlccControl:
             total = np.bincount((c[:, None] * K + k).ravel(), weights=v, minlength=total.size).reshape(total.shape)
         return jix, per_job, total
 
-    def _remember(self, slot: int, ids: list[str], flows: Sequence[FlowIn], links: list[tuple[str, ...]],
-                  plan: HostSlot, published: np.ndarray) -> None:
+    def _remember(self, slot: int, ids: list[str], flows: Sequence[FlowIn], plan: HostSlot,
+                  published: np.ndarray) -> None:
         if self.paths:
             for fid in set(self.paths) - set(ids):
                 self.paths.pop(fid, None)
-        self.prev_links = links
-        self.prev_used, self.prev_path = self._plan_cols
+        _, self.prev_used, _, self.prev_path = self._cols_of  # this plan's columns: the next _own_load maps them
         self.prev_rates = published  # this host's own load table: what the switches were told
         self.last, self.last_slot = plan, slot
         self.last_flows = dict(zip(ids, flows))
@@ -664,7 +660,7 @@ class MlccControl:
             "negotiation_ms_p50": pct(self.rtt_ms, 0.5), "negotiation_ms_p90": pct(self.rtt_ms, 0.9),
             "exchange_ms_p90": pct(self.exchange_ms, 0.9), "errors": dict(self.errors),
             "nic_load_Bps": [int(x) for x in nic], "nic_capacity_Bps": self.caps[NIC],
-            "links": len({lid for ls in self.prev_links for lid in ls}),
+            "links": len(self.prev_used) if self.last_flows else 0,
             "deps": {"enabled": self.use_deps, "flows": sum(1 for d in self.deps or () if d.role != Role.NONE),
                      **self.dep_counts},
             "job_order": {"order": self.job_order, "interval_s": self.order_interval_s,

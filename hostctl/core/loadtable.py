@@ -357,17 +357,12 @@ class LoadTable:
 
     def _subtract_job(self, out: list[list[int]], links: Sequence[int], job: str, skip: Hashable | None,
                       start_slot: int, memo: dict | None) -> None:
-        """Take the live contribution of ``job``'s flows (but ``skip``) off the rows of ``out``."""
-        flows = self._flows
-        if memo is None:
-            for key in self._by_job.get(job, ()):
-                e = flows.get(key) if key != skip else None
-                if e is not None:
-                    self._subtract(out, links, e, start_slot)
-            return
-        on = memo.get(job)
-        if on is None:  # the job's flows by link, once per batch
-            on = memo[job] = {}
+        """Take the live contribution of ``job``'s flows (but ``skip``) off the rows of ``out``; ``memo``
+        keeps the job's flows indexed by link for the other reads of the same batch (see ``rows``)."""
+        on = None if memo is None else memo.get(job)
+        if on is None:  # the job's flows by link
+            on = {}
+            flows = self._flows
             for key in self._by_job.get(job, ()):
                 e = flows.get(key)
                 if e is not None:
@@ -377,32 +372,34 @@ class LoadTable:
                             on[ln] = [(key, e)]
                         else:
                             b.append((key, e))
+            if memo is not None:
+                memo[job] = on
         for i, ln in enumerate(links):
             for key, e in on.get(ln, ()):
                 if key != skip:
-                    self._subtract_row(out[i], e, start_slot)
+                    live = self._live(e, start_slot)
+                    if live is not None:
+                        a, b, seg = live
+                        r = out[i]
+                        r[a:b] = map(sub, r[a:b], seg)
 
-    def _subtract_row(self, r: list[int], e: FlowEntry, start_slot: int) -> None:
-        """Take ``e``'s live contribution off one row of a window starting at ``start_slot``."""
-        es = e.start_slot
-        lo = max(start_slot, es, self.now_slot)
-        hi = min(start_slot + self.horizon, es + self.horizon, self.now_slot + self.ring)
-        if lo < hi:
-            a, b = lo - start_slot, hi - start_slot
-            r[a:b] = map(sub, r[a:b], e.rates_Bps[lo - es:hi - es])
+    def _live(self, e: FlowEntry, start_slot: int) -> tuple[int, int, list[int]] | None:
+        """``e``'s live contribution to a window starting at ``start_slot``: (first, end) positions in
+        the window and the rates there, or None if it has none (past, or beyond the ring)."""
+        es, now = e.start_slot, self.now_slot
+        lo = max(start_slot, es, now)
+        hi = min(start_slot + self.horizon, es + self.horizon, now + self.ring)
+        if lo >= hi:
+            return None
+        return lo - start_slot, hi - start_slot, e.rates_Bps[lo - es:hi - es]
 
     def _subtract(self, out: list[list[int]], links: Sequence[int], e: FlowEntry, start_slot: int) -> None:
         """Take ``e``'s live contribution off the rows of ``out`` whose link ``e`` crosses."""
-        now = self.now_slot
-        es = e.start_slot
-        k = self.horizon
-        lo = max(start_slot, es, now)
-        hi = min(start_slot + k, es + k, now + self.ring)
-        if lo >= hi:
+        live = self._live(e, start_slot)
+        if live is None:
             return
+        a, b, seg = live
         mine = e.links
-        seg = e.rates_Bps[lo - es:hi - es]
-        a, b = lo - start_slot, hi - start_slot
         for i, ln in enumerate(links):  # a handful of links
             if ln in mine:
                 r = out[i]
@@ -427,15 +424,12 @@ class LoadTable:
 
     def _window(self, e: FlowEntry, start_slot: int) -> list[int] | None:
         """``e``'s live contribution mapped onto the window [start_slot, start_slot + K)."""
-        k = self.horizon
-        now = self.now_slot
-        assert now is not None
-        lo = max(start_slot, e.start_slot, now)
-        hi = min(start_slot + k, e.start_slot + k, now + self.ring)
-        if lo >= hi:
+        live = self._live(e, start_slot)
+        if live is None:
             return None
-        own = [0] * k
-        own[lo - start_slot:hi - start_slot] = e.rates_Bps[lo - e.start_slot:hi - e.start_slot]
+        a, b, seg = live
+        own = [0] * self.horizon
+        own[a:b] = seg
         return own
 
     def schedule(self, key: Hashable) -> FlowEntry | None:

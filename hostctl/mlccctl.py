@@ -141,13 +141,25 @@ class MlccControl:
         self.fb_slot: int | None = None
         self.feedback: dict[str, dict[str, list[int]]] = {}  # flow id -> link id -> K loads (at fb_slot)
         self._queries: dict[tuple, wire.FlowQuery] = {}  # (src, dst, job, rank) -> last slot's fetch query
+        self._own_cells: tuple = (None, None, None)  # _own_load's indices, for (prev_path, col, job index)
+        self._view_key: tuple = (None, None)  # (col, flows with feedback) the first rows below are for
+        self._view: tuple = ()  # (link columns, first flow per link, link ids)
+        self._fetch_key: tuple | None = None  # (flow ids, jobs, ranks) the queries below were made for
+        self._fetch_q: tuple[list[wire.FlowQuery], list[str]] = ([], [])  # (queries, asking flow per flow)
         self.rtt_ms: deque[float] = deque(maxlen=200)  # fetch round trips (negotiation latency)
         self.exchange_ms: deque[float] = deque(maxlen=200)  # fetch + publish, wall time in the slot
         self.errors: dict[str, int] = {}
         self.last: HostSlot | None = None
         self.last_flows: dict[str, FlowIn] = {}  # flow id -> flow, in the order of the last plan's rows
-        self._written: dict[FlowKey, int] = {}
-        self.kept: dict[str, float] = {}  # flow id -> fraction of its slot-0 reservations it used (EWMA)
+        # per row of the last plan: the rate written to the pacer, and the fraction of its slot-0
+        # reservations the flow used (EWMA, see _kept_factors); a new slot finds its flows' rows with
+        # _prev_rows (the same flows in the same order, the common case, cost nothing)
+        self._written = np.zeros(0, dtype=np.int64)
+        self.kept = np.zeros(0)
+        self._last_ids: list[str] = []
+        # the flows' jobs, reused while equal: (jobs, job -> index, index per flow, object array)
+        self._jobs: tuple = ([], {}, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object))
+        self._last_jobs = self._jobs
         self.last_slot: int | None = None
         self._warned: set[str] = set()
         # Algorithm 2 (switch mode): roles, the peers' progress and the notifications received
@@ -180,6 +192,8 @@ class MlccControl:
         communication pattern of the jobs that have one (Algorithm 2's roles, switch mode only)."""
         slot = self.slot_now()
         ids = [flow_id(f.key) for f in flows]
+        prev = self._prev_rows(ids)
+        self._job_index([f.job for f in flows])
         t0 = time.perf_counter()
         deps = self._flow_deps(flows, ids, comms) if self.wants_comms and comms else None
         if self.switch is not None and self.job_order != "none":
@@ -191,15 +205,38 @@ class MlccControl:
             deps = None  # nobody to exchange progress with
         self.deps = deps
         links = self._all_links(ids)  # after the fetch, which may learn paths or change the mode
-        plan = self._plan(slot, flows, ids, links, deps)
-        published = self._published(plan, self._kept_factors(ids, flows) if self.mode == "switch" else None)
+        plan = self._plan(slot, flows, ids, links, deps, prev)
+        self.kept = self._kept_factors(flows, prev)
+        published = self._published(plan, self.kept if self.mode == "switch" else None)
         if self.switch is not None:
             self._publish(slot, flows, ids, published, deps, plan)
             self.exchange_ms.append((time.perf_counter() - t0) * 1e3)
         self._remember(slot, ids, flows, plan, published)
         if self.trace is not None:
             self._trace(slot, flows, ids, plan)
-        return self._hysteresis([f.key for f in flows], plan.applied_Bps.tolist())
+        return self._hysteresis([f.key for f in flows], plan.applied_Bps, prev)
+
+    def _prev_rows(self, ids: list[str]) -> np.ndarray:
+        """Each flow's row in the last plan (-1: a new flow)."""
+        if ids == self._last_ids:
+            return np.arange(len(ids))
+        pos = {fid: r for r, fid in enumerate(self._last_ids)}
+        return np.array([pos.get(fid, -1) for fid in ids], dtype=np.int64)
+
+    @staticmethod
+    def _from_last(values: np.ndarray, prev: np.ndarray, default: float) -> np.ndarray:
+        """A per-row array of the last plan, for this slot's flows (``default`` for new flows)."""
+        out = np.full(prev.shape, default, dtype=values.dtype)
+        old = prev >= 0
+        out[old] = values[prev[old]]
+        return out
+
+    def _job_index(self, jobs: list[str]) -> None:
+        """This slot's (jobs, job -> index in order of first appearance, index per flow, object array)."""
+        if jobs != self._jobs[0]:
+            jix: dict[str, int] = {}
+            idx = np.array([jix.setdefault(j, len(jix)) for j in jobs], dtype=np.int64)
+            self._jobs = (jobs, jix, idx, np.array(jobs, dtype=object))
 
     @property
     def wants_comms(self) -> bool:
@@ -222,18 +259,15 @@ class MlccControl:
             self.switch.host = self._host_set = flows[0].key.laddr
         return self._deps_cached
 
-    def _hysteresis(self, keys: list[FlowKey], rates: list[float]) -> dict[FlowKey, int]:
+    def _hysteresis(self, keys: list[FlowKey], rates: np.ndarray, prev: np.ndarray) -> dict[FlowKey, int]:
         """Rates to apply (bytes/s, >= 1), keeping a flow's previous rate when the new one is within
         RATE_DEADBAND of it: a map write per flow and slot costs more than pacing a few percent off
-        (the pacer is that precise anyway)."""
-        out = {}
-        written = self._written
-        for k, r in zip(keys, rates):
-            r = max(1, int(r))
-            w = written.get(k)
-            out[k] = w if w is not None and abs(r - w) <= RATE_DEADBAND * w else r
+        (the pacer is that precise anyway). prev: each flow's row in the last slot (-1: new)."""
+        r = np.maximum(rates.astype(np.int64), 1)  # (truncated, as int() does)
+        w = self._from_last(self._written, prev, 0)
+        out = np.where((prev >= 0) & (np.abs(r - w) <= RATE_DEADBAND * w), w, r)
         self._written = out
-        return out
+        return dict(zip(keys, out.tolist()))
 
     def _fetch(self, slot: int, flows: Sequence[FlowIn], ids: list[str], deps: list[Dep] | None = None) -> None:
         if not flows:
@@ -243,19 +277,24 @@ class MlccControl:
         # out of its answer, so the flows of a job between the same two hosts (a framework's several
         # connections per peer) get the same rows; the first of them asks for all. Queries are reused
         # from slot to slot while the asking flow is the same.
-        old, q, asker = self._queries, [], []
-        groups: dict[tuple, str] = {}
-        for i, f in zip(ids, flows):
-            g = (f.key.laddr, f.key.raddr, f.job, rank(f.job)) if f.job else (i,)
-            a = groups.get(g)
-            if a is None:
-                groups[g] = a = i
-                x = old.get(g)
-                if x is None or x.flow_id != i:
-                    x = wire.FlowQuery(i, f.key.laddr, f.key.raddr, job_id=f.job, rank=rank(f.job))
-                q.append(x)
-            asker.append(a)
-        self._queries = dict(zip(groups, q))
+        key = (ids, self._jobs[0], sorted(self.ranks.items()))
+        if key == self._fetch_key:  # the same flows, jobs and ranks as last slot: the same queries
+            q, asker = self._fetch_q
+        else:
+            old, q, asker = self._queries, [], []
+            groups: dict[tuple, str] = {}
+            for i, f in zip(ids, flows):
+                g = (f.key.laddr, f.key.raddr, f.job, rank(f.job)) if f.job else (i,)
+                a = groups.get(g)
+                if a is None:
+                    groups[g] = a = i
+                    x = old.get(g)
+                    if x is None or x.flow_id != i:
+                        x = wire.FlowQuery(i, f.key.laddr, f.key.raddr, job_id=f.job, rank=rank(f.job))
+                    q.append(x)
+                asker.append(a)
+            self._queries = dict(zip(groups, q))
+            self._fetch_key, self._fetch_q = key, (q, asker)
         names = sorted({n for d in deps for n in d.query}) if deps else ()
         res = self.switch.exchange(slot, fetches=q, get_progress=names, timeout_s=self.fetch_timeout_s)
         if deps:
@@ -355,7 +394,7 @@ class MlccControl:
         return [self._links_of(fid) for fid in ids]
 
     def _plan(self, slot: int, flows: Sequence[FlowIn], ids: list[str], links: list[tuple[str, ...]],
-              deps: list[Dep] | None = None) -> HostSlot:
+              deps: list[Dep] | None, prev: np.ndarray) -> HostSlot:
         n, K = len(flows), self.K
         if links == self._cols_of[0]:  # the same flows on the same paths as last slot (the common case)
             used, col, path = self._cols_of[1:]
@@ -376,8 +415,8 @@ class MlccControl:
         # "no progress" means "nothing to send" only for a flow that was free to send: one held
         # at the wait floor last slot may just not have been ACKed yet
         held = wait_floor_Bps(self.slot_s) * 2
-        prev = dict(zip(self.last_flows, self.last.applied_Bps.tolist())) if self.last is not None else {}
-        moving = [f.moving or prev.get(fid, math.inf) <= held for fid, f in zip(ids, flows)]
+        last = self._from_last(self.last.applied_Bps, prev, math.inf) if self.last is not None else math.inf
+        moving = np.fromiter((f.moving for f in flows), dtype=bool, count=n) | (last <= held)
         fresh = self.fb_slot is not None and 0 <= slot - self.fb_slot < K
         if self.ranks and self.mode == "switch" and fresh:
             return self._plan_ordered(slot, flows, ids, deps, path, cap, moving, col, L)
@@ -385,7 +424,7 @@ class MlccControl:
         if self.mode == "switch" and fresh:
             # others' load per link: the feedback of any flow on it, minus this host's other flows
             jix, own_job, own_total = self._own_load(self.fb_slot, col, L)
-            job_of = {fid: f.job for fid, f in zip(ids, flows)}
+            job_of = dict(zip(ids, self._jobs[0]))
 
             def mine(cols: np.ndarray, fids: list[str]) -> np.ndarray:
                 # the switch left out fid's whole job; this host's flows of other jobs are its own
@@ -394,11 +433,11 @@ class MlccControl:
             others = self._switch_view(None, col, L, slot - self.fb_slot, mine)
         if deps is None:
             return host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [f.sent_bytes for f in flows],
-                             np.array([f.job for f in flows], dtype=object), path, cap, cap, others,
+                             self._jobs[3], path, cap, cap, others,
                              moving=moving, params=self.params)
         # Algorithm 2: F is counted on the connection's cumulative bytes, the same measure on every host
         hs = host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [_F_base(f) for f in flows],
-                       np.array([f.job for f in flows], dtype=object), path, cap, cap, others,
+                       self._jobs[3], path, cap, cap, others,
                        moving=moving, params=self.params, **self._dep_inputs(slot, flows, deps))
         self.dep_counts["delta_flows"] += int((hs.delta_Bps > 0).sum())
         self.dep_counts["reduced_flows"] += int((hs.reduced_bytes > 0).sum())
@@ -422,20 +461,28 @@ class MlccControl:
         host's own published load that the switch counted in those rows."""
         K = self.K
         others = np.zeros((L, K))
-        cols, firsts, rows = [], [], []
-        for lid, (fid, row) in self._first_rows(self.feedback if fids is None else fids).items():
-            c = col.get(lid)
-            if c is not None:
-                cols.append(c)
-                firsts.append(fid)
-                rows.append(row)
-        if cols:
+        fb = self.feedback
+        key = (col, list(fb)) if fids is None else None
+        if key is not None and key[0] is self._view_key[0] and key[1] == self._view_key[1]:
+            idx, firsts, lids = self._view  # the same flows with the same links as last slot
+        else:
+            cols, firsts, lids = [], [], []
+            for lid, (fid, _row) in self._first_rows(fb if fids is None else fids).items():
+                c = col.get(lid)
+                if c is not None:
+                    cols.append(c)
+                    firsts.append(fid)
+                    lids.append(lid)
             idx = np.array(cols, dtype=np.int64)
-            others[idx, :K - shift] = np.maximum(np.asarray(rows, dtype=np.float64) - mine(idx, firsts), 0.0)[:, shift:]
+            if key is not None:
+                self._view_key, self._view = key, (idx, firsts, lids)
+        if firsts:
+            rows = np.array([fb[fid][lid] for fid, lid in zip(firsts, lids)], dtype=np.float64)
+            others[idx, :K - shift] = np.maximum(rows - mine(idx, firsts), 0.0)[:, shift:]
         return others
 
     def _plan_ordered(self, slot: int, flows: Sequence[FlowIn], ids: list[str], deps: list[Dep] | None,
-                      path: np.ndarray, cap: np.ndarray, moving: list[bool], col: dict[str, int], L: int) -> HostSlot:
+                      path: np.ndarray, cap: np.ndarray, moving: np.ndarray, col: dict[str, int], L: int) -> HostSlot:
         """The plan under a job order: this host's jobs one after another in rank order, each around
         the other hosts' load that the switch reported for it (the jobs ranked before it) and this
         host's plans of the jobs before it in this slot."""
@@ -469,7 +516,7 @@ class MlccControl:
                 sent = [flows[r].sent_bytes for r in rows]
             hs = host_slot([flows[r].G_bytes for r in rows], [flows[r].B_Bps for r in rows], sent,
                            np.array([j] * len(rows), dtype=object), path[rows], cap, cap, others,
-                           moving=[moving[r] for r in rows], params=self.params, idle_share=False, **kw)
+                           moving=moving[rows], params=self.params, idle_share=False, **kw)
             idx = np.array(rows)
             rates[idx], applied[idx], kind[idx] = hs.rates_Bps, hs.applied_Bps, hs.kind
             wave[idx] = np.where(hs.wave >= 0, w, -1)
@@ -487,30 +534,24 @@ class MlccControl:
         return HostSlot(rates, applied, kind, wave, None, cum_bytes=cum, delta_Bps=delta, notify_bytes=notify,
                         reduced_bytes=reduced)
 
-    def _kept_factors(self, ids: list[str], flows: Sequence[FlowIn]) -> np.ndarray:
+    def _kept_factors(self, flows: Sequence[FlowIn], prev: np.ndarray) -> np.ndarray:
         """Per flow, the share of its reservations it has been using: an EWMA (KEPT_WEIGHT) of
         min(1, measured rate / planned slot-0 rate) over the slots in which its plan gave it more
-        than twice the wait floor; 1 for a new flow, unchanged without a measurement. Kept in
-        switch mode only (in local mode nobody reads this host's reservations).
+        than twice the wait floor; 1 for a new flow, unchanged without a measurement. Updated in
+        switch mode only (in local mode nobody reads this host's reservations; it is carried over).
 
         Why: a flow's plan reserves the slots it needs to carry its bytes left, but a flow that
         waits for others (a ring step for its predecessor's chunk, a worker for the PS's update)
         does not send them, and in switch mode the other hosts plan around the reservation anyway.
         The daemon does not know the flows' roles yet (Algorithm 2's dependency rules would), so
         it discounts the schedule a flow publishes by how much of its reservations it used."""
-        prev = {}
-        if self.last is not None:
-            prev = dict(zip(self.last_flows, self.last.rates_Bps[:, 0].tolist()))
-        held = wait_floor_Bps(self.slot_s) * 2
-        kept = {}
-        for fid, f in zip(ids, flows):
-            k = self.kept.get(fid, 1.0)
-            p0 = prev.get(fid, 0.0)
-            if p0 > held and f.rate_Bps == f.rate_Bps:
-                k += KEPT_WEIGHT * (min(1.0, f.rate_Bps / p0) - k)
-            kept[fid] = k
-        self.kept = kept
-        return np.fromiter(kept.values(), dtype=np.float64, count=len(kept))
+        k = self._from_last(self.kept, prev, 1.0)
+        if self.mode != "switch" or self.last is None:
+            return k
+        p0 = self._from_last(self.last.rates_Bps[:, 0], prev, 0.0)
+        rate = np.fromiter((f.rate_Bps for f in flows), dtype=np.float64, count=len(flows))
+        upd = (p0 > wait_floor_Bps(self.slot_s) * 2) & ~np.isnan(rate)
+        return np.where(upd, k + KEPT_WEIGHT * (np.minimum(1.0, rate / np.where(upd, p0, 1.0)) - k), k)
 
     def _published(self, plan: HostSlot, kept: np.ndarray | None) -> np.ndarray:
         """The K-slot schedules this host publishes (switch mode): the plan scaled by each flow's
@@ -585,21 +626,25 @@ class MlccControl:
         index, per job and link [J + 1, L, K] (the last job row stays 0: index -1 is a job this host
         did not publish), per link [L, K])."""
         rates = self._aligned(self.prev_rates, at_slot)
-        jix: dict[str, int] = {}
-        job = np.array([jix.setdefault(f.job, len(jix)) for f in self.last_flows.values()], dtype=np.int64)
-        # the last plan's link columns -> this plan's (-1: not used now; the padding -1 stays -1)
-        remap = np.array([col.get(lid, -1) for lid in self.prev_used] + [-1], dtype=np.int64)
-        cells = remap[self.prev_path]
-        r, p = np.nonzero(cells >= 0)  # row-major: flow by flow, each flow's links in path order
-        rows, j, c = r, job[r], cells[r, p]
-        per_job, total = np.zeros((len(jix) + 1, L, self.K)), np.zeros((L, self.K))
-        if len(rows):
-            # bincount sums in input order (flow by flow): the same floats as adding the rows one by one
-            K, v = self.K, rates[rows].ravel()
+        _, jix, job, _ = self._last_jobs
+        K = self.K
+        ck = self._own_cells
+        if not (ck[0] is self.prev_path and ck[1] is col and ck[2] is job):  # else: the same as last slot
+            # the last plan's link columns -> this plan's (-1: not used now; the padding -1 stays -1)
+            remap = np.array([col.get(lid, -1) for lid in self.prev_used] + [-1], dtype=np.int64)
+            cells = remap[self.prev_path]
+            r, p = np.nonzero(cells >= 0)  # row-major: flow by flow, each flow's links in path order
+            c = cells[r, p]
             k = np.arange(K)
-            per_job = np.bincount(((j * L + c)[:, None] * K + k).ravel(), weights=v,
-                                  minlength=per_job.size).reshape(per_job.shape)
-            total = np.bincount((c[:, None] * K + k).ravel(), weights=v, minlength=total.size).reshape(total.shape)
+            ck = self._own_cells = (self.prev_path, col, job, r, ((job[r] * L + c)[:, None] * K + k).ravel(),
+                                    (c[:, None] * K + k).ravel())
+        rows, by_job, by_link = ck[3:]
+        if not len(rows):
+            return jix, np.zeros((len(jix) + 1, L, K)), np.zeros((L, K))
+        # bincount sums in input order (flow by flow): the same floats as adding the rows one by one
+        v = rates[rows].ravel()
+        per_job = np.bincount(by_job, weights=v, minlength=(len(jix) + 1) * L * K).reshape(len(jix) + 1, L, K)
+        total = np.bincount(by_link, weights=v, minlength=L * K).reshape(L, K)
         return jix, per_job, total
 
     def _remember(self, slot: int, ids: list[str], flows: Sequence[FlowIn], plan: HostSlot,
@@ -611,6 +656,7 @@ class MlccControl:
         self.prev_rates = published  # this host's own load table: what the switches were told
         self.last, self.last_slot = plan, slot
         self.last_flows = dict(zip(ids, flows))
+        self._last_ids, self._last_jobs = ids, self._jobs
 
     def _trace(self, slot: int, flows: Sequence[FlowIn], ids: list[str], plan: HostSlot) -> None:
         """One JSON line per slot (HOSTCTL_MLCC_TRACE=FILE): what the plan saw and decided."""
@@ -641,7 +687,7 @@ class MlccControl:
             return None
         out = {"schedule_Bps": [int(x) for x in np.maximum(self.last.rates_Bps[r], 0)],
                "kind": str(self.last.kind[r]), "wave": int(self.last.wave[r]),
-               "links": list(self._links_of(fid)), "kept": round(self.kept.get(fid, 1.0), 3)}
+               "links": list(self._links_of(fid)), "kept": round(float(self.kept[r]), 3) if r < len(self.kept) else 1.0}
         if self.deps is not None and self.last.delta_Bps is not None and r < len(self.deps):
             out["role"] = Role(self.deps[r].role).name.lower()
             out["delta_Bps"] = int(self.last.delta_Bps[r])

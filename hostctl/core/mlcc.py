@@ -360,6 +360,23 @@ def initial_schedule(G_bytes, avail_Bps, price, *, slot_s: float, w_beta: float 
     return Alg1Result(rates, beta.astype(np.int64), cost, any_feasible)
 
 
+def _alg1_rates(G: np.ndarray, tol: np.ndarray, A: np.ndarray, price: np.ndarray, slot_s: float,
+                w_beta: float) -> np.ndarray:
+    """initial_schedule(...).rates_Bps, with the flows that no deadline can fit taken out first: for
+    them Algorithm 1 gives every slot all of A(k) (Q-M4), slots of rounding dust excepted, and the
+    same floats come from (A t) / t here (a flow of unknown size is always one of them). Only clear
+    cases (short by more than 1e-9 of G, beyond any difference in summation order) skip the sort."""
+    At = A * slot_s
+    short = At.sum(axis=1) < (G - tol) * (1.0 - 1e-9)
+    if not short.any():
+        return initial_schedule(G, A, price, slot_s=slot_s, w_beta=w_beta).rates_Bps
+    rates = np.where(At > tol[:, None], At, 0.0) / slot_s
+    fit = ~short
+    if fit.any():
+        rates[fit] = initial_schedule(G[fit], A[fit], price[fit], slot_s=slot_s, w_beta=w_beta).rates_Bps
+    return rates
+
+
 # --------------------------------------------------------------------------------------------
 # Algorithm 2 pieces
 
@@ -462,10 +479,23 @@ def allocate(G_bytes, path, load_Bps, avail_Bps, cap_Bps, B_Bps, *, role=None, s
     else:
         succ = _arr(succ_bytes, "succ_bytes", 1, allow_nan=True)
         _shape(succ, "succ_bytes", (n,))
+    prio = None
     if priority is not None:
         prio = _arr(priority, "priority", 1, nonneg=False, dtype=np.int64)
         _shape(prio, "priority", (n,))
     inc, pidx = path_links(path, n, L)
+    return allocate_prepared(G, inc, pidx, load, avail, cap, B, sent, prio, p, rl=rl if dep.any() else None,
+                             ref=ref, slack=slack, succ=succ)
+
+
+def allocate_prepared(G, inc, pidx, load, avail, cap, B, sent, prio, p: MlccParams, *, rl=None, ref=None,
+                      slack=None, succ=None) -> MlccPlan:
+    """allocate() on arrays it has checked (and host_slot, which builds them): G [n], inc [n, L] and
+    pidx [n, P] from path_links, load [L, K], avail [L, 1] or [L, K], cap [L], B [n], sent [n],
+    prio [n] int64 or None, rl [n] int8 (None: no flow has a dependency role, so Algorithm 2 changes
+    nothing and nobody is notified), ref, slack, succ [n] (read only with rl)."""
+    n, L = inc.shape
+    K, t = int(p.K), float(p.slot_s)
 
     # step 1: headroom for this host's flows (spec 2.7, Q-M5 clamp to [0, c_l])
     H = np.maximum(np.minimum(avail, cap[:, None]) - load, 0.0)
@@ -481,7 +511,7 @@ def allocate(G_bytes, path, load_Bps, avail_Bps, cap_Bps, B_Bps, *, role=None, s
     rates = np.zeros((n, K))
     price_used = np.zeros((n, K))
     batches = 0
-    if priority is None:
+    if prio is None:
         waves = [active] if active.any() else []
     else:
         pa = prio[active]
@@ -516,7 +546,7 @@ def allocate(G_bytes, path, load_Bps, avail_Bps, cap_Bps, B_Bps, *, role=None, s
                 ci = idx
             ic = inc[ci]
             price = ic @ ((load + own) * inv_cap)  # Q-M3, with own committed load (Q-M8)
-            rc = initial_schedule(G[ci], A, price, slot_s=t, w_beta=p.w_beta).rates_Bps
+            rc = _alg1_rates(G[ci], tolG[ci], A, price, t, p.w_beta)
             batches += 1
             rates[ci] = rc
             price_used[ci] = price
@@ -547,7 +577,19 @@ def allocate(G_bytes, path, load_Bps, avail_Bps, cap_Bps, B_Bps, *, role=None, s
     spare = _gather_min(R / np.maximum(cnt_all, 1.0)[:, None], pidx) if n else np.zeros((0, K))
     limit = np.where(active[:, None], rates + spare, 0.0)
 
+    if rl is None:  # no dependency roles: no Delta, no notification (what step 4 and 5 give then)
+        beta, cost, complete = schedule_cost(rates, price_used, G, slot_s=t, w_beta=p.w_beta)
+        nan, no = np.full(n, np.nan), np.zeros(n, dtype=bool)
+        return MlccPlan(
+            rates_Bps=rates, alg1_rates_Bps=alg1, beta=beta, cost=cost, delta_Bps=np.zeros(n), capped=no,
+            infeasible=~complete, floored=floored, cum_bytes=sent + rates[:, 0] * t, notify=no,
+            notify_ceiling_bytes=nan, notify_reduce_bytes=nan, reduction_bytes=np.zeros(n), limit_Bps=limit,
+            price=price_used, remaining_bytes=G, sent_bytes=sent, role=np.zeros(n, np.int8),
+            slack_bytes=np.zeros(n) if slack is None else slack, succ_bytes=nan if succ is None else succ,
+            rounds=batches)
+
     # step 4: Algorithm 2 (spec 2.8.4), vectorised over flows
+    dep = rl != Role.NONE
     r0 = rates[:, 0]
     F = sent + r0 * t  # line 18: bytes by the end of this slot with the Alg. 1 rate
     delta = np.where(dep, np.maximum(ref - F, 0.0), 0.0) / t  # lines 19-25 (Delta as a rate)

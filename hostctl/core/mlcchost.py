@@ -62,7 +62,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hostctl.core.mlcc import MlccParams, MlccPlan, Role, allocate, apply_reductions
+from hostctl.core.mlcc import (
+    MlccParams, MlccPlan, Role, allocate, allocate_prepared, apply_reductions, path_links,
+)
 
 MSS_BYTES = 1448
 WAIT_FLOOR_MSS_PER_SLOT = 4
@@ -215,6 +217,10 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
             w[~known] = int(w[known].max()) + 1  # unknown sizes after every known one
         wave[planned] = w
         Gp = np.where(unknown[planned], path_cap[planned] * K * t, G[planned])
+        B = np.asarray(B_Bps, dtype=np.float64)[planned]
+        sent_p = np.asarray(sent_bytes, dtype=np.float64)[planned]
+        load = np.asarray(load_Bps, dtype=np.float64)
+        avail = np.asarray(avail_Bps, dtype=np.float64)
         dep = {}
         if role is not None:
             ref = np.asarray(ref_bytes, dtype=np.float64)[planned]
@@ -226,9 +232,13 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
                        "succ_bytes": np.where(has_ref & (rl == Role.AGGREGATION), ref, np.nan)}
                 if slack_bytes is not None:
                     dep["slack_bytes"] = np.asarray(slack_bytes, dtype=np.float64)[planned]
-        plan = allocate(Gp, pidx[planned], load_Bps, avail_Bps, cap, np.asarray(B_Bps, dtype=np.float64)[planned],
-                        sent_bytes=np.asarray(sent_bytes, dtype=np.float64)[planned], priority=w, params=params,
-                        **dep)
+        if not dep and all(np.isfinite(a).all() for a in (load, B, Gp)) and (cap > 0).all():
+            # the common case, without roles: arrays built here, checked just above
+            inc, pl = path_links(pidx[planned], planned.size, L)
+            plan = allocate_prepared(Gp, inc, pl, load, avail.reshape(L, -1), cap, B, sent_p, w, params)
+        else:  # allocate checks every argument and names a bad one
+            plan = allocate(Gp, pidx[planned], load, avail, cap, B, sent_bytes=sent_p, priority=w, params=params,
+                            **dep)
         rates[planned] = plan.rates_Bps
         if ceiling_bytes is not None:
             ceil = np.asarray(ceiling_bytes, dtype=np.float64)[planned]

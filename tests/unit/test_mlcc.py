@@ -6,6 +6,7 @@ Hypothesis runs derandomized (same examples every run).
 """
 
 import math
+from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -13,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hostctl.core.mlcc import (
-    MlccParams, Role, allocate, apply_reductions, initial_schedule, link_load_Bps, path_links, schedule_cost,
+    MlccParams, Role, _alg1_rates, _tol, allocate, allocate_prepared, apply_reductions, initial_schedule,
+    link_load_Bps, path_links, schedule_cost,
 )
 
 T = 0.060
@@ -210,6 +212,46 @@ def test_alg1_vectorised_equals_per_flow():
         one = initial_schedule(G[i:i + 1], A[i:i + 1], price[i:i + 1], slot_s=T)
         np.testing.assert_array_equal(one.rates_Bps[0], res.rates_Bps[i])
         assert one.beta[0] == res.beta[i] and one.cost[0] == res.cost[i]
+
+
+@SETTINGS
+@given(st.integers(1, 12), st.integers(1, 10), st.data())
+def test_alg1_shortcut_for_flows_no_deadline_fits_gives_algorithm_1s_rates(n, K, data):
+    """allocate's rounds answer flows that cannot fit in K slots without the sort (_alg1_rates): the
+    same floats as initial_schedule, for flows that fit, that miss by a hair and that cannot fit (a
+    flow of unknown size), around empty slots and slivers below the rounding tolerance."""
+    A = np.array(data.draw(st.lists(st.sampled_from([0.0, 1e-9, 1e-3, 0.3, 1.0, 1.7]), min_size=n * K,
+                                    max_size=n * K))).reshape(n, K) * GB
+    price = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.5]), min_size=n * K,
+                                        max_size=n * K))).reshape(n, K)
+    total = (A * T).sum(axis=1)
+    scale = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0 - 1e-12, 1.0, 1.0 + 1e-12, 1.001, 3.0]),
+                                        min_size=n, max_size=n)))
+    G = np.where(total > 0, total * scale, np.array(data.draw(st.lists(st.sampled_from([1.0, 1e6]), min_size=n,
+                                                                       max_size=n))))
+    G = np.maximum(G, 1.0)  # (allocate plans active flows only: G > its tolerance)
+    w = data.draw(st.sampled_from([0.0, 1.0, 2.0]))
+    want = initial_schedule(G, A, price, slot_s=T, w_beta=w).rates_Bps
+    np.testing.assert_array_equal(_alg1_rates(G, _tol(G), A, price, T, w), want)
+
+
+def test_allocate_without_roles_equals_allocate_with_role_none():
+    """allocate skips Algorithm 2 when no flow has a dependency role: the same plan as running it with
+    roles all NONE (which finds nothing to do)."""
+    rng = np.random.default_rng(3)
+    n, L, K = 30, 4, 10
+    path = rng.random((n, L)) < 0.5
+    path[:, 0] = True
+    kw = dict(G_bytes=rng.choice([0.0, 0.2, 1.0, 5.0], n) * GB * T, path=path,
+              load_Bps=rng.random((L, K)) * GB * 0.6, avail_Bps=np.full(L, GB), cap_Bps=np.full(L, GB),
+              B_Bps=rng.random(n) * GB, sent_bytes=rng.random(n) * GB * T, params=MlccParams(K=K))
+    fast = allocate(**kw)
+    inc, pidx = path_links(path, n, L)
+    full = allocate_prepared(kw["G_bytes"], inc, pidx, kw["load_Bps"], kw["avail_Bps"][:, None], kw["cap_Bps"],
+                             kw["B_Bps"], kw["sent_bytes"], None, kw["params"], rl=np.zeros(n, np.int8),
+                             ref=np.zeros(n), slack=np.zeros(n), succ=np.full(n, np.nan))
+    for f in fields(fast):
+        np.testing.assert_array_equal(getattr(fast, f.name), getattr(full, f.name), err_msg=f.name)
 
 
 def test_alg1_staggers_around_a_loaded_slot():

@@ -138,3 +138,61 @@ def test_a_tick_that_runs_past_its_slot_publishes_from_the_current_slot(late):
     assert at == slot + late
     assert sched[flow_id(key)] == pytest.approx(list(plan[late:]) + [0.0] * late, abs=1.0)
     assert sum(plan) > 0 and sched[flow_id(key)][0] == pytest.approx(plan[late], abs=1.0)
+
+
+def _forget_caches(ctl: MlccControl) -> None:
+    """Make the next tick compute everything that MlccControl reuses while its flows, their jobs and
+    their paths stay the same."""
+    ctl._fetch_key = None
+    ctl._own_cells = (None, None, None)
+    ctl._view_key = (None, None)
+    ctl._cols_of = (None, [], {}, ctl.prev_path)
+    ctl._jobs = ([], {}, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object))
+
+
+@pytest.mark.parametrize("order", ["none", "fixed"])
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_reusing_last_slots_work_decides_as_computing_it_again(order, data):
+    """Two controllers see the same slots against equal model switches: one reuses its queries, link
+    columns, own-load indices and first feedback rows while the flows stay the same; the other is made
+    to compute them every slot. Paths change, a flow ends, one starts and one changes job on the way."""
+    n = data.draw(st.integers(2, 7), label="flows")
+    jobs = [data.draw(st.sampled_from(["ja", "jb", "jc"])) for _ in range(n)]
+    keys = [FlowKey("10.0.0.1", 5000 + i, f"10.0.1.{data.draw(st.integers(2, 4))}", 9000) for i in range(n)]
+    dests = sorted({k.raddr for k in keys})
+    route = {d: data.draw(st.lists(st.sampled_from(LINKS), min_size=1, max_size=3, unique=True)) for d in dests}
+    new_route = data.draw(st.lists(st.sampled_from(LINKS), min_size=1, max_size=3, unique=True), label="reroute")
+    base = {lid: np.array(data.draw(st.lists(st.integers(0, C // 2), min_size=K, max_size=K))) for lid in LINKS}
+    G = [data.draw(st.sampled_from([float("nan"), 0.0, 1e5, 3 * C * SLOT, 20 * C * SLOT])) for _ in range(n)]
+    late_key = FlowKey("10.0.0.1", 6000, dests[0], 9000)
+
+    t = [1_000_000.0 * SLOT]
+    ctls = []
+    for _ in range(2):
+        sw = ModelSwitch({}, base)
+        ctls.append((sw, MlccControl(C, SLOT, switch=sw, wall=lambda: t[0], job_order=order)))
+    fresh = ctls[1][1]
+    fresh._prev_rows = lambda ids: np.array([{f: r for r, f in enumerate(fresh._last_ids)}.get(i, -1)
+                                             for i in ids], dtype=np.int64)
+    for tick in range(8):
+        ks, js, gs = list(keys), list(jobs), list(G)
+        if tick >= 3:  # the first destination's flows take another path
+            route[dests[0]] = new_route
+        if tick >= 5:  # the first flow ended, another one started
+            ks[0], gs[0] = late_key, 2 * C * SLOT
+        if tick >= 6:  # a flow moved to another job (the daemon regrouped it)
+            js[-1] = "jd"
+        flows = [FlowIn(k, j, g, C, 0.0, True, rate_Bps=C / (tick + 1)) for k, j, g in zip(ks, js, gs)]
+        out = []
+        for sw, ctl in ctls:
+            sw.paths.update({flow_id(k): route[k.raddr] for k in ks})  # (ended flows keep theirs)
+            if ctl is fresh:
+                _forget_caches(ctl)
+            out.append((ctl.tick(flows), ctl.last.rates_Bps.copy(), ctl.prev_rates.copy(), ctl.kept.copy()))
+        (ra, pa, qa, ka), (rb, pb, qb, kb) = out
+        assert ra == rb
+        np.testing.assert_array_equal(pa, pb)
+        np.testing.assert_array_equal(qa, qb)
+        np.testing.assert_array_equal(ka, kb)
+        t[0] += SLOT

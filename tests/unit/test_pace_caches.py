@@ -167,8 +167,14 @@ def test_hysteresis_keeps_rates_within_the_deadband(rates, data):
     ctl = MlccControl(10**8, 0.06)
     keys = [FlowKey(PS, 9000, "10.0.0.2", 40000 + i) for i in range(len(rates))]
     prev = data.draw(st.lists(st.one_of(st.none(), st.integers(1, 10**10)), min_size=len(rates), max_size=len(rates)))
-    ctl._written = {k: w for k, w in zip(keys, prev) if w is not None}
-    out = ctl._hysteresis(keys, rates)
+    # the last slot wrote the rates given (None: a new flow), its rows in reverse order
+    old = [w for w in prev if w is not None][::-1]
+    ctl._written = np.array(old, dtype=np.int64)
+    rows, r = [], len(old)
+    for w in prev:
+        r -= w is not None
+        rows.append(r if w is not None else -1)
+    out = ctl._hysteresis(keys, np.array(rates), np.array(rows, dtype=np.int64))
     for k, r, w in zip(keys, rates, prev):
         r = max(1, int(r))
         assert out[k] == (w if w is not None and abs(r - w) <= RATE_DEADBAND * w else r)

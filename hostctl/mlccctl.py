@@ -141,6 +141,7 @@ class MlccControl:
         self.fb_slot: int | None = None
         self.feedback: dict[str, dict[str, list[int]]] = {}  # flow id -> link id -> K loads (at fb_slot)
         self._queries: dict[tuple, wire.FlowQuery] = {}  # (src, dst, job, rank) -> last slot's fetch query
+        self._cap_of: tuple = (None, None)  # (plan columns, their capacities), while the caps are unchanged
         self._own_cells: tuple = (None, None, None)  # _own_load's indices, for (prev_path, col, job index)
         self._view_key: tuple = (None, None)  # (col, flows with feedback) the first rows below are for
         self._view: tuple = ()  # (link columns, first flow per link, link ids)
@@ -157,6 +158,7 @@ class MlccControl:
         self._written = np.zeros(0, dtype=np.int64)
         self.kept = np.zeros(0)
         self._last_ids: list[str] = []
+        self._same_rows: np.ndarray | None = None  # _prev_rows' answer when the flows are the last plan's
         # the flows' jobs, reused while equal: (jobs, job -> index, index per flow, object array)
         self._jobs: tuple = ([], {}, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object))
         self._last_jobs = self._jobs
@@ -219,13 +221,16 @@ class MlccControl:
     def _prev_rows(self, ids: list[str]) -> np.ndarray:
         """Each flow's row in the last plan (-1: a new flow)."""
         if ids == self._last_ids:
-            return np.arange(len(ids))
+            self._same_rows = np.arange(len(ids))
+            return self._same_rows
         pos = {fid: r for r, fid in enumerate(self._last_ids)}
         return np.array([pos.get(fid, -1) for fid in ids], dtype=np.int64)
 
-    @staticmethod
-    def _from_last(values: np.ndarray, prev: np.ndarray, default: float) -> np.ndarray:
-        """A per-row array of the last plan, for this slot's flows (``default`` for new flows)."""
+    def _from_last(self, values: np.ndarray, prev: np.ndarray, default: float) -> np.ndarray:
+        """A per-row array of the last plan, for this slot's flows (``default`` for new flows); the
+        array itself (not to be written) when the flows are those of the last plan."""
+        if prev is self._same_rows and len(values) == len(prev):
+            return values
         out = np.full(prev.shape, default, dtype=values.dtype)
         old = prev >= 0
         out[old] = values[prev[old]]
@@ -325,8 +330,9 @@ class MlccControl:
                 self.mode = "switch"
                 self.recoveries += 1
                 log.warning("switches answer again: back to switch mode")
-            if res.capacities_Bps:
+            if res.capacities_Bps and not res.capacities_Bps.items() <= self.caps.items():
                 self.caps.update(res.capacities_Bps)
+                self._cap_of = (None, None)
             fb, got, paths = {}, res.feedback, self.paths
             for fid, a in zip(ids, asker):
                 fl = got.get(a)
@@ -391,7 +397,8 @@ class MlccControl:
     def _all_links(self, ids: list[str]) -> list[tuple[str, ...]]:
         if self.mode == "local" or not self.paths:
             return [(NIC,)] * len(ids)
-        return [self._links_of(fid) for fid in ids]
+        paths = self.paths
+        return [(NIC, *paths.get(fid, ())) for fid in ids]
 
     def _plan(self, slot: int, flows: Sequence[FlowIn], ids: list[str], links: list[tuple[str, ...]],
               deps: list[Dep] | None, prev: np.ndarray) -> HostSlot:
@@ -411,7 +418,10 @@ class MlccControl:
             path.flags.writeable = False  # shared by the slots that reuse it
             self._cols_of = (links, used, col, path)
         L = len(used)
-        cap = np.array([float(self.caps.get(lid, self.caps[NIC])) for lid in used] or [float(self.caps[NIC])])
+        if used is not self._cap_of[0]:  # (the capacities of the same columns as last slot otherwise)
+            self._cap_of = (used, np.array([float(self.caps.get(lid, self.caps[NIC])) for lid in used]
+                                           or [float(self.caps[NIC])]))
+        cap = self._cap_of[1]
         # "no progress" means "nothing to send" only for a flow that was free to send: one held
         # at the wait floor last slot may just not have been ACKed yet
         held = wait_floor_Bps(self.slot_s) * 2

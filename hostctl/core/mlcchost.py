@@ -122,9 +122,11 @@ def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
     for w in np.unique(cw).tolist():
         sel = cw == w
         rs, M = cand[sel], links[sel]
+        act = free[M].min(axis=1) > 1e-9  # (a flow whose path is full gets nothing)
+        if not act.any():
+            continue
         need = rates[rs, 1:].sum(axis=1)
         given = np.zeros(rs.size)
-        act = np.ones(rs.size, dtype=bool)
         for _round in range(rs.size + L + 1):  # each round ends a flow or fills a link
             if not act.any():
                 break

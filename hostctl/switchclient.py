@@ -59,7 +59,7 @@ class FlowLoads:
     """Feedback for one flow, merged over the switches on its path (bytes/s, K slots)."""
 
     flow_id: str
-    load_Bps: dict[str, list[int]] = field(default_factory=dict)  # link id -> K loads, own flow excluded
+    load_Bps: dict[str, Sequence[int]] = field(default_factory=dict)  # link id -> K loads, own flow excluded
     path_load_Bps: list[int] = field(default_factory=list)  # sum over the links above
     complete: bool = True  # False if a switch on the path did not answer or reported an error
 
@@ -288,17 +288,21 @@ class SwitchClient:
         if r.type == "fetch_feedback":
             res.capacities_Bps.update(r.capacities_Bps)
             res.notifications.extend(r.notifications)
+            got = res.feedback
             for f in r.feedback:
-                fl = res.feedback.setdefault(f.flow_id, FlowLoads(f.flow_id, path_load_Bps=[0] * self.horizon))
+                fl = got.get(f.flow_id)
                 if f.status:
+                    if fl is None:
+                        fl = got[f.flow_id] = FlowLoads(f.flow_id, path_load_Bps=[0] * self.horizon)
                     fl.complete = False
                     res.flow_status[f.flow_id] = f.status
-                    continue
-                for lid, row in zip(f.links, f.load_Bps):
-                    fl.load_Bps[lid] = list(row)
-                if len(fl.path_load_Bps) != len(f.path_load_Bps):
-                    fl.path_load_Bps = [0] * len(f.path_load_Bps)
-                fl.path_load_Bps = [a + b for a, b in zip(fl.path_load_Bps, f.path_load_Bps)]
+                elif fl is None:  # the first switch to answer for the flow (with one switch: the only one)
+                    got[f.flow_id] = FlowLoads(f.flow_id, dict(zip(f.links, f.load_Bps)), list(f.path_load_Bps))
+                else:  # another switch on the path: its links, and the path sums added
+                    fl.load_Bps.update(zip(f.links, f.load_Bps))
+                    if len(fl.path_load_Bps) != len(f.path_load_Bps):
+                        fl.path_load_Bps = [0] * len(f.path_load_Bps)
+                    fl.path_load_Bps = [a + b for a, b in zip(fl.path_load_Bps, f.path_load_Bps)]
         elif r.type == "get_progress":
             for p in r.progress:
                 old = res.progress.get(p.flow_id)

@@ -161,8 +161,10 @@ class Request:
     flows: tuple = ()  # FlowSchedule | FlowQuery | FlowProgress | str (get_progress) | Notification (notify)
 
 
-@dataclass(frozen=True, slots=True)
-class FlowFeedback:
+class FlowFeedback(NamedTuple):
+    """A switch's feedback for one flow (fetch_feedback). A NamedTuple: a daemon reads one per flow
+    and slot."""
+
     flow_id: str
     status: int
     links: tuple[str, ...] = ()  # the links of the path this switch owns
@@ -275,15 +277,16 @@ def error_reply(code: Code | int, message: str, req_id: int | None = None, slot_
 # ---------------------------------------------------------------------- decoding
 
 
-def unpack_frame(frame: bytes, max_bytes: int = MAX_FRAME_BYTES) -> dict[str, Any]:
-    """msgpack bytes -> a dict with str keys, or WireError (MALFORMED / OVERSIZED)."""
+def unpack_frame(frame: bytes, max_bytes: int = MAX_FRAME_BYTES, *, use_list: bool = True) -> dict[str, Any]:
+    """msgpack bytes -> a dict with str keys, or WireError (MALFORMED / OVERSIZED). use_list=False:
+    arrays come as tuples (replies: the feedback rows are kept as they come)."""
     if not isinstance(frame, (bytes, bytearray, memoryview)):
         raise WireError(Code.MALFORMED, "frame must be bytes")
     if len(frame) > max_bytes:
         raise WireError(Code.OVERSIZED, f"frame of {len(frame)} bytes > {max_bytes}")
     try:
         # the max_*_len limits default to the frame length, which bounds memory already
-        obj = msgpack.unpackb(frame, raw=False, strict_map_key=True, use_list=True)
+        obj = msgpack.unpackb(frame, raw=False, strict_map_key=True, use_list=use_list)
     except (ValueError, TypeError, msgpack.UnpackException) as e:
         raise WireError(Code.MALFORMED, f"not a msgpack frame ({type(e).__name__})") from None
     if not isinstance(obj, dict):
@@ -559,7 +562,7 @@ def _notify_item(x: Any, i: int) -> Notification:
 
 def decode_reply(frame: bytes, *, max_bytes: int = 16 * MAX_FRAME_BYTES) -> Reply:
     """Validate a reply frame from a switch. Raises only ``WireError``."""
-    m = unpack_frame(frame, max_bytes)
+    m = unpack_frame(frame, max_bytes, use_list=False)
     try:
         return _decode_reply(m)
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:  # shape errors in nested fields
@@ -591,18 +594,23 @@ def _decode_reply(m: dict[str, Any]) -> Reply:
     if t == "fetch_feedback":
         k = _opt_int(m.get("K"), "K")
         caps = {str(a): int(b) for a, b in m["caps"].items()}
-        fb, types, lens = [], set(), set()
+        fb, heads, names, rows, lens, ints = [], set(), set(), set(), set(), set()
         for f in m["flows"]:
-            loads = tuple(map(tuple, f["load_Bps"]))
-            lens.update(map(len, loads))
-            path = tuple(f["path_Bps"])
-            types.update(map(type, path))
-            types.update(map(type, chain.from_iterable(loads)))
-            fb.append(FlowFeedback(str(f["flow"]), int(f["status"]), tuple(map(str, f["links"])), loads, path))
-        # checked once for all flows (the rows stay as msgpack made them)
+            x = FlowFeedback(f["flow"], f["status"], f["links"], f["load_Bps"], f["path_Bps"])
+            heads.add((*map(type, x), len(x.links) == len(x.load_Bps)))
+            names.update(map(type, x.links))
+            rows.update(map(type, x.load_Bps))
+            lens.update(map(len, x.load_Bps))
+            ints.update(map(type, x.path_load_Bps))
+            ints.update(map(type, chain.from_iterable(x.load_Bps)))
+            fb.append(x)
+        # the types are checked once for all flows (the rows stay the tuples msgpack made)
+        if not (heads <= {(str, int, tuple, tuple, tuple, True)} and names <= {str} and rows <= {tuple}):
+            raise WireError(Code.MALFORMED, "reply flows need a str flow id, an int status, str links and a row "
+                                            "of loads per link")
         if k is not None and not lens <= {k}:
             raise WireError(Code.MALFORMED, "reply load_Bps rows must have K values")
-        if not types <= {int}:
+        if not ints <= {int}:
             raise WireError(Code.MALFORMED, "reply load_Bps and path_Bps values must be ints")
         notes = tuple(Notification(str(n["to"]), str(n["flow"]), str(n["job"]), int(n["F_bytes"]), int(n["slot"]),
                                    str(n["from"])) for n in m["notify"])

@@ -150,7 +150,7 @@ def test_round_trip_self_exclusion_progress_and_notification(server):
         assert r.ok, r.errors
         fl = r.feedback["f1"]
         want = planned(300, r.slot, r, ep)
-        assert fl.complete and fl.load_Bps == {"sw0>h1": want}  # own excluded, same-job f2 included
+        assert fl.complete and fl.load_Bps == {"sw0>h1": tuple(want)}  # own excluded, same-job f2 included
         assert fl.path_load_Bps == want and want[-1] == 300
         assert r.capacities_Bps == {"sw0>h1": 10**9 // 8}
         # the same update twice is idempotent; a new schedule replaces the old one
@@ -165,7 +165,7 @@ def test_round_trip_self_exclusion_progress_and_notification(server):
             time.sleep(0.005)
         r3 = exchange_ok(a, fetches=[wire.FlowQuery("f1", "h0", "h1"), wire.FlowQuery("fx", "h0", "h99")])
         assert r3.slot > start_f2
-        assert r3.feedback["f1"].load_Bps == {"sw0>h1": planned(50, start_f2, r3, ep)}
+        assert r3.feedback["f1"].load_Bps == {"sw0>h1": tuple(planned(50, start_f2, r3, ep))}
         assert r3.flow_status == {"fx": Code.UNKNOWN_HOST}
         r4 = exchange_ok(b)  # a notification is delivered once
         assert r4.notifications == []

@@ -75,6 +75,31 @@ def test_reply_round_trips():
     assert (err.type, err.req_id, err.status, err.slot_now, err.message) == ("error", 8, 5, 99, "late")
 
 
+@pytest.mark.parametrize("entry", [
+    {"flow": 3},  # not a str
+    {"status": "0"},
+    {"status": True},  # (a bool is no status)
+    {"links": ["sw>h1", 4]},
+    {"links": "sw>h1"},
+    {"load_Bps": [[1, 2], [3, 4]]},  # two rows for one link
+    {"load_Bps": [[1, 2.5]]},
+    {"load_Bps": [[1]]},  # not K values
+    {"load_Bps": [{"a": 1}]},
+    {"path_Bps": [1, "2"]},
+    {"path_Bps": 3},
+])
+def test_a_malformed_feedback_entry_is_refused(entry):
+    """The client keeps a reply's feedback rows as msgpack made them, so the types are checked at once:
+    a bad entry among good ones makes the whole reply malformed (the daemon treats it as no answer)."""
+    good = {"flow": "f", "status": 0, "links": ["sw>h1"], "load_Bps": [[1, 2]], "path_Bps": [1, 2]}
+    m = {"v": wire.WIRE_VERSION, "type": "fetch_feedback", "id": 5, "status": 0, "slot_now": 9, "slot": 9,
+         "slot_s": 0.06, "K": 2, "caps": {}, "notify": [], "flows": [good, {**good, "flow": "g", **entry}]}
+    assert wire.decode_reply(pack({**m, "flows": [good, {**good, "flow": "g"}]})).feedback[1].load_Bps == ((1, 2),)
+    with pytest.raises(WireError) as e:
+        wire.decode_reply(pack(m))
+    assert e.value.code == Code.MALFORMED
+
+
 @pytest.mark.parametrize("frame, code", [
     (b"", Code.MALFORMED),
     (b"\xc1", Code.MALFORMED),  # never-used msgpack byte

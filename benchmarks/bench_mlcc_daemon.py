@@ -16,6 +16,7 @@ results/bench_mlcc_daemon.json) with wall and thread-CPU percentiles per case.""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -60,10 +61,17 @@ class InstantSwitch:
 
     def __init__(self, load: bool = True, K: int = 10, seed: int = 7):
         self.load, self.K, self.rng = load, K, np.random.default_rng(seed)
-        self.fb: dict[str, FlowLoads] = {}
+        self.fb: dict = {}  # flow id (or flow id and links asked) -> its feedback
         self.caps: dict[str, int] = {}
 
     def _feedback(self, q) -> FlowLoads:
+        if q.links is not None:  # some links of the path (the daemon knows the path and asks for those)
+            fl = self.fb.get((q.flow_id, q.links))
+            if fl is None:
+                whole = self._feedback(dataclasses.replace(q, links=None))
+                rows = {lid: whole.load_Bps[lid] for lid in q.links if lid in whole.load_Bps}
+                fl = self.fb[(q.flow_id, q.links)] = FlowLoads(q.flow_id, rows, [sum(c) for c in zip(*rows.values())])
+            return fl
         fl = self.fb.get(q.flow_id)
         if fl is None:
             dst = int(q.dst.rsplit(".", 1)[1])

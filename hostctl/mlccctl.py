@@ -73,6 +73,7 @@ log = logging.getLogger("hostctl")
 
 SILENT_SLOTS = 3  # switches silent this many slots in a row -> local mode
 RATE_DEADBAND = 0.03  # a new rate within 3% of the applied one is not written
+PATH_REFRESH_SLOTS = 100  # a fetch asks for every flow's whole path at least this often (6 s at 60 ms)
 KEPT_WEIGHT = 0.5  # EWMA weight of the last slot in a flow's kept fraction (see _kept_factors)
 PROGRESS_MAX_AGE = 2  # a peer's progress or notification older than this many slots is ignored
 NIC = "nic"  # this host's own egress link (the local table's link)
@@ -143,10 +144,12 @@ class MlccControl:
         self._queries: dict[tuple, wire.FlowQuery] = {}  # (src, dst, job, rank) -> last slot's fetch query
         self._cap_of: tuple = (None, None)  # (plan columns, their capacities), while the caps are unchanged
         self._own_cells: tuple = (None, None, None)  # _own_load's indices, for (prev_path, col, job index)
-        self._view_key: tuple = (None, None)  # (col, flows with feedback) the first rows below are for
+        self._view_key: tuple = (None, None, None)  # (col, queries, flows with feedback) of the rows below
         self._view: tuple = ()  # (link columns, first flow per link, link ids)
         self._fetch_key: tuple | None = None  # (flow ids, jobs, ranks) the queries below were made for
-        self._fetch_q: tuple[list[wire.FlowQuery], list[str]] = ([], [])  # (queries, asking flow per flow)
+        self._fetch_q: tuple = ([], [], {})  # (queries, asking flow per flow, _link_queries' partial)
+        self._paths_gen = 0  # counts changes of the asking flows' known paths (the queries depend on them)
+        self._full_next: set[str] = set()  # asking flows to ask for their whole path again
         self.rtt_ms: deque[float] = deque(maxlen=200)  # fetch round trips (negotiation latency)
         self.exchange_ms: deque[float] = deque(maxlen=200)  # fetch + publish, wall time in the slot
         self.errors: dict[str, int] = {}
@@ -282,9 +285,11 @@ class MlccControl:
         # out of its answer, so the flows of a job between the same two hosts (a framework's several
         # connections per peer) get the same rows; the first of them asks for all. Queries are reused
         # from slot to slot while the asking flow is the same.
-        key = (ids, self._jobs[0], sorted(self.ranks.items()))
-        if key == self._fetch_key:  # the same flows, jobs and ranks as last slot: the same queries
-            q, asker = self._fetch_q
+        # every PATH_REFRESH_SLOTS slots all queries ask for whole paths (a path that changed is learnt)
+        refresh = slot % PATH_REFRESH_SLOTS == 0
+        key = (ids, self._jobs[0], sorted(self.ranks.items()), self._paths_gen, refresh)
+        if key == self._fetch_key:  # the same flows, jobs, ranks and known paths as last slot
+            q, asker, partial = self._fetch_q
         else:
             old, q, asker = self._queries, [], []
             groups: dict[tuple, str] = {}
@@ -299,7 +304,8 @@ class MlccControl:
                     q.append(x)
                 asker.append(a)
             self._queries = dict(zip(groups, q))
-            self._fetch_key, self._fetch_q = key, (q, asker)
+            q, partial = (q, {}) if refresh else self._link_queries(q)
+            self._fetch_key, self._fetch_q = key, (q, asker, partial)
         names = sorted({n for d in deps for n in d.query}) if deps else ()
         res = self.switch.exchange(slot, fetches=q, get_progress=names, timeout_s=self.fetch_timeout_s)
         if deps:
@@ -333,12 +339,26 @@ class MlccControl:
             if res.capacities_Bps and not res.capacities_Bps.items() <= self.caps.items():
                 self.caps.update(res.capacities_Bps)
                 self._cap_of = (None, None)
-            fb, got, paths = {}, res.feedback, self.paths
+            fb, got, paths, full_next = {}, res.feedback, self.paths, self._full_next
             for fid, a in zip(ids, asker):
                 fl = got.get(a)
                 if fl is not None and fl.load_Bps:
                     fb[fid] = fl.load_Bps
-                    paths[fid] = paths[a] if a != fid else tuple(fl.load_Bps)
+                if a in partial:  # the asking flow named some of its path's links: the path stays
+                    if fid != a:
+                        paths[fid] = paths[a]
+                    elif partial[a] and (fl is None or not fl.load_Bps):
+                        # the question went unanswered or was refused (the switch's topology
+                        # changed?): ask for the whole path again next slot
+                        full_next.add(a)
+                        self._paths_gen += 1
+                elif fid in fb:
+                    if fid != a:
+                        paths[fid] = paths[a]
+                    elif paths.get(a) != (new := tuple(fl.load_Bps)) or a in full_next:
+                        paths[a] = new
+                        full_next.discard(a)
+                        self._paths_gen += 1
             self.feedback, self.fb_slot = fb, slot
         else:
             self.silent += 1
@@ -348,6 +368,31 @@ class MlccControl:
                 why = "; ".join(f"{ep}: {e}" for ep, e in res.errors.items()) or "no reply"
                 log.warning("switches silent for %d slots (%s): local mode (this host's NIC link only) "
                             "until they answer", self.silent, why)
+
+    def _link_queries(self, queries: list[wire.FlowQuery]) -> tuple[list[wire.FlowQuery], dict[str, bool]]:
+        """The fetch asks for each link's row once: only the first flow's row of a link enters the
+        plan (_switch_view), and a link's row is the same whichever flow of the same exclusion scope
+        asks (the whole fabric without a job order; the same job and rank under one). So a query
+        whose flow's path is known from an earlier answer names the links that no earlier query of
+        its scope asked for (its path's other links stay as they were). Returns the queries to
+        send and, per asking flow that names links, whether a query was sent for it (False: every
+        link of its path was asked for already)."""
+        out, partial, asked = [], {}, {}
+        for x in queries:
+            known = None if x.flow_id in self._full_next else self.paths.get(x.flow_id)
+            seen = asked.setdefault((x.job_id, x.rank) if self.ranks else None, set())
+            if known is None:  # a new flow: the whole path, to learn it
+                out.append(x)
+                continue
+            need = tuple(lid for lid in known if lid not in seen)
+            seen.update(known)
+            if len(need) == len(known):
+                out.append(x)
+                continue
+            partial[x.flow_id] = bool(need)
+            if need:
+                out.append(wire.FlowQuery(x.flow_id, x.src, x.dst, links=need, job_id=x.job_id, rank=x.rank))
+        return out, partial
 
     def _take_progress(self, slot: int, res) -> None:
         """Keep the peers' progress and the notifications for this host; forget what is too old."""
@@ -472,8 +517,10 @@ class MlccControl:
         K = self.K
         others = np.zeros((L, K))
         fb = self.feedback
-        key = (col, list(fb)) if fids is None else None
-        if key is not None and key[0] is self._view_key[0] and key[1] == self._view_key[1]:
+        # the feedback's links follow from the queries (a flow that named links gets those) and the paths
+        key = (col, self._fetch_q, list(fb)) if fids is None else None
+        vk = self._view_key
+        if key is not None and key[0] is vk[0] and key[1] is vk[1] and key[2] == vk[2]:
             idx, firsts, lids = self._view  # the same flows with the same links as last slot
         else:
             cols, firsts, lids = [], [], []

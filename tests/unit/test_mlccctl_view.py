@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import hostctl.mlccctl as mlccctl
 from hostctl.core.types import FlowKey
 from hostctl.mlccctl import NIC, FlowIn, MlccControl, flow_id
+from hostctl.core import wire
 from hostctl.switchclient import ExchangeResult, FlowLoads
 
 C = 1_000_000_000 // 8
@@ -29,15 +30,18 @@ class ModelSwitch:
     def __init__(self, paths: dict[str, list[str]], base: dict[str, np.ndarray]):
         self.paths, self.base = paths, base
         self.queries: list[int] = []  # fetch queries per exchange
+        self.asked: list[list[tuple]] = []  # per exchange: (job, rank, link) of every row asked for
         self.table: dict[str, tuple[str, int | None, int, tuple[float, ...]]] = {}  # flow -> (job, rank, slot, rates)
 
     def exchange(self, slot, *, updates=(), fetches=(), **_kw) -> ExchangeResult:
         res = ExchangeResult(slot=slot, latency_s={"model": 1e-4})
         if fetches:
             self.queries.append(len(fetches))
+        if fetches:
+            self.asked.append([(q.job_id, q.rank, lid) for q in fetches for lid in (q.links or self.paths[q.flow_id])])
         for q in fetches:
             loads = {}
-            for lid in self.paths[q.flow_id]:
+            for lid in (q.links if q.links is not None else self.paths[q.flow_id]):
                 row = self.base[lid].astype(np.float64).copy()
                 for g, (job, rank, at, rates) in self.table.items():
                     before = q.rank is None or rank is None or rank <= q.rank
@@ -84,7 +88,12 @@ def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(mlccctl, "host_slot", spy)
             ctl.tick([FlowIn(k, j, g, C, 0.0, True) for k, j, g in zip(keys, jobs, G)])
-        assert sw.queries[-1] == len({(k.raddr, j) for k, j in zip(keys, jobs)})  # one per peer and job
+        asked = sw.asked[-1]
+        if tick == 0:  # the paths are not known yet: one query per peer and job, for its whole path
+            assert sw.queries[-1] == len({(k.raddr, j) for k, j in zip(keys, jobs)})
+        else:  # then each link's row once (per job and rank under an order: the rows differ by job)
+            scope = [lid if order == "none" else (job, rank, lid) for job, rank, lid in asked]
+            assert len(scope) == len(set(scope)), asked
         if tick > 0:  # from the second slot on, this host's own schedules are in the switch's table
             used = [NIC] + sorted({lid for p in paths.values() for lid in p})  # the plan's link columns
             assert len(seen) == (1 if order == "none" else len(set(jobs)))  # one plan, or one per job
@@ -145,7 +154,7 @@ def _forget_caches(ctl: MlccControl) -> None:
     their paths stay the same."""
     ctl._fetch_key = None
     ctl._own_cells = (None, None, None)
-    ctl._view_key = (None, None)
+    ctl._view_key = (None, None, None)
     ctl._cols_of = (None, [], {}, ctl.prev_path)
     ctl._jobs = ([], {}, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object))
 
@@ -196,3 +205,46 @@ def test_reusing_last_slots_work_decides_as_computing_it_again(order, data):
         np.testing.assert_array_equal(qa, qb)
         np.testing.assert_array_equal(ka, kb)
         t[0] += SLOT
+
+
+class RefusingSwitch(ModelSwitch):
+    """A ModelSwitch that, while ``refuse`` is set, refuses every query that names links (as a switch
+    whose topology changed would: unknown_link)."""
+
+    refuse = False
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.fetched: list[list[tuple[str, tuple[str, ...] | None]]] = []
+
+    def exchange(self, slot, *, updates=(), fetches=(), **kw) -> ExchangeResult:
+        if fetches:
+            self.fetched.append([(q.flow_id, q.links) for q in fetches])
+        named = [q for q in fetches if q.links is not None and self.refuse]
+        res = super().exchange(slot, updates=updates, fetches=[q for q in fetches if q not in named], **kw)
+        for q in named:
+            res.feedback[q.flow_id] = FlowLoads(q.flow_id, complete=False)
+            res.flow_status[q.flow_id] = int(wire.Code.UNKNOWN_LINK)
+        return res
+
+
+def test_a_flow_asks_only_for_links_not_asked_yet_and_for_its_whole_path_when_refused():
+    """Once the paths are known, the second flow's query names only its own last link (the first flow
+    asked for the shared one); a refused named query is asked as a whole path next slot, then named
+    again; both flows plan on their whole paths throughout."""
+    keys = [FlowKey("10.0.0.1", 5000, "10.0.1.2", 9000), FlowKey("10.0.0.1", 5001, "10.0.1.3", 9000)]
+    f1, f2 = (flow_id(k) for k in keys)
+    paths = {f1: ["h0:up", "h1:down"], f2: ["h0:up", "h2:down"]}
+    base = {lid: np.full(K, C // 4) for lid in LINKS}
+    t = [1_000_000.0 * SLOT]
+    sw = RefusingSwitch(paths, base)
+    ctl = MlccControl(C, SLOT, switch=sw, wall=lambda: t[0])
+    flows = [FlowIn(k, "ja", 20 * C * SLOT, C, 0.0, True) for k in keys]
+    for tick in range(5):
+        sw.refuse = tick == 2
+        ctl.tick(flows)
+        assert [ctl._links_of(f) for f in (f1, f2)] == [(NIC, "h0:up", "h1:down"), (NIC, "h0:up", "h2:down")]
+        t[0] += SLOT
+    whole, named = [(f1, None), (f2, None)], [(f1, None), (f2, ("h2:down",))]
+    assert sw.fetched == [whole, named, named, whole, named]
+    assert ctl.errors == {"unknown_link": 1}

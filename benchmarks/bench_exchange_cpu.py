@@ -5,12 +5,16 @@
 Per slot, as ``MlccControl`` does it: one fetch (one query per peer: the flows of a job to one peer share
 a query) and one publish of every flow's K-slot schedule, each waiting for the reply. Prints the client's
 thread CPU per slot (building the schedule messages included; the wait for the replies is not CPU) and
-the wall time of the two round trips. switchemu runs as its own process; its CPU is not counted here."""
+the wall time of the two round trips, and writes them as JSON (--out). switchemu runs as its own process; its
+CPU is not counted here."""
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
 import os
+import platform
 import shutil
 import statistics
 import subprocess
@@ -32,6 +36,7 @@ def main() -> None:
     ap.add_argument("--flows", type=int, default=100)
     ap.add_argument("--peers", type=int, default=1, help="hosts the flows go to (1..200)")
     ap.add_argument("--slots", type=int, default=300)
+    ap.add_argument("--out", default="results/bench_exchange_cpu.json")
     a = ap.parse_args()
     if not 1 <= a.peers <= 200:
         ap.error("--peers must be within 1..200")
@@ -70,6 +75,17 @@ def main() -> None:
     print(f"{a.flows} flows to {a.peers} peer(s), {a.slots} slots: client CPU per slot mean "
           f"{statistics.fmean(cpu):.3f} ms (median {statistics.median(cpu):.3f}); both round trips, wall: "
           f"median {statistics.median(wall):.2f} ms")
+    out = {"benchmark": "the daemon's two switch exchanges per slot (client CPU)",
+           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+           "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+           "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+           "result": {"flows": a.flows, "peers": a.peers, "slots": a.slots,
+                      "client_cpu_ms_mean": statistics.fmean(cpu), "client_cpu_ms_median": statistics.median(cpu),
+                      "round_trips_wall_ms_median": statistics.median(wall)}}
+    p = Path(a.out)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(out, indent=1))
+    print(f"wrote {p}")
 
 
 if __name__ == "__main__":

@@ -18,10 +18,8 @@ slots for benchmarks/slot_replay.py. The testbed has a unique name and is remove
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -31,6 +29,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hostctl.bench.results import write_results  # noqa: E402
 from hostctl.bench.runner import switch_topology  # noqa: E402
 from hostctl.bench.scenario import parse_scenario  # noqa: E402
 from hostctl.switchclient import SwitchClient  # noqa: E402
@@ -200,13 +199,7 @@ def main() -> None:
                 os.unlink(f)
             except OSError:
                 pass
-    doc = {"benchmark": "pacing daemon CPU with N flows", "date": dt.datetime.now(dt.timezone.utc).isoformat(
-        timespec="seconds"), "command": " ".join([os.path.basename(PY)] + sys.argv),
-           "machine": {"platform": platform.platform(), "cpus": os.cpu_count()}, "result": res}
-    p = Path(a.out)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(doc, indent=1))
-    print(f"wrote {p}")
+    write_results(a.out, "pacing daemon CPU with N flows", {"result": res})
 
 
 if __name__ == "__main__":

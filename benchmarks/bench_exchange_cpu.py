@@ -11,10 +11,7 @@ CPU is not counted here."""
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -24,6 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hostctl.bench.results import write_results  # noqa: E402
 from hostctl.core import wire  # noqa: E402
 from hostctl.switchclient import SwitchClient  # noqa: E402
 
@@ -75,17 +73,9 @@ def main() -> None:
     print(f"{a.flows} flows to {a.peers} peer(s), {a.slots} slots: client CPU per slot mean "
           f"{statistics.fmean(cpu):.3f} ms (median {statistics.median(cpu):.3f}); both round trips, wall: "
           f"median {statistics.median(wall):.2f} ms")
-    out = {"benchmark": "the daemon's two switch exchanges per slot (client CPU)",
-           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-           "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-           "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
-           "result": {"flows": a.flows, "peers": a.peers, "slots": a.slots,
-                      "client_cpu_ms_mean": statistics.fmean(cpu), "client_cpu_ms_median": statistics.median(cpu),
-                      "round_trips_wall_ms_median": statistics.median(wall)}}
-    p = Path(a.out)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(out, indent=1))
-    print(f"wrote {p}")
+    write_results(a.out, "the daemon's two switch exchanges per slot (client CPU)", {"result": {
+        "flows": a.flows, "peers": a.peers, "slots": a.slots, "client_cpu_ms_mean": statistics.fmean(cpu),
+        "client_cpu_ms_median": statistics.median(cpu), "round_trips_wall_ms_median": statistics.median(wall)}})
 
 
 if __name__ == "__main__":

@@ -28,9 +28,6 @@ process was preempted. Medians, p90 and p99 over the slots, per repeat.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import os
 import platform
 import statistics
 import sys
@@ -40,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hostctl.bench.results import write_results  # noqa: E402
 from hostctl.core.mlcc import MlccParams, Role, allocate, apply_reductions  # noqa: E402
 
 NIC_Bps = 10e9 / 8  # 10 Gbit/s in bytes/s
@@ -136,20 +134,10 @@ def main() -> None:
                       f"p90 {d['p90']:.3f} p99 {d['p99']:.3f} ms | cpu median {c['median']:.3f} "
                       f"p90 {c['p90']:.3f} ms | reductions p90 {r['reductions_wall_ms']['p90']:.3f} ms | "
                       f"batches {r['alg1_batches_mean']:.2f}", flush=True)
-    out = {
-        "benchmark": "mlcc allocate() per-slot decision time",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-        "machine": {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count(),
-                    "python": platform.python_version(), "numpy": np.__version__,
-                    "processor": platform.processor()},
+    write_results(args.out, "mlcc allocate() per-slot decision time", {
         "params": {"K": args.K, "slot_s": MlccParams().slot_s, "slots": args.slots, "repeat": args.repeat},
         "results": results,
-    }
-    path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1))
-    print(f"wrote {path}")
+    }, machine={"machine": platform.machine(), "numpy": np.__version__, "processor": platform.processor()})
 
 
 if __name__ == "__main__":

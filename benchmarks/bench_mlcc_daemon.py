@@ -17,10 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
-import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -29,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hostctl.bench.results import write_results  # noqa: E402
 from hostctl.core.types import FlowKey  # noqa: E402
 from hostctl.mlccctl import FlowIn, MlccControl  # noqa: E402
 from hostctl.switchclient import ExchangeResult, FlowLoads  # noqa: E402
@@ -145,16 +142,8 @@ def main() -> None:
             print(f"rep {rep} n={n:4d} jobs={jobs:3d} {r['mode']}: wall median {r['wall_ms']['median']:.3f} p90 "
                   f"{r['wall_ms']['p90']:.3f} p99 {r['wall_ms']['p99']:.3f} ms | cpu mean -> "
                   f"{r['core_pct_at_60ms']:.1f}% of a core at 60 ms slots", flush=True)
-    out = {"benchmark": "mlcc daemon per-slot decision (MlccControl.tick)",
-           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-           "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-           "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                       "numpy": np.__version__},
-           "results": res}
-    p = Path(a.out)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(out, indent=1))
-    print(f"wrote {p}")
+    write_results(a.out, "mlcc daemon per-slot decision (MlccControl.tick)", {"results": res},
+                  machine={"numpy": np.__version__})
 
 
 if __name__ == "__main__":

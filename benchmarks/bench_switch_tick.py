@@ -13,10 +13,6 @@ feedback per fetch."""
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -26,6 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hostctl.bench.results import write_results  # noqa: E402
 from hostctl.core.types import FlowKey  # noqa: E402
 from hostctl.mlccctl import FlowIn, MlccControl  # noqa: E402
 from hostctl.switchclient import SwitchClient  # noqa: E402
@@ -101,15 +98,7 @@ def main() -> None:
           f"{res['rows_per_fetch_median']:g} (max {res['rows_per_fetch_max']}); {res['links_planned']} links "
           f"planned; fetch round trip p90 {res['fetch_round_trip_ms_p90']:.2f} ms; fallbacks to local mode "
           f"{res['fallbacks']}; mode {res['mode']}, errors {res['errors'] or 'none'}")
-    out = {"benchmark": "MlccControl.tick against a real switchemu (two-tier fabric)",
-           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-           "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-           "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
-           "result": res}
-    p = Path(a.out)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(out, indent=1))
-    print(f"wrote {p}")
+    write_results(a.out, "MlccControl.tick against a real switchemu (two-tier fabric)", {"result": res})
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ class MlccControl:
         self._own_cells: tuple = (None, None, None)  # _own_load's indices, for (prev_path, col, job index)
         self._view_key: tuple = (None, None, None)  # (col, queries, flows with feedback) of the rows below
         self._view: tuple = ()  # (link columns, first flow per link, link ids)
-        self._fetch_key: tuple | None = None  # (flow ids, jobs, ranks) the queries below were made for
+        self._fetch_key: tuple | None = None  # (ids, jobs, ranks, paths_gen, refresh) of the queries below
         self._fetch_q: tuple = ([], [], {})  # (queries, asking flow per flow, _link_queries' partial)
         self._paths_gen = 0  # counts changes of the asking flows' known paths (the queries depend on them)
         self._full_next: set[str] = set()  # asking flows to ask for their whole path again
@@ -344,21 +344,19 @@ class MlccControl:
                 fl = got.get(a)
                 if fl is not None and fl.load_Bps:
                     fb[fid] = fl.load_Bps
-                if a in partial:  # the asking flow named some of its path's links: the path stays
-                    if fid != a:
+                if fid != a:  # the asking flow's path (known, or just learnt) is this flow's
+                    if a in partial or fid in fb:
                         paths[fid] = paths[a]
-                    elif partial[a] and (fl is None or not fl.load_Bps):
+                elif a in partial:  # it named some of its path's links: the path stays
+                    if partial[a] and (fl is None or not fl.load_Bps):
                         # the question went unanswered or was refused (the switch's topology
                         # changed?): ask for the whole path again next slot
                         full_next.add(a)
                         self._paths_gen += 1
-                elif fid in fb:
-                    if fid != a:
-                        paths[fid] = paths[a]
-                    elif paths.get(a) != (new := tuple(fl.load_Bps)) or a in full_next:
-                        paths[a] = new
-                        full_next.discard(a)
-                        self._paths_gen += 1
+                elif fid in fb and (paths.get(a) != (new := tuple(fl.load_Bps)) or a in full_next):
+                    paths[a] = new
+                    full_next.discard(a)
+                    self._paths_gen += 1
             self.feedback, self.fb_slot = fb, slot
         else:
             self.silent += 1

@@ -17,12 +17,15 @@ its receiver (the receiver's ToR). Otherwise every request goes to every endpoin
 from __future__ import annotations
 
 import itertools
+import logging
 import math
+import operator
 import os
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import zmq
 
@@ -30,6 +33,8 @@ from hostctl.core import wire
 from hostctl.core.topology import Topology
 from hostctl.core.wire import Code, Reply, Request, WireError
 from hostctl.errors import ConfigError
+
+log = logging.getLogger("hostctl")
 
 
 @dataclass(frozen=True)
@@ -54,13 +59,13 @@ class CurveClientKeys:
         return cls(pub, sec, spub)
 
 
-@dataclass
+@dataclass(slots=True)
 class FlowLoads:
     """Feedback for one flow, merged over the switches on its path (bytes/s, K slots)."""
 
     flow_id: str
     load_Bps: dict[str, Sequence[int]] = field(default_factory=dict)  # link id -> K loads, own flow excluded
-    path_load_Bps: list[int] = field(default_factory=list)  # sum over the links above
+    path_load_Bps: tuple[int, ...] = ()  # sum over the links above
     complete: bool = True  # False if a switch on the path did not answer or reported an error
 
 
@@ -93,6 +98,7 @@ class ProbeResult:
     slot_s: float | None = None
     horizon: int | None = None
     error: str | None = None
+    version: int | None = None  # the wire version the switch answered in
 
 
 class SwitchClient:
@@ -119,6 +125,8 @@ class SwitchClient:
         self.ctx = context or zmq.Context()
         self._ids = itertools.count(random.getrandbits(40))
         self.late_replies = 0  # replies that arrived after their exchange gave up
+        # the wire version spoken to each endpoint: the newest, until a switch answers unknown_version
+        self.version = dict.fromkeys(eps, wire.WIRE_VERSION)
         self.socks: dict[str, zmq.Socket] = {}
         for ep in eps:
             s = self.ctx.socket(zmq.DEALER)
@@ -185,40 +193,49 @@ class SwitchClient:
         fetch_feedback, get_progress (so a fetch already sees this host's own new schedules and the
         others' reported progress)."""
         deadline = time.monotonic() + timeout_s
-        per_ep: dict[str, dict[str, list]] = {}
+        per_ep: dict[str, dict[str, list]] = {ep: {} for ep in self.endpoints}
+        routed = self.topo is not None  # else every request goes to every endpoint
 
-        def add(eps: list[str], kind: str, item) -> None:
-            for ep in eps:
-                per_ep.setdefault(ep, {}).setdefault(kind, []).append(item)
+        def add(kind: str, items: Sequence, eps_of: Callable[[Any], list[str]] | None) -> None:
+            if eps_of is None:
+                for kinds in per_ep.values():
+                    kinds[kind] = list(items)
+                return
+            for x in items:
+                for ep in eps_of(x):
+                    per_ep[ep].setdefault(kind, []).append(x)
 
-        for u in updates:
-            add(self._eps_for_path(u.src, u.dst, u.links), "update_schedule", u)
-        for p in progress:
-            add(self.endpoints, "report_progress", p)
-        for n in notify:
-            add(self._eps_for_receiver(n.to_host), "notify", n)
-        for f in fetches:
-            add(self._eps_for_path(f.src, f.dst, f.links), "fetch_feedback", f)
-        if not fetches and self.host is not None:  # still pick up notifications
-            add(self.endpoints, "fetch_feedback", None)
-        for g in get_progress:
-            add(self.endpoints, "get_progress", g)
+        if updates:
+            add("update_schedule", updates, (lambda u: self._eps_for_path(u.src, u.dst, u.links)) if routed else None)
+        if progress:
+            add("report_progress", progress, None)
+        if notify:
+            add("notify", notify, (lambda n: self._eps_for_receiver(n.to_host))
+                if routed and self.host is not None else None)
+        if fetches:
+            add("fetch_feedback", fetches, (lambda f: self._eps_for_path(f.src, f.dst, f.links)) if routed else None)
+        elif self.host is not None:  # still pick up notifications
+            add("fetch_feedback", (), None)
+        if get_progress:
+            add("get_progress", get_progress, None)
 
         res = ExchangeResult(slot)
         self._drain_late()
         pending: dict[str, dict[int, tuple]] = {}
         sent_at: dict[str, float] = {}
         for ep, kinds in per_ep.items():
-            frames, ids = [], {}
+            if not kinds:
+                continue
+            frames, ids, v = [], {}, self.version[ep]
             for kind in ("update_schedule", "report_progress", "notify", "fetch_feedback", "get_progress"):
-                items = [x for x in kinds.get(kind, ()) if x is not None]
-                if kind not in kinds:
+                items = kinds.get(kind)
+                if items is None:
                     continue
                 for i in range(0, max(1, len(items)), wire.MAX_ITEMS):
                     rid = next(self._ids)
                     chunk = tuple(items[i:i + wire.MAX_ITEMS])
                     ids[rid] = chunk
-                    frames.append(wire.encode_request(Request(kind, rid, slot, self.host, chunk)))
+                    frames.append(wire.encode_request(Request(kind, rid, slot, self.host, chunk, v)))
             for i in range(0, len(frames), wire.MAX_PARTS):
                 try:
                     self.socks[ep].send_multipart(frames[i:i + wire.MAX_PARTS], zmq.NOBLOCK)
@@ -275,6 +292,10 @@ class SwitchClient:
         if r.slot_now is not None:
             res.slot_now[ep] = r.slot_now
         if r.type == "error":
+            if r.status == Code.UNKNOWN_VERSION and self.version[ep] > 1:
+                self.version[ep] = 1
+                log.warning("switch %s does not speak wire version %d: speaking version 1 to it (upgrade "
+                            "switchemu for smaller replies)", ep, wire.WIRE_VERSION)
             res.errors[ep] = f"{Code(r.status).name.lower() if r.status in Code._value2member_map_ else r.status}: {r.message}"
             res.error_codes[ep] = r.status
             return
@@ -289,20 +310,24 @@ class SwitchClient:
             res.capacities_Bps.update(r.capacities_Bps)
             res.notifications.extend(r.notifications)
             got = res.feedback
+            if not got and not r.status and r.feedback:  # the first switch to answer and every flow ok: all new
+                ids, _, links, loads, paths = zip(*r.feedback)
+                got.update(zip(ids, map(FlowLoads, ids, map(dict, map(zip, links, loads)), paths)))
+                return
             for f in r.feedback:
                 fl = got.get(f.flow_id)
                 if f.status:
                     if fl is None:
-                        fl = got[f.flow_id] = FlowLoads(f.flow_id, path_load_Bps=[0] * self.horizon)
+                        fl = got[f.flow_id] = FlowLoads(f.flow_id, path_load_Bps=(0,) * self.horizon)
                     fl.complete = False
                     res.flow_status[f.flow_id] = f.status
                 elif fl is None:  # the first switch to answer for the flow (with one switch: the only one)
-                    got[f.flow_id] = FlowLoads(f.flow_id, dict(zip(f.links, f.load_Bps)), list(f.path_load_Bps))
+                    got[f.flow_id] = FlowLoads(f.flow_id, dict(zip(f.links, f.load_Bps)), f.path_load_Bps)
                 else:  # another switch on the path: its links, and the path sums added
                     fl.load_Bps.update(zip(f.links, f.load_Bps))
                     if len(fl.path_load_Bps) != len(f.path_load_Bps):
-                        fl.path_load_Bps = [0] * len(f.path_load_Bps)
-                    fl.path_load_Bps = [a + b for a, b in zip(fl.path_load_Bps, f.path_load_Bps)]
+                        fl.path_load_Bps = (0,) * len(f.path_load_Bps)
+                    fl.path_load_Bps = tuple(map(operator.add, fl.path_load_Bps, f.path_load_Bps))
         elif r.type == "get_progress":
             for p in r.progress:
                 old = res.progress.get(p.flow_id)
@@ -319,14 +344,15 @@ class SwitchClient:
 
     def probe(self, slot_s: float = 0.06, timeout_s: float = 2.0) -> ProbeResult:
         """One fetch_feedback round trip to the first endpoint (waits for the connection within the
-        timeout). Retries once with the switch's own slot if the slot was refused (other slot length)."""
+        timeout). Retries once with the switch's own slot if the slot was refused (other slot length),
+        and once in version 1 if the switch does not speak this client's version."""
         ep = self.endpoints[0]
         sock = self.socks[ep]
         deadline = time.monotonic() + timeout_s
         slot = int(time.time() // slot_s)
-        for _ in range(2):
+        for _ in range(3):
             rid = next(self._ids)
-            frame = wire.encode_request(Request("fetch_feedback", rid, slot, None, ()))
+            frame = wire.encode_request(Request("fetch_feedback", rid, slot, None, (), self.version[ep]))
             while True:
                 try:
                     sock.send_multipart([frame], zmq.NOBLOCK)
@@ -343,10 +369,13 @@ class SwitchClient:
             if r.type == "error" and r.status in (Code.STALE_SLOT, Code.FUTURE_SLOT) and r.slot_now is not None:
                 slot = r.slot_now
                 continue
+            if r.type == "error" and r.status == Code.UNKNOWN_VERSION and self.version[ep] > 1:
+                self.version[ep] = 1
+                continue
             if r.type == "error":
                 return ProbeResult(lat, r.slot_now, error=f"error reply {r.status}: {r.message}")
-            return ProbeResult(lat, r.slot_now, r.slot_s, r.horizon)
-        return ProbeResult(error="slot refused twice")
+            return ProbeResult(lat, r.slot_now, r.slot_s, r.horizon, version=r.version)
+        return ProbeResult(error="slot or version refused three times")
 
     def _await(self, sock: zmq.Socket, rid: int, deadline: float) -> Reply | None:
         while True:

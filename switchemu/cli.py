@@ -142,7 +142,7 @@ def probe(
         raise HostctlError(f"no answer from {connect} within {timeout:g} s ({res.error}): is switchemu running "
                            "there, with matching --curve-keys?")
     typer.echo(f"{connect}: fetch round trip {res.latency_s * 1000:.3f} ms (slot_now {res.slot_now}, "
-               f"K {res.horizon}, slot {res.slot_s * 1000:g} ms)")
+               f"K {res.horizon}, slot {res.slot_s * 1000:g} ms, wire version {res.version})")
 
 
 @app.command()

@@ -146,13 +146,13 @@ class SwitchState:
             m = wire.unpack_frame(frame, self.max_frame_bytes)
             got = wire.fast_request(m, self.horizon) if self.fast else None
             if got is not None:
-                t, rid, slot, host, items = got
+                t, rid, slot, host, items, v = got
                 if not clk[2] <= slot <= clk[3]:
                     self._slot_error(slot, rid, clk)
                 if t == "update_schedule":
-                    out = self._fast_update(rid, slot, items, slot_now)
+                    out = self._fast_update(rid, slot, items, slot_now, v)
                 else:
-                    out = self._fast_fetch(rid, slot, host, items, slot_now)
+                    out = self._fast_fetch(rid, slot, host, items, slot_now, v)
             else:
                 req = wire.request_from_map(m, self.horizon)
                 t = req.type
@@ -209,12 +209,12 @@ class SwitchState:
             return wire.encode_reply(self._report(req, slot_now))
         if t == "get_progress":
             got = tuple(p for p in (self.progress.get(f) for f in req.flows) if p is not None)
-            return wire.encode_reply(Reply(t, req.req_id, 0, slot_now, progress=got))
+            return wire.encode_reply(Reply(t, req.req_id, 0, slot_now, progress=got, version=req.version))
         return wire.encode_reply(self._notify(req, slot_now))
 
     # ------------------------------------------------------------------ fast path
 
-    def _fast_update(self, rid: int, slot: int, items: list[tuple], slot_now: int) -> bytes:
+    def _fast_update(self, rid: int, slot: int, items: list[tuple], slot_now: int, v: int) -> bytes:
         """update_schedule from ``wire.fast_request`` items; same effects and reply bytes as ``_update``."""
         table, paths = self.table, self._paths
         status = []
@@ -237,12 +237,12 @@ class SwitchState:
             else:
                 status.append(self._flow_error(Code.REORDERED))
                 bad = bad or status[-1]
-        m = {"v": wire.WIRE_VERSION, "type": "update_schedule", "id": rid, "status": bad, "slot_now": slot_now}
+        m = {"v": v, "type": "update_schedule", "id": rid, "status": bad, "slot_now": slot_now}
         if bad:
             m["flow_status"] = status
         return self._pack(m)
 
-    def _fast_fetch(self, rid: int, slot: int, host: str | None, items: list[tuple], slot_now: int) -> bytes:
+    def _fast_fetch(self, rid: int, slot: int, host: str | None, items: list[tuple], slot_now: int, v: int) -> bytes:
         """fetch_feedback from ``wire.fast_request`` items; same reply bytes as ``_fetch``."""
         notes = []
         if host is not None:
@@ -254,6 +254,8 @@ class SwitchState:
         fb = []
         bad = 0
         memo: dict = {}  # the excluded jobs' flows by link, for this frame's reads (no update in between)
+        v1 = v == 1
+        loads: list = []  # version 2: every row, packed at the end
         for flow, src, dst, links, job, rank in items:
             p = paths.get((src, dst, links))
             if p is None:
@@ -262,13 +264,18 @@ class SwitchState:
                 except WireError as e:
                     code = self._flow_error(e.code)
                     bad = bad or code
-                    fb.append({"flow": flow, "status": code, "links": [], "load_Bps": [], "path_Bps": []})
+                    fb.append({"flow": flow, "status": code, "links": [], "load_Bps": [], "path_Bps": []} if v1
+                              else [flow, code, []])
                     continue
             idx, ids, capl = p
             rows = table.rows(idx, slot, slot_now, flow, job, rank, memo)
             for lid, cap in capl:
                 if lid not in caps:
                     caps[lid] = cap
+            if not v1:
+                fb.append([flow, 0, ids])
+                loads += rows
+                continue
             if len(rows) == 1:
                 path = rows[0]
             elif rows:
@@ -276,9 +283,12 @@ class SwitchState:
             else:
                 path = [0] * k
             fb.append({"flow": flow, "status": 0, "links": ids, "load_Bps": rows, "path_Bps": path})
-        return self._pack({"v": wire.WIRE_VERSION, "type": "fetch_feedback", "id": rid, "status": bad,
-                           "slot_now": slot_now, "slot": slot, "slot_s": self.slot_s, "K": k, "caps": caps,
-                           "flows": fb, "notify": notes})
+        m = {"v": v, "type": "fetch_feedback", "id": rid, "status": bad, "slot_now": slot_now, "slot": slot,
+             "slot_s": self.slot_s, "K": k, "caps": caps, "flows": fb}
+        if not v1:
+            m["loads_Bps"] = wire.pack_rows(loads)
+        m["notify"] = notes
+        return self._pack(m)
 
     # ------------------------------------------------------------------ handlers
 
@@ -366,7 +376,8 @@ class SwitchState:
                                         tuple(loads.sum(axis=0).tolist()) if rows else (0,) * self.horizon))
         status = next((x.status for x in fb if x.status), 0)
         return Reply("fetch_feedback", req.req_id, status, slot_now, slot=req.slot, slot_s=self.slot_s,
-                     horizon=self.horizon, capacities_Bps=caps, feedback=tuple(fb), notifications=notes)
+                     horizon=self.horizon, capacities_Bps=caps, feedback=tuple(fb), notifications=notes,
+                     version=req.version)
 
     def _report(self, req: wire.Request, slot_now: int) -> Reply:
         host = req.host or ""
@@ -411,7 +422,7 @@ class SwitchState:
 def _status_reply(req: wire.Request, slot_now: int, status: list[int]) -> Reply:
     bad = any(status)
     return Reply(req.type, req.req_id, next((s for s in status if s), 0), slot_now,
-                 flow_status=tuple(status) if bad else ())
+                 flow_status=tuple(status) if bad else (), version=req.version)
 
 
 def resolve_switch(topology: Topology, switch: str | None) -> str:

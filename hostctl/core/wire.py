@@ -1,4 +1,4 @@
-"""The switchemu wire protocol, version 1: msgpack messages over ZeroMQ (spec 2.4.4; pure).
+"""The switchemu wire protocol, versions 1 and 2: msgpack messages over ZeroMQ (spec 2.4.4; pure).
 
 Transport
 ---------
@@ -13,7 +13,14 @@ Every frame is one msgpack map (string keys, at most ``MAX_FRAME_BYTES``). Units
 (``_Bps``), volumes in bytes, slots are absolute ints ``floor(unix_time / slot_s)`` (hosts are
 NTP-synchronised; the switch rejects slots outside its clock +- max skew).
 
-Requests (common keys: ``v`` = 1, ``type``, ``id`` = uint request id echoed in the reply, ``slot`` =
+Versions: a request carries ``v`` = 1 or 2, and its reply the same ``v``. The two differ only in the
+fetch_feedback reply, whose loads version 2 sends as one packed array (below) instead of a msgpack int
+per value: a daemon with 100 flows decodes it several times faster. An ``error`` reply has the same
+form in every version and always carries ``v`` = 1, so a client of any version reads it. A switch
+speaks both versions; a client speaks 2 and, told ``unknown_version`` by an older switch, speaks 1 to
+it from then on.
+
+Requests (common keys: ``v``, ``type``, ``id`` = uint request id echoed in the reply, ``slot`` =
 the sender's current slot = the first slot of the K-slot window, ``host`` = sender host name or address,
 optional except to receive notifications)::
 
@@ -44,7 +51,11 @@ error code below), ``slot_now`` = the switch's current slot)::
     report_progress  flow_status?
     notify           flow_status?
     fetch_feedback   slot, slot_s, K, caps: {link: capacity_Bps},
-                     flows: [{flow, status, links: [ids], load_Bps: [[K ints] per link], path_Bps: [K ints]}],
+                     v1: flows: [{flow, status, links: [ids], load_Bps: [[K ints] per link], path_Bps: [K ints]}],
+                     v2: flows: [[flow, status, [link ids]] per queried flow, in request order],
+                         loads_Bps: bin, little-endian int64, for each flow in order and each of its links
+                                    in order, that link's K loads (a row per link; no path sums: the
+                                    client adds a flow's rows; a refused flow names no links)
                      notify: [{to, from, flow, job, F_bytes, slot}]
     get_progress     progress: [{flow, job, cum_bytes, rate_Bps, slot, host}]   (unknown flows left out)
 
@@ -53,16 +64,24 @@ Error codes: see ``Code``. Every decode error is one ``WireError(code, message)`
 
 from __future__ import annotations
 
+import functools
+import itertools
+import sys
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from itertools import chain
 from typing import Any, NamedTuple
 
 import msgpack
+import numpy as np
 
 from hostctl.errors import HostctlError
 
-WIRE_VERSION = 1
+WIRE_VERSION = 2  # what a client speaks
+WIRE_VERSIONS = (1, 2)  # what a switch answers
+ERROR_VERSION = 1  # the v of every error reply (its form is the same in every version)
 MAX_FRAME_BYTES = 512 * 1024  # one request or reply frame
 MAX_PARTS = 16  # request frames in one ZeroMQ message
 MAX_ITEMS = 2048  # flows / items in one frame
@@ -70,6 +89,7 @@ MAX_LINKS = 16  # explicit links of one flow
 MAX_STR = 128  # flow, job, host and link ids
 MAX_RATE_Bps = 10**12  # 8 Tbit/s
 MAX_BYTES = 2**62
+MAX_LOAD_Bps = 2**58  # a link's load in a v2 reply (so the sum over MAX_LINKS links fits an int64)
 MAX_U64 = 2**64 - 1
 
 
@@ -159,6 +179,7 @@ class Request:
     slot: int
     host: str | None = None
     flows: tuple = ()  # FlowSchedule | FlowQuery | FlowProgress | str (get_progress) | Notification (notify)
+    version: int = WIRE_VERSION
 
 
 class FlowFeedback(NamedTuple):
@@ -169,7 +190,7 @@ class FlowFeedback(NamedTuple):
     status: int
     links: tuple[str, ...] = ()  # the links of the path this switch owns
     load_Bps: tuple[tuple[int, ...], ...] = ()  # per link, K values, own schedule excluded
-    path_load_Bps: tuple[int, ...] = ()  # sum over those links
+    path_load_Bps: tuple[int, ...] = ()  # sum over those links (K zeros if none; () if refused)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +208,7 @@ class Reply:
     feedback: tuple[FlowFeedback, ...] = ()
     notifications: tuple[Notification, ...] = ()
     progress: tuple[FlowProgress, ...] = ()
+    version: int = WIRE_VERSION  # the request's (an error reply: ERROR_VERSION)
 
 
 # ---------------------------------------------------------------------- encoding
@@ -197,7 +219,7 @@ def _pack(obj: Any) -> bytes:
 
 
 def encode_request(req: Request) -> bytes:
-    m: dict[str, Any] = {"v": WIRE_VERSION, "type": req.type, "id": req.req_id, "slot": req.slot}
+    m: dict[str, Any] = {"v": req.version, "type": req.type, "id": req.req_id, "slot": req.slot}
     if req.host is not None:
         m["host"] = req.host
     t = req.type
@@ -244,10 +266,21 @@ def _notif(n: Notification) -> dict[str, Any]:
             "F_bytes": n.f_pred_bytes, "slot": n.slot}
 
 
+def pack_rows(rows: Iterable[Sequence[int]]) -> bytes:
+    """Load rows (ints) -> version 2's ``loads_Bps``: little-endian int64, row after row."""
+    a = array("q")  # 8 bytes on every platform CPython supports
+    for r in rows:
+        a.extend(r)
+    if sys.byteorder == "big":
+        a.byteswap()
+    return a.tobytes()
+
+
 def encode_reply(r: Reply) -> bytes:
-    m: dict[str, Any] = {"v": WIRE_VERSION, "type": r.type, "id": r.req_id, "status": int(r.status),
+    m: dict[str, Any] = {"v": r.version, "type": r.type, "id": r.req_id, "status": int(r.status),
                          "slot_now": r.slot_now}
     if r.type == "error":
+        m["v"] = ERROR_VERSION
         m["msg"] = r.message
         return _pack(m)
     if r.flow_status:
@@ -257,9 +290,13 @@ def encode_reply(r: Reply) -> bytes:
         m["slot_s"] = r.slot_s
         m["K"] = r.horizon
         m["caps"] = r.capacities_Bps
-        m["flows"] = [{"flow": f.flow_id, "status": f.status, "links": list(f.links),
-                       "load_Bps": [list(x) for x in f.load_Bps], "path_Bps": list(f.path_load_Bps)}
-                      for f in r.feedback]
+        if r.version == 1:
+            m["flows"] = [{"flow": f.flow_id, "status": f.status, "links": list(f.links),
+                           "load_Bps": [list(x) for x in f.load_Bps], "path_Bps": list(f.path_load_Bps)}
+                          for f in r.feedback]
+        else:
+            m["flows"] = [[f.flow_id, f.status, list(f.links)] for f in r.feedback]
+            m["loads_Bps"] = pack_rows(chain.from_iterable(f.load_Bps for f in r.feedback))
         m["notify"] = [_notif(n) for n in r.notifications]
     elif r.type == "get_progress":
         m["progress"] = [{"flow": p.flow_id, "job": p.job_id, "cum_bytes": p.cum_bytes, "rate_Bps": p.rate_Bps,
@@ -269,8 +306,9 @@ def encode_reply(r: Reply) -> bytes:
 
 def error_reply(code: Code | int, message: str, req_id: int | None = None, slot_now: int | None = None) -> bytes:
     """The bytes of ``encode_reply(Reply("error", req_id, code, slot_now, message=message[:200]))``,
-    without building the Reply (a switch that is behind answers many frames with stale_slot)."""
-    return _pack({"v": WIRE_VERSION, "type": "error", "id": req_id, "status": int(code), "slot_now": slot_now,
+    without building the Reply (a switch that is behind answers many frames with stale_slot). Version
+    ``ERROR_VERSION`` whatever the request's."""
+    return _pack({"v": ERROR_VERSION, "type": "error", "id": req_id, "status": int(code), "slot_now": slot_now,
                   "msg": message[:200]})
 
 
@@ -333,7 +371,7 @@ _NUM_TYPES = frozenset({int, float})
 
 
 def fast_request(m: dict[str, Any], k: int) -> tuple | None:
-    """(type, id, slot, host, items) of a valid update_schedule / fetch_feedback map, else None.
+    """(type, id, slot, host, items, version) of a valid update_schedule / fetch_feedback map, else None.
 
     update_schedule items: ``(flow, job, src, dst, seq, rates, links, rank)``, ``rates`` the list as sent
     (K ints/floats within 0..MAX_RATE_Bps, finite), ``links`` a tuple or None, ``rank`` an int or None.
@@ -350,7 +388,7 @@ def fast_request(m: dict[str, Any], k: int) -> tuple | None:
             return None
         v, rid, slot, flows = m["v"], m["id"], m["slot"], m["flows"]
         host = m.get("host")
-        if (len(m) != (5 if "host" not in m else 6) or type(v) is not int or v != WIRE_VERSION
+        if (len(m) != (5 if "host" not in m else 6) or type(v) is not int or v not in WIRE_VERSIONS
                 or type(rid) is not int or not 0 <= rid <= MAX_U64 or type(slot) is not int
                 or not 0 <= slot < 2**62 or type(flows) is not list or len(flows) > MAX_ITEMS):
             return None
@@ -404,7 +442,7 @@ def fast_request(m: dict[str, Any], k: int) -> tuple | None:
                 append((flow, src, dst, links, job, rank))
     except (KeyError, TypeError):  # a missing field, or an unhashable map key (cannot happen from msgpack)
         return None
-    return t, rid, slot, host, out
+    return t, rid, slot, host, out, v
 
 
 def _fast_links(v: Any) -> tuple[str, ...] | None:
@@ -421,8 +459,9 @@ def _decode_request(m: dict[str, Any], k: int) -> Request:
     v = m.get("v")
     if type(v) is not int:
         raise WireError(Code.MALFORMED, "field v (version) must be an int")
-    if v != WIRE_VERSION:
-        raise WireError(Code.UNKNOWN_VERSION, f"wire version {v} is not supported (this switch speaks {WIRE_VERSION})")
+    if v not in WIRE_VERSIONS:
+        raise WireError(Code.UNKNOWN_VERSION, f"wire version {v} is not supported (this switch speaks "
+                                              f"{' and '.join(map(str, WIRE_VERSIONS))})")
     t = m.get("type")
     if type(t) is not str:
         raise WireError(Code.MALFORMED, "field type must be a string")
@@ -455,7 +494,7 @@ def _decode_request(m: dict[str, Any], k: int) -> Request:
     extra = m.keys() - allowed
     if extra:
         raise WireError(Code.MALFORMED, f"unknown fields {sorted(map(str, extra))[:5]}")
-    return Request(t, rid, slot, host, flows)
+    return Request(t, rid, slot, host, flows, v)
 
 
 _KEYS_FLOWS = frozenset({"v", "type", "id", "slot", "host", "flows"})
@@ -578,8 +617,9 @@ def _opt_int(v: Any, what: str) -> int | None:
 
 
 def _decode_reply(m: dict[str, Any]) -> Reply:
-    if m.get("v") != WIRE_VERSION:
-        raise WireError(Code.UNKNOWN_VERSION, f"reply version {m.get('v')!r} is not {WIRE_VERSION}")
+    v = m.get("v")
+    if type(v) is not int or v not in WIRE_VERSIONS:
+        raise WireError(Code.UNKNOWN_VERSION, f"reply version {v!r} is not one of {WIRE_VERSIONS}")
     t = m.get("type")
     if t != "error" and t not in REQUEST_TYPES:
         raise WireError(Code.UNKNOWN_TYPE, f"unknown reply type {str(t)[:40]!r}")
@@ -589,36 +629,87 @@ def _decode_reply(m: dict[str, Any]) -> Reply:
         raise WireError(Code.MALFORMED, "reply has no status")
     slot_now = _opt_int(m.get("slot_now"), "slot_now")
     if t == "error":
-        return Reply("error", rid, status, slot_now, message=str(m.get("msg", "")))
+        return Reply("error", rid, status, slot_now, message=str(m.get("msg", "")), version=v)
     fs = tuple(int(x) for x in m.get("flow_status", ()))
     if t == "fetch_feedback":
         k = _opt_int(m.get("K"), "K")
-        caps = {str(a): int(b) for a, b in m["caps"].items()}
-        fb, heads, names, rows, lens, ints = [], set(), set(), set(), set(), set()
-        for f in m["flows"]:
-            x = FlowFeedback(f["flow"], f["status"], f["links"], f["load_Bps"], f["path_Bps"])
-            heads.add((*map(type, x), len(x.links) == len(x.load_Bps)))
-            names.update(map(type, x.links))
-            rows.update(map(type, x.load_Bps))
-            lens.update(map(len, x.load_Bps))
-            ints.update(map(type, x.path_load_Bps))
-            ints.update(map(type, chain.from_iterable(x.load_Bps)))
-            fb.append(x)
-        # the types are checked once for all flows (the rows stay the tuples msgpack made)
-        if not (heads <= {(str, int, tuple, tuple, tuple, True)} and names <= {str} and rows <= {tuple}):
-            raise WireError(Code.MALFORMED, "reply flows need a str flow id, an int status, str links and a row "
-                                            "of loads per link")
-        if k is not None and not lens <= {k}:
-            raise WireError(Code.MALFORMED, "reply load_Bps rows must have K values")
-        if not ints <= {int}:
-            raise WireError(Code.MALFORMED, "reply load_Bps and path_Bps values must be ints")
+        caps = m["caps"]
+        if not (type(caps) is dict and set(map(type, caps)) <= {str} and set(map(type, caps.values())) <= {int}):
+            raise WireError(Code.MALFORMED, "reply caps must map link ids to ints")
+        fb = _feedback_v1(m["flows"], k) if v == 1 else _feedback_v2(m["flows"], m["loads_Bps"], k)
         notes = tuple(Notification(str(n["to"]), str(n["flow"]), str(n["job"]), int(n["F_bytes"]), int(n["slot"]),
                                    str(n["from"])) for n in m["notify"])
         return Reply(t, rid, status, slot_now, flow_status=fs, slot=_opt_int(m.get("slot"), "slot"),
-                     slot_s=float(m["slot_s"]), horizon=k, capacities_Bps=caps, feedback=tuple(fb),
-                     notifications=notes)
+                     slot_s=float(m["slot_s"]), horizon=k, capacities_Bps=caps, feedback=fb,
+                     notifications=notes, version=v)
     if t == "get_progress":
         prog = tuple(FlowProgress(str(p["flow"]), str(p["job"]), int(p["cum_bytes"]), float(p["rate_Bps"]),
                                   int(p["slot"]), str(p["host"])) for p in m["progress"])
-        return Reply(t, rid, status, slot_now, flow_status=fs, progress=prog)
-    return Reply(t, rid, status, slot_now, flow_status=fs)
+        return Reply(t, rid, status, slot_now, flow_status=fs, progress=prog, version=v)
+    return Reply(t, rid, status, slot_now, flow_status=fs, version=v)
+
+
+def _feedback_v1(flows: Any, k: int | None) -> tuple[FlowFeedback, ...]:
+    """Version 1's feedback: a map per flow with its rows as msgpack arrays of ints."""
+    fb, heads, names, rows, lens, ints = [], set(), set(), set(), set(), set()
+    for f in flows:
+        x = FlowFeedback(f["flow"], f["status"], f["links"], f["load_Bps"], f["path_Bps"])
+        heads.add((*map(type, x), len(x.links) == len(x.load_Bps)))
+        names.update(map(type, x.links))
+        rows.update(map(type, x.load_Bps))
+        lens.update(map(len, x.load_Bps))
+        ints.update(map(type, x.path_load_Bps))
+        ints.update(map(type, chain.from_iterable(x.load_Bps)))
+        fb.append(x)
+    # the types are checked once for all flows (the rows stay the tuples msgpack made)
+    if not (heads <= {(str, int, tuple, tuple, tuple, True)} and names <= {str} and rows <= {tuple}):
+        raise WireError(Code.MALFORMED, "reply flows need a str flow id, an int status, str links and a row "
+                                        "of loads per link")
+    if k is not None and not lens <= {k}:
+        raise WireError(Code.MALFORMED, "reply load_Bps rows must have K values")
+    if not ints <= {int}:
+        raise WireError(Code.MALFORMED, "reply load_Bps and path_Bps values must be ints")
+    return tuple(fb)
+
+
+_LOADS = np.dtype("<i8")
+_feedback = functools.partial(tuple.__new__, FlowFeedback)  # FlowFeedback(*fields) without its Python __new__
+
+
+def _feedback_v2(flows: Any, loads: Any, k: int | None) -> tuple[FlowFeedback, ...]:
+    """Version 2's feedback: ``[flow, status, links]`` per flow and one packed array of rows. The rows
+    become tuples of ints, as in version 1; a flow's path load is the sum of its rows (K zeros when
+    the switch owns no link of its path; empty for a refused flow)."""
+    if type(flows) is not tuple or type(loads) is not bytes or k is None or k < 1:
+        raise WireError(Code.MALFORMED, "reply flows must be an array, loads_Bps bytes and K a positive int")
+    if flows and not (set(map(type, flows)) == {tuple} and set(map(len, flows)) == {3}):
+        raise WireError(Code.MALFORMED, "reply flows must be [flow, status, links] each")
+    fids, sts, lks = zip(*flows) if flows else ((), (), ())
+    if not (set(map(type, fids)) <= {str} and set(map(type, sts)) <= {int} and set(map(type, lks)) <= {tuple}
+            and set(map(type, chain.from_iterable(lks))) <= {str}):
+        raise WireError(Code.MALFORMED, "reply flows need a str flow id, an int status and str links")
+    n = list(map(len, lks))
+    nrows = sum(n)
+    if len(loads) != nrows * k * 8:
+        raise WireError(Code.MALFORMED, f"reply loads_Bps has {len(loads)} bytes, not {nrows} rows of K = {k} "
+                                        "int64 values")
+    if not nrows:
+        return tuple(FlowFeedback(f, s, (), (), () if s else (0,) * k) for f, s in zip(fids, sts))
+    a = np.frombuffer(loads, dtype=_LOADS).reshape(nrows, k)
+    if a.min() < 0 or a.max() > MAX_LOAD_Bps:
+        raise WireError(Code.MALFORMED, f"reply loads_Bps values must be in 0..{MAX_LOAD_Bps}")
+    rows = list(map(tuple, a.tolist()))
+    c = n[0]
+    if c and n.count(c) == len(n):  # the same number of links for every flow (a fabric's flows often have)
+        if c == 1:  # a single switch: the path is the row
+            return tuple(map(_feedback, zip(fids, sts, lks, [(r,) for r in rows], rows)))
+        paths = list(map(tuple, a.reshape(-1, c, k).sum(axis=1).tolist()))
+        return tuple(map(_feedback, zip(fids, sts, lks, zip(*[iter(rows)] * c), paths)))
+    starts = [o for o, c in zip(itertools.accumulate(n, initial=0), n) if c]
+    sums = iter(map(tuple, np.add.reduceat(a, starts).tolist()))  # one per flow with links, in order
+    per, paths, o, zero = [], [], 0, (0,) * k
+    for st, c in zip(sts, n):
+        per.append(tuple(rows[o:o + c]))
+        paths.append(next(sums) if c else () if st else zero)
+        o += c
+    return tuple(map(_feedback, zip(fids, sts, lks, per, paths)))

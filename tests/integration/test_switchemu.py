@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -151,7 +152,7 @@ def test_round_trip_self_exclusion_progress_and_notification(server):
         fl = r.feedback["f1"]
         want = planned(300, r.slot, r, ep)
         assert fl.complete and fl.load_Bps == {"sw0>h1": tuple(want)}  # own excluded, same-job f2 included
-        assert fl.path_load_Bps == want and want[-1] == 300
+        assert fl.path_load_Bps == tuple(want) and want[-1] == 300
         assert r.capacities_Bps == {"sw0>h1": 10**9 // 8}
         # the same update twice is idempotent; a new schedule replaces the old one
         exchange_ok(a, updates=[sched("f2", "h2", "h1", 300)])
@@ -171,6 +172,79 @@ def test_round_trip_self_exclusion_progress_and_notification(server):
         assert r4.notifications == []
     m = metrics(mport)
     assert m["switchemu_table_flows"] == 2
+
+
+def test_a_version_1_client_is_served_in_version_1(server):
+    """An older daemon (wire version 1) keeps working against this switch: same feedback, v1 replies."""
+    ep, _, _ = server
+    with SwitchClient([ep], host="h0") as new, SwitchClient([ep], host="h0") as old:
+        old.version[ep] = 1
+        exchange_ok(new, updates=[sched("g2", "h2", "h1", 300)])
+        got = [exchange_ok(c, fetches=[wire.FlowQuery("g1", "h0", "h1")]) for c in (new, old)]
+        assert all(r.ok for r in got), [r.errors for r in got]
+        assert got[0].feedback["g1"].load_Bps.keys() == got[1].feedback["g1"].load_Bps.keys() == {"sw0>h1"}
+        assert max(got[1].feedback["g1"].path_load_Bps) == 300 and old.version[ep] == 1
+
+
+class OldSwitch:
+    """A switch that speaks wire version 1 only, as switchemu did before version 2: a real ROUTER
+    socket in a thread that answers every other version with unknown_version and hands version 1
+    frames to a real SwitchState."""
+
+    def __init__(self, topo_file: str, ep: str):
+        from hostctl.core.topology import Topology
+        from switchemu.server import SwitchState
+
+        self.state = SwitchState(Topology.from_toml(open(topo_file).read()), "all", slot_s=SLOT_S, horizon=K)
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.linger = 0
+        self.sock.bind(ep)
+        self.versions_seen: list = []
+        self._stop = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop:
+            if not self.sock.poll(20):
+                continue
+            rid, *parts = self.sock.recv_multipart()
+            out = []
+            for f in parts:
+                m = msgpack.unpackb(f)
+                self.versions_seen.append(m.get("v"))
+                if m.get("v") == 1:
+                    out += self.state.handle_message([f], time.time())
+                else:
+                    out.append(wire.error_reply(Code.UNKNOWN_VERSION, f"wire version {m.get('v')} is not supported "
+                                                "(this switch speaks 1)", m.get("id"), slot_now()))
+            self.sock.send_multipart([rid, *out])
+
+    def close(self) -> None:
+        self._stop = True
+        self.thread.join(5)
+        self.sock.close(0)
+        self.ctx.term()
+
+
+def test_client_falls_back_to_version_1_for_an_old_switch(topo_file, tmp_path, caplog):
+    ep = f"ipc://{tmp_path}/old.sock"
+    old = OldSwitch(topo_file, ep)
+    try:
+        with SwitchClient([ep], host="h0") as c:
+            assert c.probe(SLOT_S, timeout_s=5).version == 1 and c.version[ep] == 1
+            c.version[ep] = wire.WIRE_VERSION  # as a daemon starts: the first exchange is refused, once
+            with caplog.at_level("WARNING", logger="hostctl"):
+                first = c.exchange(slot_now(), fetches=[wire.FlowQuery("g1", "h0", "h1")], timeout_s=2)
+            assert first.error_codes == {ep: Code.UNKNOWN_VERSION} and c.version[ep] == 1
+            assert "does not speak wire version 2" in caplog.text
+            exchange_ok(c, updates=[sched("g2", "h2", "h1", 300)])
+            r = exchange_ok(c, fetches=[wire.FlowQuery("g1", "h0", "h1")])
+            assert r.ok and max(r.feedback["g1"].path_load_Bps) == 300
+    finally:
+        old.close()
+    assert set(old.versions_seen) == {1, 2} and old.versions_seen.count(2) == 2  # the probe's and the first
 
 
 def test_stale_and_future_slots_get_error_codes(server):

@@ -42,7 +42,7 @@ def _rate(rng: random.Random):
 def _frame(rng: random.Random, slot: int) -> bytes:
     kind = rng.random()
     flows = [f"f{i}" for i in range(6)]
-    m: dict = {"v": 1, "id": rng.randrange(2**32), "slot": slot}
+    m: dict = {"v": rng.choice(wire.WIRE_VERSIONS), "id": rng.randrange(2**32), "slot": slot}
     if rng.random() < 0.7:
         m["host"] = rng.choice(HOSTS)
     if kind < 0.45:
@@ -90,7 +90,7 @@ def _break(rng: random.Random, m: dict) -> None:
     if choice == 0:
         m["extra"] = 1
     elif choice == 1:
-        m["v"] = rng.choice([2, True, "1"])
+        m["v"] = rng.choice([3, 0, True, "1"])
     elif choice == 2:
         m["id"] = rng.choice([-1, 1.0, True])
     elif choice == 3:
@@ -170,8 +170,9 @@ def test_fast_fetch_excludes_own_flow_and_job_like_the_reference():
         now = 1_700_000_000.0
         slot = int(now // SLOT_S)
 
-        def send(m):
-            return msgpack.unpackb(s.handle_frame(msgpack.packb({"v": 1, "id": 1, "slot": slot, **m}), now))
+        def send(m, v=1, raw=False):
+            out = s.handle_frame(msgpack.packb({"v": v, "id": 1, "slot": slot, **m}), now)
+            return out if raw else msgpack.unpackb(out)
 
         def sched(flow, job, rate):
             return {"flow": flow, "job": job, "src": "h0", "dst": "h2", "seq": 1, "rates_Bps": [rate] * K}
@@ -183,6 +184,13 @@ def test_fast_fetch_excludes_own_flow_and_job_like_the_reference():
                                                        {"flow": "zz", "src": "h0", "dst": "h9"}]})
         own, job, bad = r["flows"]
         assert own["links"] == ["tor0>agg"] and own["load_Bps"] == [[6] * K] and own["path_Bps"] == [6] * K
+        # version 2 packs the same rows: both decode alike
+        q = {"type": "fetch_feedback", "flows": [{"flow": "a1", "src": "h0", "dst": "h2"},
+                                                 {"flow": "a1", "src": "h0", "dst": "h2", "job": "a"},
+                                                 {"flow": "zz", "src": "h0", "dst": "h9"}]}
+        r1, r2 = (wire.decode_reply(send(q, v, raw=True)) for v in (1, 2))
+        assert r1.feedback == r2.feedback and [f.load_Bps for f in r2.feedback] == [((6,) * K,), ((1,) * K,), ()]
+        assert (r1.version, r2.version, r2.status) == (1, 2, wire.Code.UNKNOWN_HOST)
         assert job["load_Bps"] == [[1] * K]
         assert bad["status"] == wire.Code.UNKNOWN_HOST and r["status"] == wire.Code.UNKNOWN_HOST
         assert r["caps"] == {"tor0>agg": 500 * 10**6 // 8}

@@ -61,18 +61,94 @@ def test_request_round_trip(req):
     assert wire.decode_request(wire.encode_request(req), horizon=K) == req
 
 
-def test_reply_round_trips():
+@pytest.mark.parametrize("v", wire.WIRE_VERSIONS)
+def test_reply_round_trips(v):
     fb = wire.Reply("fetch_feedback", 5, 0, 99, slot=99, slot_s=0.06, horizon=2, capacities_Bps={"sw>h1": 10},
                     feedback=(wire.FlowFeedback("f", 0, ("sw>h1",), ((1, 2),), (1, 2)),
-                              wire.FlowFeedback("g", 7)),
-                    notifications=(wire.Notification("h1", "f", "j", 5, 98, "h0"),))
+                              wire.FlowFeedback("g", 7),
+                              wire.FlowFeedback("h", 0, ("sw>h1", "sw>h2"), ((1, 2), (0, 2**40)), (1, 2**40 + 2)),
+                              wire.FlowFeedback("i", 0, (), (), (0, 0))),
+                    notifications=(wire.Notification("h1", "f", "j", 5, 98, "h0"),), version=v)
     assert wire.decode_reply(wire.encode_reply(fb)) == fb
-    pr = wire.Reply("get_progress", 6, 0, 99, progress=(wire.FlowProgress("f", "j", 10, 2.5, 98, "h0"),))
+    pr = wire.Reply("get_progress", 6, 0, 99, progress=(wire.FlowProgress("f", "j", 10, 2.5, 98, "h0"),), version=v)
     assert wire.decode_reply(wire.encode_reply(pr)) == pr
-    up = wire.Reply("update_schedule", 7, 7, 99, flow_status=(0, 7))
+    up = wire.Reply("update_schedule", 7, 7, 99, flow_status=(0, 7), version=v)
     assert wire.decode_reply(wire.encode_reply(up)) == up
     err = wire.decode_reply(wire.error_reply(Code.STALE_SLOT, "late", 8, 99))
-    assert (err.type, err.req_id, err.status, err.slot_now, err.message) == ("error", 8, 5, 99, "late")
+    assert (err.type, err.req_id, err.status, err.slot_now, err.message, err.version) == (
+        "error", 8, 5, 99, "late", wire.ERROR_VERSION)
+
+
+def test_every_reply_keeps_its_request_version_except_errors():
+    """A version 1 client (an older daemon) gets version 1 replies it can read; errors are version 1."""
+    for v in (1, 2):
+        m = msgpack.unpackb(wire.encode_reply(wire.Reply("fetch_feedback", 1, 0, 9, slot=9, slot_s=0.06, horizon=2,
+                                                         version=v)))
+        assert m["v"] == v and ("loads_Bps" in m) == (v == 2)
+        assert msgpack.unpackb(wire.encode_reply(wire.Reply("error", 1, 3, 9, message="x", version=v)))["v"] == 1
+
+
+feedbacks = st.integers(1, 4).flatmap(lambda k: st.tuples(st.just(k), st.lists(st.one_of(
+    st.builds(lambda f, code: wire.FlowFeedback(f, code), ids, st.integers(1, 11)),  # refused
+    st.lists(st.tuples(ids, st.tuples(*[st.integers(0, wire.MAX_LOAD_Bps)] * k)), max_size=4,
+             unique_by=lambda x: x[0]).map(
+        lambda rows: ("ok", tuple(r[0] for r in rows), tuple(r[1] for r in rows))),
+), max_size=6)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(feedbacks, ids)
+def test_v2_feedback_decodes_as_v1(kf, fid):
+    """The same feedback sent in either version decodes to the same rows and path sums."""
+    k, items = kf
+    fb = []
+    for i, x in enumerate(items):
+        if isinstance(x, wire.FlowFeedback):
+            fb.append(x._replace(flow_id=f"{fid}{i}"))
+        else:
+            _, links, rows = x
+            fb.append(wire.FlowFeedback(f"{fid}{i}", 0, links, rows,
+                                        tuple(map(sum, zip(*rows))) if rows else (0,) * k))
+    got = [wire.decode_reply(wire.encode_reply(wire.Reply("fetch_feedback", 5, 0, 9, slot=9, slot_s=0.06, horizon=k,
+                                                          feedback=tuple(fb), version=v))) for v in (1, 2)]
+    assert got[0].feedback == got[1].feedback == tuple(fb)
+    assert (got[0].version, got[1].version) == (1, 2)
+
+
+def _v2(**over) -> dict:
+    m = {"v": 2, "type": "fetch_feedback", "id": 5, "status": 0, "slot_now": 9, "slot": 9, "slot_s": 0.06, "K": 2,
+         "caps": {}, "notify": [], "flows": [["f", 0, ["sw>h1"]], ["g", 9, []], ["h", 0, ["a", "b"]]],
+         "loads_Bps": wire.pack_rows([(1, 2), (3, 4), (5, 6)])}
+    m.update(over)
+    return m
+
+
+@pytest.mark.parametrize("over", [
+    {"loads_Bps": wire.pack_rows([(1, 2), (3, 4)])},  # a row short
+    {"loads_Bps": wire.pack_rows([(1, 2), (3, 4), (5, 6)]) + b"\0"},  # not whole int64s
+    {"loads_Bps": wire.pack_rows([(1, 2), (3, 4), (5, -6)])},
+    {"loads_Bps": wire.pack_rows([(1, 2), (3, 4), (5, wire.MAX_LOAD_Bps + 1)])},
+    {"loads_Bps": [[1, 2], [3, 4], [5, 6]]},  # version 1's rows in a version 2 reply
+    {"loads_Bps": "x" * 48},
+    {"K": 3}, {"K": 0}, {"K": None}, {"K": True},
+    {"flows": [["f", 0, ["sw>h1"]], ["g", 9, []], ["h", 0, ["a", 7]]]},
+    {"flows": [["f", 0, ["sw>h1"]], ["g", 9, []], ["h", 0, "ab"]]},
+    {"flows": [["f", 0, ["sw>h1"]], ["g", 9], ["h", 0, ["a", "b"]]]},
+    {"flows": [["f", 0, ["sw>h1"]], [b"g", 9, []], ["h", 0, ["a", "b"]]]},
+    {"flows": [["f", 0, ["sw>h1"]], ["g", True, []], ["h", 0, ["a", "b"]]]},
+    {"flows": [["f", 0, ["sw>h1"]], {"flow": "g"}, ["h", 0, ["a", "b"]]]},
+    {"flows": {"f": 0}},
+    {"flows": []},  # rows without flows
+])
+def test_a_malformed_v2_feedback_is_refused(over):
+    """Version 2's rows arrive as one block of bytes: its size must fit the flows' links and K exactly,
+    and the values must be loads; anything else refuses the whole reply."""
+    ok = wire.decode_reply(pack(_v2()))
+    assert [f.load_Bps for f in ok.feedback] == [((1, 2),), (), ((3, 4), (5, 6))]
+    assert [f.path_load_Bps for f in ok.feedback] == [(1, 2), (), (8, 10)]
+    with pytest.raises(WireError) as e:
+        wire.decode_reply(pack(_v2(**over)))
+    assert e.value.code == Code.MALFORMED
 
 
 @pytest.mark.parametrize("entry", [
@@ -88,11 +164,11 @@ def test_reply_round_trips():
     {"path_Bps": [1, "2"]},
     {"path_Bps": 3},
 ])
-def test_a_malformed_feedback_entry_is_refused(entry):
+def test_a_malformed_v1_feedback_entry_is_refused(entry):
     """The client keeps a reply's feedback rows as msgpack made them, so the types are checked at once:
     a bad entry among good ones makes the whole reply malformed (the daemon treats it as no answer)."""
     good = {"flow": "f", "status": 0, "links": ["sw>h1"], "load_Bps": [[1, 2]], "path_Bps": [1, 2]}
-    m = {"v": wire.WIRE_VERSION, "type": "fetch_feedback", "id": 5, "status": 0, "slot_now": 9, "slot": 9,
+    m = {"v": 1, "type": "fetch_feedback", "id": 5, "status": 0, "slot_now": 9, "slot": 9,
          "slot_s": 0.06, "K": 2, "caps": {}, "notify": [], "flows": [good, {**good, "flow": "g", **entry}]}
     assert wire.decode_reply(pack({**m, "flows": [good, {**good, "flow": "g"}]})).feedback[1].load_Bps == ((1, 2),)
     with pytest.raises(WireError) as e:
@@ -109,7 +185,9 @@ def test_a_malformed_feedback_entry_is_refused(entry):
     (b"\x81\x01\x02", Code.MALFORMED),  # int map key
     (b"\xa2\xff\xfe", Code.MALFORMED),  # invalid UTF-8
     (b"\x91" * 5000 + b"\xc0", Code.MALFORMED),  # deep nesting
-    (pack(upd(v=2)), Code.UNKNOWN_VERSION),
+    (pack(upd(v=3)), Code.UNKNOWN_VERSION),
+    (pack(upd(v=0)), Code.UNKNOWN_VERSION),
+    (pack(upd(v=True)), Code.MALFORMED),
     (pack(upd(v="1")), Code.MALFORMED),
     (pack({k: v for k, v in upd().items() if k != "v"}), Code.MALFORMED),
     (pack(upd(type="bogus")), Code.UNKNOWN_TYPE),
@@ -206,7 +284,7 @@ def _fast_view(req: Request) -> tuple:
         items = [(f.flow_id, f.job_id, f.src, f.dst, f.seq, list(f.rates_Bps), f.links, f.rank) for f in req.flows]
     else:
         items = [(f.flow_id, f.src, f.dst, f.links, f.job_id, f.rank) for f in req.flows]
-    return (req.type, req.req_id, req.slot, req.host, items)
+    return (req.type, req.req_id, req.slot, req.host, items, req.version)
 
 
 queries_job = st.builds(wire.FlowQuery, ids, ids, ids, links, st.none() | ids, ranks)
@@ -268,7 +346,8 @@ def test_fast_request_rejects_what_the_validator_rejects(req, data):
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(keys, values, max_size=8), st.sampled_from(["update_schedule", "fetch_feedback"]))
 def test_fast_request_on_random_maps(m, t):
-    _fast_agrees({**m, "v": 1, "type": t})
+    for v in (1, 2):
+        _fast_agrees({**m, "v": v, "type": t})
 
 
 BAD_RATES = [-1, -0.5, math.nan, math.inf, -math.inf, True, False, None, "1", b"1", [1], {}, wire.MAX_RATE_Bps + 1,

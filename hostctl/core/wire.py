@@ -90,6 +90,7 @@ MAX_STR = 128  # flow, job, host and link ids
 MAX_RATE_Bps = 10**12  # 8 Tbit/s
 MAX_BYTES = 2**62
 MAX_LOAD_Bps = 2**58  # a link's load in a v2 reply (so the sum over MAX_LINKS links fits an int64)
+_BIG_ENDIAN = sys.byteorder == "big"  # version 2's loads are little-endian
 MAX_U64 = 2**64 - 1
 
 
@@ -271,7 +272,7 @@ def pack_rows(rows: Iterable[Sequence[int]]) -> bytes:
     a = array("q")  # 8 bytes on every platform CPython supports
     for r in rows:
         a.extend(r)
-    if sys.byteorder == "big":
+    if _BIG_ENDIAN:
         a.byteswap()
     return a.tobytes()
 
@@ -672,7 +673,6 @@ def _feedback_v1(flows: Any, k: int | None) -> tuple[FlowFeedback, ...]:
     return tuple(fb)
 
 
-_LOADS = np.dtype("<i8")
 _feedback = functools.partial(tuple.__new__, FlowFeedback)  # FlowFeedback(*fields) without its Python __new__
 
 
@@ -695,14 +695,19 @@ def _feedback_v2(flows: Any, loads: Any, k: int | None) -> tuple[FlowFeedback, .
                                         "int64 values")
     if not nrows:
         return tuple(FlowFeedback(f, s, (), (), () if s else (0,) * k) for f, s in zip(fids, sts))
-    a = np.frombuffer(loads, dtype=_LOADS).reshape(nrows, k)
-    if a.min() < 0 or a.max() > MAX_LOAD_Bps:
+    vals = array("q")  # (numpy only for path sums: for a few rows its calls cost more than the rows)
+    vals.frombytes(loads)
+    if _BIG_ENDIAN:
+        vals.byteswap()
+    v = vals.tolist()
+    if min(v) < 0 or max(v) > MAX_LOAD_Bps:
         raise WireError(Code.MALFORMED, f"reply loads_Bps values must be in 0..{MAX_LOAD_Bps}")
-    rows = list(map(tuple, a.tolist()))
+    rows = list(zip(*[iter(v)] * k))
     c = n[0]
+    if c == 1 and n.count(1) == len(n):  # one link per flow (a single switch): the path is the row
+        return tuple(map(_feedback, zip(fids, sts, lks, [(r,) for r in rows], rows)))
+    a = np.array(vals, dtype=np.int64).reshape(nrows, k)
     if c and n.count(c) == len(n):  # the same number of links for every flow (a fabric's flows often have)
-        if c == 1:  # a single switch: the path is the row
-            return tuple(map(_feedback, zip(fids, sts, lks, [(r,) for r in rows], rows)))
         paths = list(map(tuple, a.reshape(-1, c, k).sum(axis=1).tolist()))
         return tuple(map(_feedback, zip(fids, sts, lks, zip(*[iter(rows)] * c), paths)))
     starts = [o for o, c in zip(itertools.accumulate(n, initial=0), n) if c]

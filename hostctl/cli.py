@@ -320,6 +320,11 @@ def _print_pacing(con, pc: dict, s: dict) -> None:
                   f"late publishes {ml.get('late_publishes', 0)}, "
                   f"errors {ml['errors'] or 'none'}; NIC plan (Mbit/s): "
                   + " ".join(f"{x * 8 / 1e6:.0f}" for x in ml["nic_load_Bps"]))
+        from hostctl.core.wire import WIRE_VERSION
+
+        old = sorted(ep for ep, v in (ml.get("wire_versions") or {}).items() if v < WIRE_VERSION)
+        if old:
+            con.print(f"switches answering in an older wire version (upgrade switchemu): {', '.join(old)}")
         jo = ml.get("job_order")
         if jo and jo.get("order") != "none":
             con.print(f"job order ({jo['order']}" + (f", every {jo['interval_s']:g} s" if jo["order"] == "rotate" else "")

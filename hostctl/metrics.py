@@ -89,6 +89,13 @@ def _mlcc_metrics(ml: dict, pc: dict):
         v = ml.get(f"negotiation_ms_{q}")
         if v is not None:
             yield GaugeMetricFamily(f"hostctl_mlcc_negotiation_{q}_ms", f"{q} switch fetch round trip (last 200 slots), ms", value=v)
+    wv = ml.get("wire_versions")
+    if wv:
+        g = GaugeMetricFamily("hostctl_mlcc_switch_wire_version", "Wire version spoken to each switch endpoint (below "
+                              "the newest: an older switchemu)", labels=["endpoint"])
+        for ep, v in sorted(wv.items()):
+            g.add_metric([ep], v)
+        yield g
     err = CounterMetricFamily("hostctl_mlcc_switch_errors", "Error replies from the switches, by code", labels=["code"])
     for code, n in sorted(ml.get("errors", {}).items()):
         err.add_metric([code], n)

@@ -766,6 +766,8 @@ class MlccControl:
                      **self.dep_counts},
             "job_order": {"order": self.job_order, "interval_s": self.order_interval_s,
                           "jobs": sorted(self.ranks, key=lambda j: (self.ranks[j], j))},
+            # per switch endpoint, the wire version spoken (1: the switch is older than version 2)
+            "wire_versions": dict(getattr(self.switch, "version", {})) if self.switch is not None else {},
         }
 
     def close(self) -> None:

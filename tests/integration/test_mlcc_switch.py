@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pytest
 
+from hostctl.core import wire
 from hostctl.core.deps import JobComm
 from hostctl.core.types import FlowKey
 from hostctl.mlccctl import SILENT_SLOTS, FlowIn, MlccControl
@@ -92,6 +93,7 @@ def test_two_hosts_stagger_on_the_receivers_port(switch):
         assert sum(plan_b) * SLOT_S >= G * 0.999
         assert b.schedule_of(fb[0].key)["links"] == ["nic", "sw0>h0"]
         assert b.status()["negotiation_ms_p90"] is not None
+        assert b.status()["wire_versions"] == {ep: wire.WIRE_VERSION}
     finally:
         a.close()
         b.close()

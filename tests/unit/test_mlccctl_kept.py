@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from hostctl.core import wire
 from hostctl.core.types import FlowKey
 from hostctl.mlccctl import KEPT_WEIGHT, FlowIn, MlccControl, flow_id
 from hostctl.switchclient import ExchangeResult
@@ -102,6 +103,15 @@ def test_kept_is_exported_per_flow():
     assert 'hostctl_flow_kept_ratio{flow="a",job="j"} 0.25' in text
     assert 'hostctl_flow_kept_ratio{flow="b"' not in text
     assert "hostctl_flow_delta_bps{" not in text and "hostctl_mlcc_dep_flows" not in text  # no roles: no series
+    assert "hostctl_mlcc_switch_wire_version" not in text
+
+
+def test_wire_version_per_switch_is_exported():
+    ml = {"mode": "switch", "fallbacks": 0, "recoveries": 0, "errors": {},
+          "wire_versions": {"tcp://sw1:5555": 1, "tcp://sw2:5555": 2}}
+    text = _exposition(ml, {"flows": []})
+    assert 'hostctl_mlcc_switch_wire_version{endpoint="tcp://sw1:5555"} 1.0' in text
+    assert 'hostctl_mlcc_switch_wire_version{endpoint="tcp://sw2:5555"} 2.0' in text
 
 
 def test_algorithm2_counters_and_deltas_are_exported():
@@ -137,6 +147,23 @@ def test_human_status_shows_kept_in_switch_mode(mode):
     text = out.getvalue()
     assert "8 4  active w0" in text
     assert ("kept 0.25" in text) == (mode == "switch")
+    assert "older wire version" not in text
+
+
+def test_human_status_names_switches_on_an_older_wire_version():
+    import io
+
+    from rich.console import Console
+
+    from hostctl.cli import _print_pacing
+
+    ml = {"mode": "switch", "switch": True, "K": 2, "negotiation_ms_p50": 0.3, "negotiation_ms_p90": 0.5,
+          "fallbacks": 0, "recoveries": 0, "silent_slots": 0, "errors": {}, "nic_load_Bps": [0, 0],
+          "wire_versions": {"tcp://sw1:5555": 1, "tcp://sw2:5555": wire.WIRE_VERSION}}
+    pc = {"flows": [], "mlcc": ml, "jobs": {}, "slot_s": 0.06, "kernel": {}, "tick_ms_p90": 1.0}
+    out = io.StringIO()
+    _print_pacing(Console(file=out, width=250), pc, {"slots": 10, "slot_overruns": 0})
+    assert "older wire version (upgrade switchemu): tcp://sw1:5555\n" in out.getvalue()
 
 
 def test_human_status_shows_roles_and_algorithm2_counters():

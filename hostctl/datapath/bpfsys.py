@@ -31,6 +31,7 @@ BPF_PROG_DETACH = 9
 BPF_OBJ_GET_INFO_BY_FD = 15
 BPF_PROG_QUERY = 16
 BPF_MAP_LOOKUP_BATCH = 24
+BPF_MAP_UPDATE_BATCH = 26
 BPF_ENABLE_STATS = 32
 
 BPF_MAP_TYPE_RINGBUF = 27  # enum bpf_map_type
@@ -123,13 +124,16 @@ def map_keys(fd: int, key_size: int, limit: int = 1 << 20) -> list[bytes]:
     return out
 
 
+_BATCH_ATTR = struct.Struct("=QQQQIIQQ")  # in_batch, out_batch, keys, values, count, map_fd, elem_flags, flags
+
+
 class BatchReader:
     """Reads a whole hash map with BPF_MAP_LOOKUP_BATCH (Linux 5.6+), ``chunk`` entries per call,
     into buffers kept between reads: bcc's items_lookup_batch() allocates and zeroes room for
     max_entries keys and values on every call (2 MB for the pacer's flow map) and builds a
     ctypes object per entry."""
 
-    _ATTR = struct.Struct("=QQQQIIQQ")  # in_batch, out_batch, keys, values, count, map_fd, elem_flags, flags
+    _ATTR = _BATCH_ATTR
 
     def __init__(self, fd: int, key_size: int, value_size: int, chunk: int = 1024) -> None:
         self.fd, self.ks, self.vs, self.chunk = fd, key_size, value_size, chunk
@@ -160,6 +164,25 @@ class BatchReader:
             self.tok_in.value = self.tok_out.value
             first = False
         return b"".join(keys), b"".join(values)
+
+
+def map_update_batch(fd: int, keys: bytes, values: bytes, count: int) -> int:
+    """BPF_MAP_UPDATE_BATCH (Linux 5.6+): write ``count`` entries, keys and values each concatenated,
+    in one call. Returns the entries written (all of them unless it raises). Raises BpfError with
+    ``.done`` = the entries written before the one that failed (the kernel stops there), e.g. EINVAL
+    where the kernel has no batch ops for the map type, E2BIG / ENOMEM when the map is full."""
+    k = ctypes.create_string_buffer(keys, len(keys))
+    v = ctypes.create_string_buffer(values, len(values))
+    attr = ctypes.create_string_buffer(_BATCH_ATTR.pack(0, 0, ctypes.addressof(k), ctypes.addressof(v), count, fd,
+                                                        0, 0).ljust(ATTR_SIZE, b"\0"), ATTR_SIZE)
+    ret = _libc.syscall(_NR_BPF, BPF_MAP_UPDATE_BATCH, attr, ATTR_SIZE)
+    done = struct.unpack_from("=I", attr, 32)[0]
+    if ret < 0:
+        e = ctypes.get_errno()
+        err = BpfError(e, f"bpf map update batch: {os.strerror(e)}")
+        err.done = done
+        raise err
+    return done
 
 
 def map_info(fd: int) -> tuple[int, int, int, int]:

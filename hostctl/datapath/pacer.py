@@ -24,6 +24,7 @@ Teardown (orderly stop, ``hostctl clean`` after a crash: one function, ``release
 from __future__ import annotations
 
 import ctypes
+import errno
 import ipaddress
 import json
 import logging
@@ -120,13 +121,25 @@ def cflags(max_flows: int = HP_MAX_FLOWS) -> list[str]:
 
 
 def key_bytes(f: FlowKey) -> FlowKeyC:
-    k = FlowKeyC()
-    for dst, addr in ((k.laddr, f.laddr), (k.raddr, f.raddr)):
-        ip = ipaddress.ip_address(addr)
-        raw = (b"\0" * 10 + b"\xff\xff" + ip.packed) if ip.version == 4 else ip.packed
-        ctypes.memmove(dst, raw, 16)
-    k.lport, k.rport = f.lport, f.rport
-    return k
+    return FlowKeyC.from_buffer_copy(raw_key(f))
+
+
+_RAW: dict[FlowKey, bytes] = {}  # FlowKey -> the map key's bytes: every flow is encoded once, not per write
+
+
+def raw_key(f: FlowKey) -> bytes:
+    """The bytes of a flow's map key (hc_flow_key): addresses as 16 bytes (IPv4-mapped), ports."""
+    raw = _RAW.get(f)
+    if raw is None:
+        if len(_RAW) >= 65536:
+            _RAW.clear()
+        k = FlowKeyC()
+        for dst, addr in ((k.laddr, f.laddr), (k.raddr, f.raddr)):
+            ip = ipaddress.ip_address(addr)
+            ctypes.memmove(dst, (b"\0" * 10 + b"\xff\xff" + ip.packed) if ip.version == 4 else ip.packed, 16)
+        k.lport, k.rport = f.lport, f.rport
+        raw = _RAW[f] = ctypes.string_at(ctypes.addressof(k), _KEY_SIZE)
+    return raw
 
 
 def _addr(raw: bytes) -> str:
@@ -333,6 +346,7 @@ class Pacer:
         self._bursts: list[Burst] = []
         self._ring: bpfsys.RingReader | None = None  # None: bcc's callbacks read the ring buffer
         self._batch: bpfsys.BatchReader | None | bool = None  # False: the kernel has no batch reads
+        self._batch_update = True  # False: the kernel has no batch writes for hash maps
         try:
             self._load()
         except BaseException:
@@ -424,10 +438,11 @@ class Pacer:
                 sr[sr.Key(slot)] = sr.Leaf(clamp_rate(rate), 0)
                 writes += 1
         rates = self.maps["hp_rates"]
-        for flow, rate in table.flow_rates.items():
-            if cur.flow_rates.get(flow) != rate:
-                rates[key_bytes(flow)] = RateC(clamp_rate(rate), 0)
-                writes += 1
+        old = cur.flow_rates.get
+        changed = [(flow, rate) for flow, rate in table.flow_rates.items() if old(flow) != rate]
+        if changed:
+            self._write_rates(rates, changed)
+            writes += len(changed)
         ports = self.maps["hp_sel_ports"]
         for (port, side), slot in table.ports.items():
             if cur.ports.get((port, side)) != slot:
@@ -453,6 +468,24 @@ class Pacer:
             writes += 1
         self._current = table
         return writes
+
+    def _write_rates(self, rates, changed: list[tuple[FlowKey, int]]) -> None:
+        """The flows' new rates into hp_rates: one BPF_MAP_UPDATE_BATCH call (an mlcc daemon changes
+        most of its flows' rates every slot), else one update per flow (kernels without batch ops for
+        hash maps, or what a failed batch did not write: bcc's update then raises as it always did)."""
+        done = 0
+        if self._batch_update:
+            keys = b"".join([raw_key(f) for f, _ in changed])
+            vals = b"".join([_RATE.pack(clamp_rate(r), 0) for _, r in changed])
+            try:
+                done = bpfsys.map_update_batch(rates.map_fd, keys, vals, len(changed))
+            except bpfsys.BpfError as e:
+                done = getattr(e, "done", 0)
+                if e.errno in (errno.EINVAL, errno.EOPNOTSUPP, _ENOTSUPP):
+                    log.info("batched writes of the rate map failed (%s): writing it key by key", e)
+                    self._batch_update = False
+        for flow, rate in changed[done:]:
+            rates[key_bytes(flow)] = RateC(clamp_rate(rate), 0)
 
     # -- reading ----------------------------------------------------------------------------
     def flows(self) -> list[FlowRecord]:
@@ -527,6 +560,9 @@ def clamp_rate(rate_Bps: int) -> int:
     return int(min(max(rate_Bps, MIN_RATE_BYTES), MAX_RATE_BPS_BYTES))
 
 
+_RATE = struct.Struct("=II")  # RateC's fields in order
+assert _RATE.size == ctypes.sizeof(RateC)
+_ENOTSUPP = 524  # the kernel's internal "not supported" (not in errno)
 _CTL = struct.Struct("=8Q")  # CtlC's fields in order
 assert _CTL.size == ctypes.sizeof(CtlC) and all(f[1] is ctypes.c_uint64 for f in CtlC._fields_)
 _CTL_NAMES = [n for n, _t in CtlC._fields_]

@@ -817,3 +817,28 @@ def test_batch_read_is_the_key_by_key_read(pair, cgroup, procs, driver):
         time.sleep(0.2)
     assert d.p._batch not in (None, False)  # the batched path ran
     assert len(walk) == len(ports) and fast == walk and small == walk
+
+
+# -- rate writes: one batch call, or key by key ------------------------------------------------
+def _rates_in_map(p: pacer.Pacer) -> dict[FlowKey, int]:
+    return {pacer.key_of(k): int(v.rate_Bps) for k, v in p.maps["hp_rates"].items()}
+
+
+def test_rate_writes_batched_and_key_by_key_give_the_same_map(cgroup, driver):
+    """Per-flow rates go into hp_rates with one BPF_MAP_UPDATE_BATCH call; a kernel without it gets
+    one update per flow. Both leave the map the table asks for (IPv4 and IPv6 keys, rates clamped,
+    removed flows deleted), read back from the kernel."""
+    d = driver(cgroup)
+    p = d.p
+    keys = ([FlowKey(f"10.9.{i // 200}.{i % 200 + 1}", 40000 + i, "10.8.0.1", 9000) for i in range(300)]
+            + [FlowKey("fd00::1", 1000 + i, "fd00::2", 9000) for i in range(20)])
+    want = {k: 1_000_000 + 1000 * i for i, k in enumerate(keys)}
+    want[keys[0]] = 1  # below the minimum: clamped
+    d.apply(PaceTable(flow_rates=want))
+    assert p._batch_update, "this kernel has batch writes for hash maps (Linux 5.6+)"
+    assert _rates_in_map(p) == {k: pacer.clamp_rate(r) for k, r in want.items()}
+    for batched in (True, False):  # half the flows changed, a quarter removed, the rest kept
+        p._batch_update = batched
+        want = {k: (r * 2 if i % 2 else r) for i, (k, r) in enumerate(want.items()) if i % 4 != 3}
+        d.apply(PaceTable(flow_rates=want))
+        assert _rates_in_map(p) == {k: pacer.clamp_rate(r) for k, r in want.items()}, batched

@@ -362,18 +362,32 @@ def initial_schedule(G_bytes, avail_Bps, price, *, slot_s: float, w_beta: float 
 
 def _alg1_rates(G: np.ndarray, tol: np.ndarray, A: np.ndarray, price: np.ndarray, slot_s: float,
                 w_beta: float) -> np.ndarray:
-    """initial_schedule(...).rates_Bps, with the flows that no deadline can fit taken out first: for
-    them Algorithm 1 gives every slot all of A(k) (Q-M4), slots of rounding dust excepted, and the
-    same floats come from (A t) / t here (a flow of unknown size is always one of them). Only clear
-    cases (short by more than 1e-9 of G, beyond any difference in summation order) skip the sort."""
+    """initial_schedule(...).rates_Bps, with two kinds of flows answered without the sort over
+    deadlines: those that no deadline can fit, for which Algorithm 1 gives every slot all of A(k)
+    (Q-M4), slots of rounding dust excepted, and the same floats come from (A t) / t here (a flow
+    of unknown size is always one of them; only clear cases, short by more than 1e-9 of G beyond
+    any difference in summation order, skip it); and those with one price in every slot (below)."""
     At = A * slot_s
     short = At.sum(axis=1) < (G - tol) * (1.0 - 1e-9)
-    if not short.any():
+    # A flow whose price is the same in every slot (local mode's first round: no load yet) is filled
+    # slot by slot in time order: Algorithm 1's stable sort keeps that order, every feasible deadline
+    # then gives the same fill (the slots after the bytes are covered get only dust, which is
+    # dropped) and so the same cost, and the earliest wins; the fill below is the widest deadline's,
+    # computed with the same float operations as initial_schedule's.
+    flat = (price == price[:, :1]).all(axis=1) & ~short
+    hard = ~(short | flat)
+    if hard.all():
         return initial_schedule(G, A, price, slot_s=slot_s, w_beta=w_beta).rates_Bps
     rates = np.where(At > tol[:, None], At, 0.0) / slot_s
-    fit = ~short
-    if fit.any():
-        rates[fit] = initial_schedule(G[fit], A[fit], price[fit], slot_s=slot_s, w_beta=w_beta).rates_Bps
+    if flat.any():
+        c = At[flat]
+        fill = G[flat][:, None] - c.cumsum(axis=1)  # lines 6-8: min(A t, rest before the slot)
+        fill += c
+        np.minimum(fill, c, out=fill)
+        fill *= fill > tol[flat][:, None]
+        rates[flat] = fill / slot_s
+    if hard.any():
+        rates[hard] = initial_schedule(G[hard], A[hard], price[hard], slot_s=slot_s, w_beta=w_beta).rates_Bps
     return rates
 
 

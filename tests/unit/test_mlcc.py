@@ -217,13 +217,16 @@ def test_alg1_vectorised_equals_per_flow():
 @SETTINGS
 @given(st.integers(1, 12), st.integers(1, 10), st.data())
 def test_alg1_shortcut_for_flows_no_deadline_fits_gives_algorithm_1s_rates(n, K, data):
-    """allocate's rounds answer flows that cannot fit in K slots without the sort (_alg1_rates): the
-    same floats as initial_schedule, for flows that fit, that miss by a hair and that cannot fit (a
-    flow of unknown size), around empty slots and slivers below the rounding tolerance."""
+    """allocate's rounds answer flows that cannot fit in K slots, and flows with one price in every
+    slot, without the sort (_alg1_rates): the same floats as initial_schedule, for flows that fit,
+    that miss by a hair and that cannot fit (a flow of unknown size), around empty slots and slivers
+    below the rounding tolerance."""
     A = np.array(data.draw(st.lists(st.sampled_from([0.0, 1e-9, 1e-3, 0.3, 1.0, 1.7]), min_size=n * K,
                                     max_size=n * K))).reshape(n, K) * GB
     price = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.5]), min_size=n * K,
                                         max_size=n * K))).reshape(n, K)
+    flat = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    price[flat] = price[flat][:, :1]  # one price in every slot (local mode's first round): the time-order fill
     total = (A * T).sum(axis=1)
     scale = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0 - 1e-12, 1.0, 1.0 + 1e-12, 1.001, 3.0]),
                                         min_size=n, max_size=n)))

@@ -310,10 +310,11 @@ class SwitchClient:
             res.capacities_Bps.update(r.capacities_Bps)
             res.notifications.extend(r.notifications)
             got = res.feedback
-            if not got and not r.status and r.feedback:  # the first switch to answer and every flow ok: all new
-                ids, _, links, loads, paths = zip(*r.feedback)
-                got.update(zip(ids, map(FlowLoads, ids, map(dict, map(zip, links, loads)), paths)))
-                return
+            if not got and r.feedback:  # the first switch to answer: if every flow is ok, all of them are new
+                ids, sts, links, loads, paths = zip(*r.feedback)
+                if not any(sts):
+                    got.update(zip(ids, map(FlowLoads, ids, map(dict, map(zip, links, loads)), paths)))
+                    return
             for f in r.feedback:
                 fl = got.get(f.flow_id)
                 if f.status:

@@ -65,13 +65,12 @@ Error codes: see ``Code``. Every decode error is one ``WireError(code, message)`
 from __future__ import annotations
 
 import functools
-import itertools
 import sys
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from itertools import chain
+from itertools import accumulate, chain
 from typing import Any, NamedTuple
 
 import msgpack
@@ -710,7 +709,7 @@ def _feedback_v2(flows: Any, loads: Any, k: int | None) -> tuple[FlowFeedback, .
     if c and n.count(c) == len(n):  # the same number of links for every flow (a fabric's flows often have)
         paths = list(map(tuple, a.reshape(-1, c, k).sum(axis=1).tolist()))
         return tuple(map(_feedback, zip(fids, sts, lks, zip(*[iter(rows)] * c), paths)))
-    starts = [o for o, c in zip(itertools.accumulate(n, initial=0), n) if c]
+    starts = [o for o, c in zip(accumulate(n, initial=0), n) if c]
     sums = iter(map(tuple, np.add.reduceat(a, starts).tolist()))  # one per flow with links, in order
     per, paths, o, zero = [], [], 0, (0,) * k
     for st, c in zip(sts, n):

@@ -470,9 +470,10 @@ class Pacer:
         return writes
 
     def _write_rates(self, rates, changed: list[tuple[FlowKey, int]]) -> None:
-        """The flows' new rates into hp_rates: one BPF_MAP_UPDATE_BATCH call (an mlcc daemon changes
-        most of its flows' rates every slot), else one update per flow (kernels without batch ops for
-        hash maps, or what a failed batch did not write: bcc's update then raises as it always did)."""
+        """The flows' new rates into hp_rates: one BPF_MAP_UPDATE_BATCH call (under `cap` every flow of
+        a job gets a new rate whenever the job's set of active flows changes), else one update per flow
+        (kernels without batch ops for hash maps, or what a failed batch did not write: bcc's update
+        then raises as it always did)."""
         done = 0
         if self._batch_update:
             keys = b"".join([raw_key(f) for f, _ in changed])

@@ -322,6 +322,8 @@ class MlccControl:
                             "for this host (add it to the topology)", ep, self._host_set)
                 self._host_set = None
                 continue
+            if code == wire.Code.UNKNOWN_VERSION:
+                continue  # an older switchemu: the client logged it and speaks version 1 to it from now on
             self._warn_once(name, f"switch {ep} refused this host's requests ({name}): "
                                   f"{res.errors.get(ep, '')}; check NTP sync and --slot")
         for fid, code in res.flow_status.items():
@@ -666,7 +668,9 @@ class MlccControl:
             for ep, code in res.error_codes.items():
                 name = _code_name(code)
                 self.errors[name] = self.errors.get(name, 0) + 1
-                self._warn_once(f"publish{code}", f"switch {ep} refused this host's schedules: {res.errors.get(ep)}")
+                if code != wire.Code.UNKNOWN_VERSION:  # (an older switchemu: the client logged it)
+                    self._warn_once(f"publish{code}", f"switch {ep} refused this host's schedules: "
+                                                      f"{res.errors.get(ep)}")
 
     def _aligned(self, rates: np.ndarray, at_slot: int) -> np.ndarray:
         """Schedules published at last_slot, as K values from at_slot on (later slots are 0)."""

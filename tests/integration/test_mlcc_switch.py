@@ -20,7 +20,8 @@ from hostctl.core.deps import JobComm
 from hostctl.core.types import FlowKey
 from hostctl.mlccctl import SILENT_SLOTS, FlowIn, MlccControl
 from hostctl.switchclient import SwitchClient
-from tests.integration.test_switchemu import SLOT_S, procs, wait_up  # noqa: F401 (procs: a fixture)
+from tests.integration.test_switchemu import TOPO as SWITCHEMU_TOPO
+from tests.integration.test_switchemu import SLOT_S, OldSwitch, procs, wait_up  # noqa: F401 (procs: a fixture)
 
 C = 125_000_000 // 8  # 125 Mbit/s host links, bytes/s
 
@@ -306,3 +307,37 @@ def test_ps_broadcasts_follow_the_slowest_worker(switch):
     finally:
         for x in (ps, w1, w2):
             x.close()
+
+
+def test_a_daemon_keeps_planning_with_a_switch_of_wire_version_1(tmp_path, caplog):
+    """An older switchemu (wire version 1 only) refuses the daemon's first exchange with unknown_version;
+    the daemon logs that once, stays in switch mode and is served in version 1 from the next slot on."""
+    topo = tmp_path / "topo.toml"
+    topo.write_text(SWITCHEMU_TOPO)
+    ep = f"ipc://{tmp_path}/old.sock"
+    old = OldSwitch(str(topo), ep)
+    clock = Clock()
+    a = b = None
+    try:
+        a, b = ctl(ep, clock), ctl(ep, clock)  # (probing already drops a client to version 1)
+        a.switch.version[ep] = b.switch.version[ep] = wire.WIRE_VERSION  # as a freshly started daemon
+        fa = [flow("10.100.0.2", "10.100.0.1", "ja", 2 * C * SLOT_S)]
+        with caplog.at_level("WARNING", logger="hostctl"):
+            a.tick(fa)
+        assert a.errors == {"unknown_version": 1} and a.mode == "switch"
+        assert a.status()["wire_versions"] == {ep: 1}
+        assert "does not speak wire version 2" in caplog.text and "check NTP" not in caplog.text
+        b.switch.version[ep] = 1
+        for _ in range(5):  # the next slots are served: b sees a's schedule on the shared port
+            clock.step()
+            a.tick(fa)
+            b.tick([flow("10.100.0.3", "10.100.0.1", "jb", 2 * C * SLOT_S)])
+            if a.last_slot == b.last_slot:
+                break
+        assert a.errors == {"unknown_version": 1} and b.errors == {} and b.mode == "switch"
+        assert b.schedule_of(FlowKey("10.100.0.3", 5000, "10.100.0.1", 9000))["links"] == ["nic", "sw0>h0"]
+    finally:
+        for c in (a, b):
+            if c is not None:
+                c.close()
+        old.close()

@@ -261,6 +261,8 @@ def test_stale_and_future_slots_get_error_codes(server):
 
 def _fuzz_messages(n_frames: int, rng: random.Random) -> list[list[bytes]]:
     valid = wire.encode_request(wire.Request("update_schedule", 1, slot_now(), "h0", (sched("f", "h0", "h1", 5),)))
+    fetch = [wire.encode_request(wire.Request("fetch_feedback", 2, slot_now(), "h0", (wire.FlowQuery("f", "h0", "h1"),),
+                                              v)) for v in wire.WIRE_VERSIONS]
     vals = [None, True, 1.5, -3, 2**64 - 1, "x", b"y", [], {}, {"v": 1}, {"v": 1, "type": "notify"},
             {"v": 1, "type": "fetch_feedback", "id": 3, "slot": 1, "flows": [{"flow": 1}]},
             {"v": 7, "type": "x", "id": -1}, [1, [2, [3]]], {"flows": [None] * 50}]
@@ -279,9 +281,10 @@ def _fuzz_messages(n_frames: int, rng: random.Random) -> list[list[bytes]]:
             b[rng.randrange(len(b))] = rng.randrange(256)
             return bytes(b)
         if k == 4:
-            return msgpack.packb({"v": 1, "type": rng.choice(wire.REQUEST_TYPES), "id": rng.randrange(2**32),
-                                  "slot": rng.randrange(2**40), rng.choice(["flows", "items"]): [rng.choice(vals)]})
-        return valid if rng.random() < 0.3 else b""
+            return msgpack.packb({"v": rng.choice([1, 2, 3]), "type": rng.choice(wire.REQUEST_TYPES),
+                                  "id": rng.randrange(2**32), "slot": rng.randrange(2**40),
+                                  rng.choice(["flows", "items"]): [rng.choice(vals)]})
+        return rng.choice([valid, *fetch]) if rng.random() < 0.3 else b""
 
     while frames < n_frames:
         r = rng.random()

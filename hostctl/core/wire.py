@@ -70,7 +70,7 @@ from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from itertools import accumulate, chain
+from itertools import accumulate, chain, islice
 from typing import Any, NamedTuple
 
 import msgpack
@@ -711,9 +711,7 @@ def _feedback_v2(flows: Any, loads: Any, k: int | None) -> tuple[FlowFeedback, .
         return tuple(map(_feedback, zip(fids, sts, lks, zip(*[iter(rows)] * c), paths)))
     starts = [o for o, c in zip(accumulate(n, initial=0), n) if c]
     sums = iter(map(tuple, np.add.reduceat(a, starts).tolist()))  # one per flow with links, in order
-    per, paths, o, zero = [], [], 0, (0,) * k
-    for st, c in zip(sts, n):
-        per.append(tuple(rows[o:o + c]))
-        paths.append(next(sums) if c else () if st else zero)
-        o += c
+    it, zero = iter(rows), (0,) * k
+    per = [tuple(islice(it, c)) for c in n]
+    paths = [next(sums) if c else () if st else zero for st, c in zip(sts, n)]
     return tuple(map(_feedback, zip(fids, sts, lks, per, paths)))

@@ -186,8 +186,9 @@ def test_slot0_fill_matches_the_loop_it_replaced(data):
 
 
 def _fill_reference(rates, planned, wave, pidx, cap, load0, t) -> None:
-    """The slot-0 fill as first written (a loop per flow and link, session 15): the model the
-    array version must match."""
+    """The slot-0 fill as first written (a loop per flow and link, session 15), with session 18's
+    rule that a wave leaves out the flows whose path is already full: the model the array version
+    must match."""
     L = cap.shape[0]
     rows = pidx[planned]
     # slot-0 volume per link (padding -> bin L); bincount adds in the same order as np.add.at did
@@ -200,7 +201,10 @@ def _fill_reference(rates, planned, wave, pidx, cap, load0, t) -> None:
         return
     links_of = {r: [x for x in path if 0 <= x < L] for r, path in zip(cand.tolist(), pidx[cand].tolist())}
     for w in np.unique(wave[cand]).tolist():
-        need = {r: float(rates[r, 1:].sum()) for r in cand[wave[cand] == w].tolist() if links_of[r]}
+        # a flow whose path is full when its wave starts is left out (it would get at most 1e-9 B/s, yet
+        # count as sharing its other links in the first round; session 18)
+        need = {r: float(rates[r, 1:].sum()) for r in cand[wave[cand] == w].tolist()
+                if links_of[r] and min(free[x] for x in links_of[r]) > 1e-9}
         given = dict.fromkeys(need, 0.0)
         for _round in range(len(need) + L + 1):  # each round ends a flow or fills a link
             if not need:

@@ -40,7 +40,8 @@ def cflags(l2_hlen: int = 14, ingress: bool = False) -> list[str]:
     ]
 
 
-def _addr16(addr: str) -> bytes:
+def addr16(addr: str) -> bytes:
+    """An address as a BPF map key's 16 bytes: IPv6 as is, IPv4 IPv4-mapped (::ffff:a.b.c.d)."""
     ip = ipaddress.ip_address(addr)
     if ip.version == 4:
         return b"\0" * 10 + b"\xff\xff" + ip.packed
@@ -117,8 +118,8 @@ class Classifier:
 
     def _flow_key(self, f: FlowKey):
         k = self.flows.Key()
-        ctypes.memmove(k.laddr, _addr16(f.laddr), 16)
-        ctypes.memmove(k.raddr, _addr16(f.raddr), 16)
+        ctypes.memmove(k.laddr, addr16(f.laddr), 16)
+        ctypes.memmove(k.raddr, addr16(f.raddr), 16)
         k.lport = f.lport
         k.rport = f.rport
         return k

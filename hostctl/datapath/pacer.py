@@ -40,7 +40,7 @@ from hostctl.cgroups import cgroup_pids  # noqa: F401  (re-exported: tests use p
 from hostctl.core.pace import PaceTable
 from hostctl.core.types import FlowKey
 from hostctl.datapath import Burst, BurstBatch, FlowRecord, bpfsys
-from hostctl.datapath.classifier import bpf_dir, import_bcc
+from hostctl.datapath.classifier import addr16, bpf_dir, import_bcc
 from hostctl.errors import DatapathError, ProbeError
 
 log = logging.getLogger("hostctl.datapath")
@@ -80,6 +80,8 @@ class FlowKeyC(ctypes.Structure):
 
 
 _KEY_SIZE = ctypes.sizeof(FlowKeyC)
+_PORTS = struct.Struct("=HHI")  # FlowKeyC after the two addresses: lport, rport, pad
+assert FlowKeyC.lport.offset == 32 and 32 + _PORTS.size == _KEY_SIZE
 
 
 class PortKeyC(ctypes.Structure):
@@ -133,12 +135,7 @@ def raw_key(f: FlowKey) -> bytes:
     if raw is None:
         if len(_RAW) >= 65536:
             _RAW.clear()
-        k = FlowKeyC()
-        for dst, addr in ((k.laddr, f.laddr), (k.raddr, f.raddr)):
-            ip = ipaddress.ip_address(addr)
-            ctypes.memmove(dst, (b"\0" * 10 + b"\xff\xff" + ip.packed) if ip.version == 4 else ip.packed, 16)
-        k.lport, k.rport = f.lport, f.rport
-        raw = _RAW[f] = ctypes.string_at(ctypes.addressof(k), _KEY_SIZE)
+        raw = _RAW[f] = addr16(f.laddr) + addr16(f.raddr) + _PORTS.pack(f.lport, f.rport, 0)
     return raw
 
 

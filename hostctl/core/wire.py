@@ -702,13 +702,9 @@ def _feedback_v2(flows: Any, loads: Any, k: int | None) -> tuple[FlowFeedback, .
     if min(v) < 0 or max(v) > MAX_LOAD_Bps:
         raise WireError(Code.MALFORMED, f"reply loads_Bps values must be in 0..{MAX_LOAD_Bps}")
     rows = list(zip(*[iter(v)] * k))
-    c = n[0]
-    if c == 1 and n.count(1) == len(n):  # one link per flow (a single switch): the path is the row
+    if n.count(1) == len(n):  # one link per flow (a single switch): the path is the row
         return tuple(map(_feedback, zip(fids, sts, lks, [(r,) for r in rows], rows)))
     a = np.array(vals, dtype=np.int64).reshape(nrows, k)
-    if c and n.count(c) == len(n):  # the same number of links for every flow (a fabric's flows often have)
-        paths = list(map(tuple, a.reshape(-1, c, k).sum(axis=1).tolist()))
-        return tuple(map(_feedback, zip(fids, sts, lks, zip(*[iter(rows)] * c), paths)))
     starts = [o for o, c in zip(accumulate(n, initial=0), n) if c]
     sums = iter(map(tuple, np.add.reduceat(a, starts).tolist()))  # one per flow with links, in order
     it, zero = iter(rows), (0,) * k

@@ -67,7 +67,7 @@ class InstantSwitch:
             if fl is None:
                 whole = self._feedback(dataclasses.replace(q, links=None))
                 rows = {lid: whole.load_Bps[lid] for lid in q.links if lid in whole.load_Bps}
-                fl = self.fb[(q.flow_id, q.links)] = FlowLoads(q.flow_id, rows, [sum(c) for c in zip(*rows.values())])
+                fl = self.fb[(q.flow_id, q.links)] = FlowLoads(q.flow_id, rows, tuple(map(sum, zip(*rows.values()))))
             return fl
         fl = self.fb.get(q.flow_id)
         if fl is None:
@@ -76,7 +76,7 @@ class InstantSwitch:
             if dst // 20:
                 links[1:1] = ["tor0:up", f"tor{dst // 20}:down"]
             rows = (self.rng.uniform(0, NIC_Bps / 2, (len(links), self.K))).astype(int).tolist()
-            fl = self.fb[q.flow_id] = FlowLoads(q.flow_id, dict(zip(links, rows)), [sum(c) for c in zip(*rows)])
+            fl = self.fb[q.flow_id] = FlowLoads(q.flow_id, dict(zip(links, rows)), tuple(map(sum, zip(*rows))))
             self.caps.update((lid, int(NIC_Bps)) for lid in links)
         return fl
 

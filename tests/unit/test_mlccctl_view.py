@@ -49,7 +49,7 @@ class ModelSwitch:
                         shift = slot - at
                         row[:K - shift] += np.asarray(rates)[shift:]
                 loads[lid] = [int(round(x)) for x in row]
-            res.feedback[q.flow_id] = FlowLoads(q.flow_id, loads, [sum(c) for c in zip(*loads.values())])
+            res.feedback[q.flow_id] = FlowLoads(q.flow_id, loads, tuple(map(sum, zip(*loads.values()))))
             res.capacities_Bps.update((lid, C) for lid in loads)
         for u in updates:
             self.table[u.flow_id] = (u.job_id, u.rank, slot, u.rates_Bps)

@@ -9,7 +9,8 @@
          "jobs": {job: {"jct_s": float, "iteration_s": [...], "barrier_wait_s": [...],
                         "barrier_wait_std_s": [...], "barrier_wait_mean_s": [...], "errors": [...]}},
          "cross": {name: {"bytes": int, "seconds": float, "throughput_bps": float}},
-         "links": {link: {"bytes": int, "rate_bps": int, "seconds": float, "utilisation": float}},
+         "links": {link: {"bytes": int, "rate_bps": int, "seconds": float, "utilisation": float,
+                          "drops": int | None}},  # packets dropped by the link's queue
          "active": {"start_s": float, "end_s": float, "links": {...as above}} | None,  # all jobs running
          "cpu": {"mean_pct": float, "max_pct": float}}]}
 
@@ -145,6 +146,22 @@ def _busiest(run: Mapping, window: str = "run") -> tuple[str, float] | None:
     return max(utils, key=lambda x: x[1]) if utils else None
 
 
+def _drops(run: Mapping) -> tuple[int, str] | None:
+    """(packets dropped by all link queues, the link that dropped most) over the run; None if no
+    link has a drop count (results from before drops were recorded)."""
+    links = run.get("links")
+    if not isinstance(links, Mapping):
+        return None
+    counts = [(int(d), name) for name, l in links.items() if (d := _num((l or {}).get("drops"))) is not None]
+    if not counts:
+        return None
+    return sum(c for c, _ in counts), max(counts)[1]
+
+
+def _most_common(names: list[str]) -> str | None:
+    return max(set(names), key=lambda n: (names.count(n), n)) if names else None
+
+
 def _policy_stats(runs: list[dict]) -> dict:
     per_run_avg = [v for v in map(run_avg_jct, runs) if v is not None]
     pooled = [v for r in runs for v in run_jcts(r).values()]
@@ -155,16 +172,19 @@ def _policy_stats(runs: list[dict]) -> dict:
     cpu_mean = [v for r in runs if (v := _num((r.get("cpu") or {}).get("mean_pct"))) is not None]
     cpu_max = [v for r in runs if (v := _num((r.get("cpu") or {}).get("max_pct"))) is not None]
     names = [b[0] for b in busiest]
+    drops = [d for d in map(_drops, runs) if d is not None]
     return {
         "avg_jct_s": _mean(per_run_avg),
         "p95_jct_s": float(np.percentile(pooled, 95)) if pooled else None,
         "barrier_std_mean_s": _mean(stds),
         "cross_throughput_bps": _mean(cross),
         "bottleneck_utilisation": _mean([b[1] for b in busiest]),
-        "busiest_link": max(set(names), key=lambda n: (names.count(n), n)) if names else None,
+        "busiest_link": _most_common(names),
         "active_utilisation": _mean(active),
         "cpu_mean_pct": _mean(cpu_mean),
         "cpu_max_pct": max(cpu_max) if cpu_max else None,
+        "queue_drops": _mean([d[0] for d in drops]),
+        "most_drops_link": _most_common([d[1] for d in drops if d[0] > 0]),
     }
 
 
@@ -206,7 +226,9 @@ def summarize(results: Mapping) -> dict[str, dict]:
     while every job was running (the run's ``active`` window: from the last arrival plus
     a warm-up to the first job's end; the paper's network-throughput window), and
     active_utilisation_ratio_vs_fifo = that / fifo's; cpu_mean_pct: mean of the runs'
-    mean CPU; cpu_max_pct: largest of the runs' max CPU; runs: ok runs; failed: runs
+    mean CPU; cpu_max_pct: largest of the runs' max CPU; queue_drops: mean per run of the
+    packets dropped by all link queues (switch port buffers, host NIC qdiscs; None if not
+    recorded), most_drops_link: the link that dropped most, most often; runs: ok runs; failed: runs
     not ok; gap_to_bound: avg_jct_s / lower_bound avg_jct_s. Ratios are None without an
     ok fifo baseline.
     """
@@ -284,7 +306,8 @@ def render_table(results: Mapping, summary: Mapping[str, Mapping]):
     title = f"{name}" + (f" ({repeat} repeat{'s' if repeat != 1 else ''})" if repeat else "")
     t = Table(title=title, caption=caption(results))
     for col in ("policy", "avg JCT", "p95 JCT", "vs fifo", "\u00d7bound", "barrier-wait std ms (% fifo)",
-                "cross Mbit/s (% fifo)", "bottleneck util run | all jobs (% fifo)", "CPU mean/max"):
+                "cross Mbit/s (% fifo)", "bottleneck util run | all jobs (% fifo)", "queue drops/run (most at)",
+                "CPU mean/max"):
         t.add_column(col, justify="left" if col in ("policy", "vs fifo") else "right")
     for policy, s in summary.items():
         label = policy + (f" ({s['failed']} failed)" if s.get("failed") else "")
@@ -293,6 +316,7 @@ def render_table(results: Mapping, summary: Mapping[str, Mapping]):
         util = s.get("bottleneck_utilisation")
         act = s.get("active_utilisation")
         cm, cx = s.get("cpu_mean_pct"), s.get("cpu_max_pct")
+        drops, at = s.get("queue_drops"), s.get("most_drops_link")
         t.add_row(
             label,
             _fmt(s.get("avg_jct_s"), ".2f", " s"),
@@ -306,6 +330,7 @@ def render_table(results: Mapping, summary: Mapping[str, Mapping]):
             _fmt(None if util is None else util * 100, ".0f", "%") + " | "
             + _fmt(None if act is None else act * 100, ".0f", "%")
             + ("" if act is None else _fmt_pct_of_fifo(policy, s.get("active_utilisation_ratio_vs_fifo"))),
+            _fmt(drops, ",.0f") + ("" if drops is None or at is None else f" ({at})"),
             DASH if cm is None and cx is None else f"{_fmt(cm, '.0f')}/{_fmt(cx, '.0f')}%",
         )
     return t

@@ -369,7 +369,7 @@ class Run:
             self.start_processors()
             self.start_servers()
             self.wait_daemons(expect_jobs=True)
-            c0 = self.tb.counters()
+            c0 = self.tb.counters(), self.tb.drops()
             cpu.start()
             t0 = time.monotonic()
             events = sorted([(j.arrival_s, 0, j) for j in sc.jobs] + [(c.start_s, 1, c) for c in sc.cross],
@@ -379,7 +379,7 @@ class Run:
             # the active window (the paper's utilisation window, "a fixed period when all jobs are active"):
             # from [bench] warmup after the last arrival (processes start, connect) to the first job's end
             active_from = t0 + max((j.arrival_s for j in sc.jobs), default=0.0) + sc.warmup_s
-            active: list[tuple[float, dict[str, int]]] = []  # (time, counters) at the window's start and end
+            active: list[tuple[float, tuple]] = []  # (time, (bytes, drops)) at the window's start and end
             next_observe = t0 + 0.5
             while True:
                 now = time.monotonic()
@@ -387,12 +387,12 @@ class Run:
                     _, kind, obj = events.pop(0)
                     (self.start_job if kind == 0 else self.start_cross)(obj)
                 if not active and not ends and now >= active_from:
-                    active.append((now, self.tb.counters()))
+                    active.append((now, (self.tb.counters(), self.tb.drops())))
                 for name, ps in self.workers.items():
                     if name not in ends and all(p.poll() is not None for p in ps):
                         ends[name] = time.monotonic()
                         if len(ends) == 1 and len(active) == 1:
-                            active.append((ends[name], self.tb.counters()))
+                            active.append((ends[name], (self.tb.counters(), self.tb.drops())))
                         if progress:
                             progress(len(ends))
                 if now >= next_observe:
@@ -405,7 +405,7 @@ class Run:
                                    f"finish within {sc.timeout_s:.0f} s (bench.timeout)")
                 time.sleep(0.05)
             t_end = max(ends.values())
-            c1 = self.tb.counters()
+            c1 = self.tb.counters(), self.tb.drops()
             res["tcp"] = self.tcp_counters()
             res["cpu"] = cpu.stop()
             res["duration_s"] = t_end - t0
@@ -420,12 +420,12 @@ class Run:
                     summ.setdefault("errors", []).append(f"{len(bad)} worker(s) exited with {bad[0]}")
                 res["jobs"][j.name] = summ
             rates = {ln.name: ln.rate_bps for ln in self.tb.links()}
-            res["links"] = link_window(rates, c0, c1, t_end - t0)
+            res["links"] = link_window(rates, *c0, *c1, t_end - t0)
             res["active"] = None
             if len(active) == 2:
                 (ta, ca), (tb_, cb) = active
                 res["active"] = {"start_s": ta - t0, "end_s": tb_ - t0,
-                                 "links": link_window(rates, ca, cb, tb_ - ta)}
+                                 "links": link_window(rates, *ca, *cb, tb_ - ta)}
             self.observe(res)
             res["daemon_cpu"] = self.daemon_cpu(t_end - t0)
             self.stop_daemons()
@@ -527,13 +527,16 @@ class Run:
                 raise RunError(f"after hostctl stop, {h}'s eth0 root qdisc is not the tbf it replaced: {q.strip()}")
 
 
-def link_window(rates: dict[str, int], c0: dict[str, int], c1: dict[str, int], seconds: float) -> dict:
-    """Bytes and utilisation of every link between two counter readings `seconds` apart."""
+def link_window(rates: dict[str, int], c0: dict[str, int], d0: dict[str, int], c1: dict[str, int],
+                d1: dict[str, int], seconds: float) -> dict:
+    """Bytes, utilisation and queue drops (packets; None where the link's root qdisc was missing or
+    replaced in between: its count went back) of every link between two readings `seconds` apart."""
     out = {}
     for name, rate in rates.items():
         b = c1.get(name, 0) - c0.get(name, 0)
+        drops = d1[name] - d0[name] if name in d0 and name in d1 and d1[name] >= d0[name] else None
         out[name] = {"bytes": b, "rate_bps": rate, "seconds": seconds,
-                     "utilisation": b * 8 / (rate * seconds) if seconds > 0 else 0.0}
+                     "utilisation": b * 8 / (rate * seconds) if seconds > 0 else 0.0, "drops": drops}
     return out
 
 

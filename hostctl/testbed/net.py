@@ -273,6 +273,19 @@ class Testbed:
             out[ln.name] = by_ns[ln.ns].get(ln.dev, 0)
         return out
 
+    def drops(self) -> dict[str, int]:
+        """Packets dropped so far by every shaped link's root qdisc: the switch port buffer
+        (``queue``) for a down link or a rack link, the host NIC's root qdisc (hostctl's while it
+        runs) for an up link. A link whose device or root qdisc is gone is left out."""
+        by_ns: dict[str, dict[str, int]] = {}
+        out = {}
+        for ln in self.links():
+            if ln.ns not in by_ns:
+                by_ns[ln.ns] = _root_drops(ln.ns)
+            if ln.dev in by_ns[ln.ns]:
+                out[ln.name] = by_ns[ln.ns][ln.dev]
+        return out
+
     @classmethod
     def load(cls, name: str, state_dir: str = STATE_DIR) -> "Testbed":
         p = os.path.join(state_dir, f"{check_name(name)}.json")
@@ -334,6 +347,18 @@ def _tx_bytes(ns: str) -> dict[str, int]:
     if r.returncode != 0:
         return {}
     return {d["ifname"]: int(d.get("stats64", {}).get("tx", {}).get("bytes", 0)) for d in json.loads(r.stdout)}
+
+
+def _root_drops(ns: str) -> dict[str, int]:
+    """device -> packets dropped by its root qdisc (a parent qdisc's count includes its children's)."""
+    r = _run(["tc", "-n", ns, "-s", "-j", "qdisc", "show"], check=False)
+    if r.returncode != 0:
+        return {}
+    try:
+        qdiscs = json.loads(r.stdout)
+    except ValueError:
+        return {}
+    return {q["dev"]: int(q.get("drops", 0)) for q in qdiscs if q.get("root") and "dev" in q}
 
 
 def list_states(state_dir: str = STATE_DIR) -> list[dict]:

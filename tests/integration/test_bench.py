@@ -142,6 +142,7 @@ def test_tiny_bench_writes_complete_json_and_plots(tmp_path):
             assert j["compute_wall_mean_s"] >= 0.05 * 0.95
         assert run["cross"]["bulk"]["bytes"] > 0
         assert run["links"]["h0:up"]["bytes"] > 8 * 2 * 2 * 512 * 1024  # 2 jobs x 2 workers x 8 updates
+        assert all(isinstance(ln["drops"], int) and ln["drops"] >= 0 for ln in run["links"].values())
         assert 0 < run["cpu"]["mean_pct"] <= 100
         act = run["active"]  # from warmup (0.3 s) to the first job's end: all three jobs running
         first_end = min(j["arrival_s"] + j["jct_s"] for j in run["jobs"].values())

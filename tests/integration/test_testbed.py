@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -143,6 +144,12 @@ def test_line_rates_both_directions_and_oversubscribed_uplink(make_tb):
     assert 80 <= total <= 101, total
     c = tb.counters()
     assert c["rack0:down"] > 0 and c["rack1:up"] > 0 and c["h0:down"] > c["h3:down"]
+    # queue drops per link: each link's root qdisc count, as tc prints it (the flows have ended)
+    d = tb.drops()
+    assert set(d) == set(c)
+    for ln in tb.links():
+        text = sh(["tc", "-n", ln.ns, "-s", "qdisc", "show", "dev", ln.dev, "root"]).stdout
+        assert d[ln.name] == int(re.search(r"dropped (\d+)", text).group(1)), (ln, text)
 
 
 def test_two_testbeds_coexist(make_tb):

@@ -99,6 +99,24 @@ def test_summary_by_hand():
     assert one["gap_to_bound"] == pytest.approx(1.05)
 
 
+def test_queue_drops_by_hand():
+    res = make_results()
+    drops = {"fifo": [(300, 0), (100, 500), (200, 100)], "one": [(0, 0)] * 3}
+    for run in res["runs"]:
+        if run["policy"] in drops:
+            up, down = drops[run["policy"]][run["repeat"]]
+            run["links"]["h0:up"]["drops"], run["links"]["h1:down"]["drops"] = up, down
+        else:  # rr: one link's count went back (None), the other's missing: recorded runs only
+            run["links"]["h0:up"]["drops"] = None
+    s = report.summarize(res)
+    assert s["fifo"]["queue_drops"] == pytest.approx((300 + 600 + 300) / 3)
+    assert s["fifo"]["most_drops_link"] == "h0:up"  # most in runs 0 and 2, h1:down in run 1
+    assert s["one"]["queue_drops"] == 0 and s["one"]["most_drops_link"] is None  # no drops: no link named
+    assert s["rr"]["queue_drops"] is None and s["rr"]["most_drops_link"] is None
+    text = render(res, s)
+    assert "400 (h0:up)" in text
+
+
 def test_one_repeat_gives_no_interval():
     s = report.summarize(make_results(repeat=1))
     assert s["one"]["ratio_vs_fifo"] == pytest.approx(0.6)

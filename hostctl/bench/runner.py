@@ -461,8 +461,9 @@ class Run:
         return {"bytes": total, "seconds": secs, "throughput_bps": total * 8 / secs if secs else 0.0,
                 "errors": errors}
 
+    # DSACKRecv: retransmissions the receiver already had (spurious); SACKReorder: reordering seen
     TCP_KEYS = ("TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes",
-                "TcpExtTCPSpuriousRTOs", "TcpExtTCPFastRetrans")
+                "TcpExtTCPSpuriousRTOs", "TcpExtTCPFastRetrans", "TcpExtTCPDSACKRecv", "TcpExtTCPSACKReorder")
 
     def tcp_counters(self) -> dict:
         """TCP counters summed over the hosts (every host namespace is fresh, so these are this run's):

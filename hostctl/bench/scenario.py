@@ -11,6 +11,8 @@ and hostctl settings, parsed into frozen dataclasses (no I/O but reading the fil
     queue = "256KiB"               # switch port buffer (tbf limit)
     tcp_cc = "cubic"               # congestion control of the workloads' sockets (default: the kernel's)
     sysctls = { "net.ipv4.tcp_slow_start_after_idle" = 0 }   # per host namespace
+    gso = false                    # hosts send one-frame packets (default true: GSO packets of up to 64 KiB,
+                                   #   which the switch ports queue and drop whole); costs CPU (docs/testbed.md)
     host_cores = 1                 # the workers on a host share its processor: at most this many
                                    #   compute steps run at full speed, more share it (emulated,
                                    #   hostctl.workloads.processor); default: none, every worker
@@ -81,7 +83,8 @@ MAX_HOSTS = 64
 MAX_PROCESSES = 400
 
 TOP_KEYS = {"name", "description", "testbed", "hostctl", "bench", "jobs", "cross"}
-TESTBED_KEYS = {"hosts", "racks", "hosts_per_rack", "link", "uplink", "queue", "tcp_cc", "sysctls", "host_cores"}
+TESTBED_KEYS = {"hosts", "racks", "hosts_per_rack", "link", "uplink", "queue", "tcp_cc", "sysctls", "host_cores",
+                "gso"}
 _SYSCTL = re.compile(r"net\.(ipv4|ipv6|core)\.[a-z0-9_.]+")
 HOSTCTL_KEYS = {"rr_interval", "bands", "other_rate", "rescan", "hosts", "workers", "cap", "ingress_rate", "slot"}
 BENCH_KEYS = {"policies", "repeat", "timeout", "warmup"}
@@ -102,6 +105,7 @@ class Topology:
     tcp_cc: str | None = None  # congestion control for the workloads' sockets; None: the kernel default
     sysctls: tuple[tuple[str, str], ...] = ()  # set in every host namespace
     host_cores: float | None = None  # each host's emulated processor, shared by its workers' compute; None: sleep
+    gso: bool = True  # False: the hosts' TCP sends one-frame packets (eth0 gso_max_segs 1)
 
     def index(self, host: str) -> int:
         return self.hosts.index(host)
@@ -296,9 +300,10 @@ def parse_topology(d: dict) -> Topology:
             raise ConfigError(f"testbed.sysctls: {k} = {v!r}: only net.ipv4/ipv6/core keys (namespaced) with a "
                               "number or string value")
     cores = None if "host_cores" not in d else float(_num(d, "host_cores", "testbed", None, 0.1, 1024))
+    gso = _bool(d, "gso", "testbed", True)
     return Topology(hosts=tuple(f"h{i}" for i in range(n)), rack_of=rack_of, racks=racks, link_bps=link,
                     uplink_bps=uplink, queue_bytes=queue, tcp_cc=cc,
-                    sysctls=tuple(sorted((k, str(v)) for k, v in sysctls.items())), host_cores=cores)
+                    sysctls=tuple(sorted((k, str(v)) for k, v in sysctls.items())), host_cores=cores, gso=gso)
 
 
 def _jobs(items: Any, topo: Topology) -> tuple[JobDef, ...]:

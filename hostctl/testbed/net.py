@@ -213,6 +213,8 @@ class Testbed:
         _run(["tc", "-n", self.sw_ns, "-batch", "-"], stdin="\n".join(tc) + "\n")
         for h in hosts:
             self.shape_host_egress(h)
+            if not t.gso:  # TCP sizes its packets by the device's limit: one frame each, as a real switch sees
+                _run(["ip", "-n", h.ns, "link", "set", "dev", h.dev, "gso_max_segs", "1"])
             for k, v in t.sysctls:
                 _run(["ip", "netns", "exec", h.ns, "sysctl", "-q", "-w", f"{k}={v}"])
 
@@ -299,7 +301,7 @@ class Testbed:
         topo = st["topology"]
         tb = cls(name, Topology(hosts=tuple(topo["hosts"]), rack_of=tuple(topo["rack_of"]), racks=topo["racks"],
                                 link_bps=topo["link_bps"], uplink_bps=topo["uplink_bps"],
-                                queue_bytes=topo["queue_bytes"], tcp_cc=topo.get("tcp_cc"),
+                                queue_bytes=topo["queue_bytes"], tcp_cc=topo.get("tcp_cc"), gso=topo.get("gso", True),
                                 sysctls=tuple(tuple(x) for x in topo.get("sysctls", ()))),
                  subnet=st["subnet"], state_dir=state_dir)
         tb.cg_dir = st["cgroup"]

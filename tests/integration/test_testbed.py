@@ -152,6 +152,14 @@ def test_line_rates_both_directions_and_oversubscribed_uplink(make_tb):
         assert d[ln.name] == int(re.search(r"dropped (\d+)", text).group(1)), (ln, text)
 
 
+def test_gso_off_makes_one_frame_packets(make_tb):
+    tb = make_tb(topo(2, gso=False))
+    for h in tb.hosts():
+        assert "gso_max_segs 1 " in sh(["ip", "-n", h.ns, "-d", "link", "show", "dev", "eth0"]).stdout
+    assert Testbed.load(tb.name).topology.gso is False  # kept in the state
+    assert 85 <= mbit(throughput_mbit(tb, "h0", "h1", 7306)) <= 101  # one frame per packet, still at line rate
+
+
 def test_two_testbeds_coexist(make_tb):
     a = make_tb(topo(2))
     b = make_tb(topo(2))

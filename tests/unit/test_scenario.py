@@ -71,6 +71,11 @@ def test_host_cores_default_none_and_reach_the_workers():
     assert s.topology.host_cores == 1.0
 
 
+def test_gso_default_on():
+    assert sc(testbed={"hosts": 2}).topology.gso is True
+    assert sc(testbed={"hosts": 2, "gso": False}).topology.gso is False
+
+
 def test_cross_traffic_ports_follow_jobs():
     s = sc(cross=[{"src": "h1", "dst": "h0", "duration": 5}])
     assert s.cross[0].port == PORT_BASE + 3 and s.cross[0].name == "cross0"
@@ -109,6 +114,7 @@ def test_cross_traffic_ports_follow_jobs():
     ({"testbed": {"hosts": 2, "sysctls": 3}}, "testbed.sysctls must be a table"),
     ({"testbed": {"hosts": 2, "host_cores": 0}}, "testbed.host_cores = 0 is out of range"),
     ({"testbed": {"hosts": 2, "host_cores": "one"}}, "testbed.host_cores must be a number"),
+    ({"testbed": {"hosts": 2, "gso": "off"}}, "testbed.gso must be true or false"),
 ])
 def test_mistakes_name_the_key(over, fragment):
     with pytest.raises(ConfigError) as e:

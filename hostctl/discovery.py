@@ -18,6 +18,7 @@ are reported as plain IPv4 addresses in both paths.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import socket
@@ -136,6 +137,8 @@ _DIAG_REQ = struct.Struct("=BBBBI48s")  # inet_diag_req_v2: family, protocol, ex
 _DIAG_MSG = struct.Struct("=BBBB2s2s16s16s")  # inet_diag_msg head: family, state, timer, retrans, sport, dport, src, dst
 
 
+_DIAG_INODE = struct.Struct("=I")  # inet_diag_msg.idiag_inode ...
+_DIAG_INODE_AT = 68  # ... after the head (4), sockid (48), expires, rqueue, wqueue and uid (4 each)
 _TCP_ESTABLISHED_STATE = 1
 _DIAG_STATES = {_TCP_LISTEN_STATE: LISTEN, _TCP_ESTABLISHED_STATE: ESTABLISHED}
 
@@ -156,7 +159,13 @@ def read_diag_sockets(established: bool = True) -> list[SockInfo] | None:
     Even the established walk is several times cheaper than /proc/net/tcp{,6}, which walks the
     whole established hash once per file and formats every socket as text (about 6 ms per file
     on a large-memory host, whatever the number of connections). None where sock_diag is missing."""
-    out: list[SockInfo] = []
+    socks = _diag_sockets(established)
+    return None if socks is None else [s for s, _inode in socks]
+
+
+def _diag_sockets(established: bool = True) -> list[tuple[SockInfo, int]] | None:
+    """read_diag_sockets with each socket's inode (what /proc/<pid>/fd links name)."""
+    out: list[tuple[SockInfo, int]] = []
     states = 1 << _TCP_LISTEN_STATE | (1 << _TCP_ESTABLISHED_STATE if established else 0)
     try:
         nl = RawNetlink(_NETLINK_SOCK_DIAG)
@@ -172,12 +181,14 @@ def read_diag_sockets(established: bool = True) -> list[SockInfo] | None:
             for _typ, msg in replies:
                 fam, state, _t, _r, sport, dport, src, dst = _DIAG_MSG.unpack_from(msg, 16)
                 st = _DIAG_STATES.get(state)
+                inode = _DIAG_INODE.unpack_from(msg, 16 + _DIAG_INODE_AT)[0]
                 if st == LISTEN:
-                    out.append(SockInfo(state=LISTEN, laddr=_diag_addr(src, fam), lport=int.from_bytes(sport, "big")))
+                    out.append((SockInfo(state=LISTEN, laddr=_diag_addr(src, fam), lport=int.from_bytes(sport, "big")),
+                                inode))
                 elif st == ESTABLISHED:
-                    out.append(SockInfo(state=ESTABLISHED, laddr=_diag_addr(src, fam),
-                                        lport=int.from_bytes(sport, "big"), raddr=_diag_addr(dst, fam),
-                                        rport=int.from_bytes(dport, "big")))
+                    out.append((SockInfo(state=ESTABLISHED, laddr=_diag_addr(src, fam),
+                                         lport=int.from_bytes(sport, "big"), raddr=_diag_addr(dst, fam),
+                                         rport=int.from_bytes(dport, "big")), inode))
     return out
 
 
@@ -207,43 +218,53 @@ def _netns_inode(pid: int | str) -> int | None:
         return None
 
 
-def _list_procs() -> tuple[list[ProcInfo], dict[int, psutil.Process]]:
-    """The processes of this network namespace (pid, ppid, command line; env empty) and
-    their psutil handles. Processes of other namespaces (containers, emulated hosts)
-    can't send on this namespace's interfaces, so they are no jobs here."""
+def _read_proc(pid: int) -> ProcInfo | None:
+    """pid, ppid and command line from /proc/<pid>/stat and cmdline (None if it vanished).
+    The command line's NUL-separated arguments joined by spaces, as psutil joins them."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read()
+        ppid = int(stat[stat.rindex(b")") + 2:].split(None, 2)[1])  # "pid (comm) S ppid ...": comm may hold ")"
+    except (OSError, ValueError, IndexError):
+        return None
+    args = cmd.rstrip(b"\0").split(b"\0") if cmd else []
+    return ProcInfo(pid=pid, ppid=ppid, cmdline=" ".join(a.decode("utf-8", "replace") for a in args))
+
+
+def _list_procs() -> list[ProcInfo]:
+    """The processes of this network namespace (pid, ppid, command line; env empty).
+    Processes of other namespaces (containers, emulated hosts) can't send on this
+    namespace's interfaces, so they are no jobs here. The namespace is checked first
+    (one stat) and only this namespace's processes are read: reading every process of the
+    machine cost a testbed host's daemon most of its CPU."""
     procs: list[ProcInfo] = []
-    handles: dict[int, psutil.Process] = {}
     own = _netns_inode("self")
-    try:
-        it = psutil.process_iter(["pid", "ppid", "cmdline"])
-        for p in it:
-            info = p.info
-            pid, ppid = info.get("pid"), info.get("ppid")
-            if pid is None or (own is not None and _netns_inode(pid) != own):
-                continue
-            cmdline = info.get("cmdline") or []
-            procs.append(ProcInfo(pid=int(pid), ppid=int(ppid or 0), cmdline=" ".join(cmdline)))
-            handles[int(pid)] = p
-    except _VANISHED:  # process_iter skips vanished processes itself; belt and braces
-        pass
-    return procs, handles
+    for pid in psutil.pids():
+        if own is not None and _netns_inode(pid) != own:
+            continue
+        p = _read_proc(pid)
+        if p is not None:
+            procs.append(p)
+    return procs
 
 
-def _launcher_env(proc: psutil.Process) -> dict[str, str]:
-    """The LAUNCHER_ENV_KEYS present in the environment of `proc` ({} if unreadable)."""
+def _launcher_env(pid: int) -> dict[str, str]:
+    """The LAUNCHER_ENV_KEYS present in the environment of process `pid` ({} if unreadable)."""
     try:
-        env = proc.environ()
+        env = psutil.Process(pid).environ()
     except (*_VANISHED, OSError):
         return {}
     return {k: env[k] for k in LAUNCHER_ENV_KEYS if k in env}
 
 
-def _with_env(procs: list[ProcInfo], handles: dict[int, psutil.Process], pids: set[int] | None) -> list[ProcInfo]:
+def _with_env(procs: list[ProcInfo], pids: set[int] | None) -> list[ProcInfo]:
     """Fill ProcInfo.env for `pids` (None: every process)."""
     out = []
     for p in procs:
-        if (pids is None or p.pid in pids) and p.pid in handles:
-            env = _launcher_env(handles[p.pid])
+        if pids is None or p.pid in pids:
+            env = _launcher_env(p.pid)
             if env:
                 p = ProcInfo(pid=p.pid, ppid=p.ppid, cmdline=p.cmdline, env=env)
         out.append(p)
@@ -273,6 +294,50 @@ def _psutil_sockets() -> list[SockInfo]:
     return out
 
 
+def _socket_owners(pids: Iterable[int]) -> dict[int, list[int]]:
+    """socket inode -> the pids among `pids` that hold it open (from /proc/<pid>/fd; a
+    process or fd that vanishes, or is not ours to read, is skipped)."""
+    owners: dict[int, list[int]] = {}
+    for pid in sorted(set(pids)):
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        seen: set[int] = set()
+        for fd in fds:
+            try:
+                link = os.readlink(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inode = int(link[8:-1])
+                if inode not in seen:
+                    seen.add(inode)
+                    owners.setdefault(inode, []).append(pid)
+    return owners
+
+
+def owned_sockets(pids: Iterable[int]) -> list[SockInfo]:
+    """LISTEN/ESTABLISHED TCP sockets of this network namespace, one entry per owner among
+    `pids` (pid None for a socket none of them holds). Sockets come from sock_diag with their
+    inodes, owners from the fds of `pids` only: psutil.net_connections() walks the fds of every
+    process on the machine, which in a testbed of emulated hosts, or on a host with containers,
+    are mostly processes of other namespaces. Falls back to psutil without sock_diag."""
+    socks = _diag_sockets()
+    if socks is None:
+        return _psutil_sockets()
+    owners = _socket_owners(pids)
+    out: list[SockInfo] = []
+    for s, inode in socks:
+        holders = owners.get(inode) if inode else None
+        if not holders:
+            out.append(s)
+        else:
+            out += [dataclasses.replace(s, pid=p) for p in holders]
+    return out
+
+
 def take_snapshot(pids_of_interest: set[int] | None = None, want_env: bool = True,
                   iface: str | None = None) -> Snapshot:
     """Processes and TCP sockets (with owners) of this network namespace.
@@ -282,10 +347,11 @@ def take_snapshot(pids_of_interest: set[int] | None = None, want_env: bool = Tru
     process (slower: one /proc/<pid>/environ read per process).
     host_addr is the first IPv4 address of `iface` ("" without iface).
     """
-    procs, handles = _list_procs()
+    procs = _list_procs()
     if want_env:
-        procs = _with_env(procs, handles, pids_of_interest)
-    return Snapshot(procs=tuple(procs), socks=tuple(_psutil_sockets()), host_addr=host_addr_of(iface))
+        procs = _with_env(procs, pids_of_interest)
+    return Snapshot(procs=tuple(procs), socks=tuple(owned_sockets(p.pid for p in procs)),
+                    host_addr=host_addr_of(iface))
 
 
 # --------------------------------------------------------------------------
@@ -305,6 +371,7 @@ class Discovery:
         self.iface = iface
         group_jobs(self.specs, Snapshot(procs=(), socks=()))  # validate now, not at the first scan
         self.port_only = all(spec.ports for spec in self.specs)
+        self.any_port = any(spec.ports for spec in self.specs)
         self.flows_every = max(1, flows_every)
         self._scans = 0
         self._full: Snapshot | None = None
@@ -327,9 +394,12 @@ class Discovery:
                 listeners = [s for s in self._full.socks if s.state == LISTEN]
             established = tuple(s for s in self._full.socks if s.state == ESTABLISHED)
             return Snapshot(procs=(), socks=tuple(listeners) + established, host_addr=self._full.host_addr)
-        procs, handles = _list_procs()
-        procs = _with_env(procs, handles, pids_needing_env(self.specs, procs))
-        return Snapshot(procs=tuple(procs), socks=tuple(_psutil_sockets()),
+        procs = _list_procs()
+        trees = pids_needing_env(self.specs, procs)  # the processes pid and match specs select
+        procs = _with_env(procs, trees)
+        # whose sockets: a port spec's job takes the owners of its port's sockets, whoever they are
+        owners_of = [p.pid for p in procs] if self.any_port else trees
+        return Snapshot(procs=tuple(procs), socks=tuple(owned_sockets(owners_of)),
                         host_addr=host_addr_of(self.iface))
 
     def scan(self) -> list[Job]:

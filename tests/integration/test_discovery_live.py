@@ -298,10 +298,55 @@ def test_scan_survives_psutil_errors(pair: Pair, monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(psutil.Process, "environ", gone)
     monkeypatch.setattr(psutil, "net_connections", flaky)
+    monkeypatch.setattr(discovery, "_diag_sockets", lambda established=True: None)  # no sock_diag: psutil's path
     jobs = Discovery([JobSpec(ports=(pair.port,)), JobSpec(match=re.escape(pair.client_marker))]).scan()
     # owners are unknown after the fallback to /proc, but the port job is still found
     assert f"ps:127.0.0.1:{pair.port}" in {j.job_id for j in jobs}
     assert f"pid:{pair.client.pid}" in {j.job_id for j in jobs}
+
+
+def test_fds_that_vanish_or_deny_leave_their_sockets_ownerless(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.readlink
+
+    def flaky(path: str) -> str:
+        if path.startswith(f"/proc/{pair.client.pid}/fd/"):
+            raise PermissionError(path)  # or FileNotFoundError: the fd was closed meanwhile
+        return real(path)
+
+    monkeypatch.setattr(os, "readlink", flaky)
+    socks = {(s.state, s.lport, s.pid) for s in discovery.owned_sockets([pair.server.pid, pair.client.pid])
+             if pair.port in (s.lport, s.rport)}
+    assert socks == {("LISTEN", pair.port, pair.server.pid), ("ESTABLISHED", pair.port, pair.server.pid),
+                     ("ESTABLISHED", pair.cport, None)}
+
+
+def test_read_proc_agrees_with_psutil(pair: Pair, tmp_path) -> None:
+    odd = tmp_path / "sl) eep (x"  # a comm with ")" and spaces: the stat line must be split after the last ")"
+    odd.symlink_to("/bin/sleep")
+    p = subprocess.Popen([str(odd), "30"])
+    try:
+        wait = time.monotonic() + 5
+        while psutil.Process(p.pid).name() != odd.name[:15] and time.monotonic() < wait:
+            time.sleep(0.01)  # until the exec is done
+        for pid in (p.pid, pair.server.pid, pair.client.pid, os.getpid()):
+            mine, ref = discovery._read_proc(pid), psutil.Process(pid)
+            assert mine is not None and (mine.ppid, mine.cmdline) == (ref.ppid(), " ".join(ref.cmdline())), pid
+        assert discovery._read_proc(p.pid).ppid == os.getpid()
+    finally:
+        p.kill()
+        p.wait(timeout=10)
+    assert discovery._read_proc(p.pid) is None  # reaped: gone
+
+
+def test_owners_only_among_the_pids_asked(pair: Pair) -> None:
+    """A match spec's scan walks the fds of the processes it selects, not of every process."""
+    socks = {(s.state, s.lport, s.pid) for s in discovery.owned_sockets([pair.client.pid])
+             if pair.port in (s.lport, s.rport)}
+    assert socks == {("LISTEN", pair.port, None), ("ESTABLISHED", pair.port, None),
+                     ("ESTABLISHED", pair.cport, pair.client.pid)}
+    d = Discovery([JobSpec(match=re.escape(pair.client_marker))])
+    (job,) = d.scan()
+    assert job.pids == (pair.client.pid,) and job.flows == (FlowKey("127.0.0.1", pair.cport, "127.0.0.1", pair.port),)
 
 
 def test_take_snapshot_env_only_where_asked(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,10 +6,13 @@ Two ways to take a snapshot:
 * `take_socket_snapshot()` reads the listening and established TCP sockets over
   sock_diag (/proc/net/tcp and /proc/net/tcp6 where it is missing): no processes,
   no socket owners. Cheap, enough when every job spec selects by listening port.
-* `take_snapshot()` lists processes (pid, ppid, command line) and sockets with
-  their owners via psutil. `psutil.net_connections()` walks every /proc/<pid>/fd,
-  so its cost grows with the number of open files on the host. As root every
-  owner is visible; otherwise only the caller's own processes are.
+* `take_snapshot()` lists the processes of this network namespace (pid, ppid,
+  command line, from /proc) and the sockets with their owners: sock_diag gives each
+  socket's inode, and the owners are found among the fds of the processes that can
+  own a job's sockets (`owned_sockets`), so its cost grows with the open files of
+  those processes, not of the whole machine (psutil.net_connections() walks every
+  /proc/<pid>/fd; it remains the fallback without sock_diag). As root every owner is
+  visible; otherwise only the caller's own processes are.
 
 Processes and sockets that vanish mid-scan are normal and skipped silently.
 IPv4-mapped IPv6 addresses (::ffff:a.b.c.d, IPv4 traffic on a dual-stack socket)

@@ -336,11 +336,28 @@ def render_table(results: Mapping, summary: Mapping[str, Mapping]):
     return t
 
 
+CPU_TRUST_PCT = 70.0  # above this mean machine CPU the emulation itself may be what is slow (docs/testbed.md)
+
+
+def cpu_warnings(summary: Mapping[str, Mapping]) -> list[str]:
+    """One line per policy whose runs kept the machine busier than CPU_TRUST_PCT on average: its
+    hosts, daemons and emulated links competed for the processors, so its JCTs may be the machine's."""
+    out = []
+    for policy, s in summary.items():
+        cm = _num(s.get("cpu_mean_pct"))
+        if cm is not None and cm > CPU_TRUST_PCT:
+            out.append(f"{policy}: the machine's CPU averaged {cm:.0f}% (> {CPU_TRUST_PCT:.0f}%): the emulation may be "
+                       "CPU-bound under this policy; compare with care, or scale link rates and models down")
+    return out
+
+
 def print_table(results: Mapping, summary: Mapping[str, Mapping], console=None) -> None:
     if console is None:
         from rich.console import Console
         console = Console()
     console.print(render_table(results, summary))
+    for line in cpu_warnings(summary):
+        console.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
 
 
 # ---------------------------------------------------------------- plots

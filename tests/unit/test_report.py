@@ -117,6 +117,17 @@ def test_queue_drops_by_hand():
     assert "400 (h0:up)" in text
 
 
+def test_cpu_warning_names_the_policies_above_70_percent():
+    res = make_results()
+    for run in res["runs"]:
+        if run["policy"] == "one":
+            run["cpu"]["mean_pct"] = 71 + run["repeat"]  # 71, 72, 73: mean 72
+    s = report.summarize(res)
+    (line,) = report.cpu_warnings(s)  # fifo (20%) and rr (5%) stay quiet
+    assert line.startswith("one: the machine's CPU averaged 72% (> 70%)")
+    assert "warning: one: the machine's CPU averaged 72%" in render(res, s)
+
+
 def test_one_repeat_gives_no_interval():
     s = report.summarize(make_results(repeat=1))
     assert s["one"]["ratio_vs_fifo"] == pytest.approx(0.6)

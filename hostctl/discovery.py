@@ -41,6 +41,7 @@ from hostctl.core.grouping import (
 )
 from hostctl.core.types import Job, JobSpec, ProcInfo, Snapshot, SockInfo
 from hostctl.datapath.rtnl_raw import RawNetlink
+from hostctl.datapath.sockreset import socket_fds
 
 # What a process or socket that disappears between two reads can raise.
 _VANISHED: tuple[type[BaseException], ...] = (
@@ -302,22 +303,8 @@ def _socket_owners(pids: Iterable[int]) -> dict[int, list[int]]:
     process or fd that vanishes, or is not ours to read, is skipped)."""
     owners: dict[int, list[int]] = {}
     for pid in sorted(set(pids)):
-        fd_dir = f"/proc/{pid}/fd"
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        seen: set[int] = set()
-        for fd in fds:
-            try:
-                link = os.readlink(f"{fd_dir}/{fd}")
-            except OSError:
-                continue
-            if link.startswith("socket:["):
-                inode = int(link[8:-1])
-                if inode not in seen:
-                    seen.add(inode)
-                    owners.setdefault(inode, []).append(pid)
+        for inode in socket_fds(pid):
+            owners.setdefault(inode, []).append(pid)
     return owners
 
 

@@ -410,6 +410,8 @@ def testbed_up(
     link: str = typer.Option("200mbit", "--link", help="Host NIC rate, each direction."),
     uplink: Optional[str] = typer.Option(None, "--uplink", help="Rack uplink rate (with --racks)."),
     queue: str = typer.Option("256KiB", "--queue", help="Switch port buffer."),
+    gso: bool = typer.Option(True, "--gso/--no-gso", help="--no-gso: hosts send one-frame packets, so switch ports "
+                             "queue and drop frames (costs CPU; docs/testbed.md)."),
     scenario: Optional[str] = typer.Option(None, "--scenario", help="Take the topology from a scenario file."),
     as_json: bool = JsonOpt,
 ) -> None:
@@ -420,7 +422,7 @@ def testbed_up(
     if scenario:
         topo = load_scenario(scenario).topology
     else:
-        d: dict = {"link": link, "queue": queue}
+        d: dict = {"link": link, "queue": queue, "gso": gso}
         if racks is not None:
             d.update(racks=racks, hosts_per_rack=hosts_per_rack if hosts_per_rack is not None else 2)
             if uplink is not None:
@@ -451,7 +453,8 @@ def _print_testbeds(rows: list[dict], as_json: bool) -> None:
         for h in s["hosts"]:
             typer.echo(f"  {h['host']:5s} rack {h['rack']}  {h['addr']:15s} netns {h['ns']}  "
                        f"{h['processes']} processes{'' if h['up'] else '  (namespace missing)'}")
-        typer.echo("  links: " + ", ".join(f"{ln['link']} {format_rate(ln['rate_bps'])}" for ln in s["links"]))
+        typer.echo("  links: " + ", ".join(f"{ln['link']} {format_rate(ln['rate_bps'])}" for ln in s["links"])
+                   + ("" if s.get("gso", True) else "; hosts send one-frame packets (--no-gso)"))
         if s.get("problem"):
             typer.echo(f"  problem: {s['problem']}")
 

@@ -459,6 +459,7 @@ def status(state_dir: str = STATE_DIR) -> list[dict]:
         missing = [h["ns"] for h in hosts if not h["up"]] + ([] if _ns_exists(tb.sw_ns) else [tb.sw_ns])
         out.append({"name": name, "subnet": f"10.{tb.subnet}.0.0/16", "hosts": hosts,
                     "links": [{"link": ln.name, "rate_bps": ln.rate_bps} for ln in tb.links()],
+                    "gso": tb.topology.gso,
                     "problem": (f"missing namespaces {', '.join(missing)}: `hostctl testbed down {name}`"
                                 if missing else None)})
     return out

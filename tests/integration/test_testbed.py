@@ -160,6 +160,20 @@ def test_gso_off_makes_one_frame_packets(make_tb):
     assert 85 <= mbit(throughput_mbit(tb, "h0", "h1", 7306)) <= 101  # one frame per packet, still at line rate
 
 
+def test_cli_up_no_gso_and_status_say_so():
+    name = uname()
+    try:
+        r = sh([HOSTCTL, "testbed", "up", "--name", name, "--hosts", "2", "--link", "100mbit", "--no-gso"])
+        assert "hosts send one-frame packets (--no-gso)" in r.stdout, r.stdout
+        ns = f"{NS_PREFIX}{name}-h1"
+        assert "gso_max_segs 1 " in sh(["ip", "-n", ns, "-d", "link", "show", "dev", "eth0"]).stdout
+        st = json.loads(sh([HOSTCTL, "testbed", "status", "--json"]).stdout)
+        assert [s["gso"] for s in st if s["name"] == name] == [False]
+    finally:
+        teardown(name)
+    assert leftovers(name) == []
+
+
 def test_two_testbeds_coexist(make_tb):
     a = make_tb(topo(2))
     b = make_tb(topo(2))

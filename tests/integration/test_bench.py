@@ -14,6 +14,7 @@ import pytest
 
 from hostctl.bench.scenario import parse_scenario
 from hostctl.core import traffic
+from hostctl.core.wire import WIRE_VERSION
 from hostctl.testbed.net import NS_PREFIX, Testbed, teardown
 from hostctl.workloads.summary import load_records, summarize
 from tests.conftest import HOSTCTL, PY, sh
@@ -260,6 +261,11 @@ def test_mlcc_bench_runs_with_and_without_switchemu(tmp_path):
     # the flows had roles (ps / ring from the bench's config): Algorithm 2 ran on them
     assert sum(d["delta_flows"] + d["notifications_sent"] + d["progress_missing"] for d in deps["mlcc"]) > 0
     assert deps["mlcc-nodeps"] and not any(d["enabled"] or d["notifications_sent"] for d in deps["mlcc-nodeps"])
+    # every switch-mode daemon spoke the current wire version with the bench's switchemu; local mode has none
+    versions = {pol: [d["mlcc"]["wire_versions"] for d in run["daemons"].values() if d.get("mlcc")]
+                for pol, run in runs.items()}
+    assert versions["mlcc"] and all(set(v.values()) == {WIRE_VERSION} for v in versions["mlcc"])
+    assert all(v == {} for v in versions["mlcc-local"])
     raw = [d for d in os.listdir(res["raw_dir"]) if d.endswith("-mlcc")]
     topo = open(os.path.join(res["raw_dir"], raw[0], "switch-topology.toml")).read()
     assert 'name = "tor0"' in topo and 'uplink_rate = "50000000bit"' in topo

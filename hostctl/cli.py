@@ -22,7 +22,8 @@ from hostctl import consts
 
 app = typer.Typer(
     add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
-    help="End-host traffic control for deep-learning training jobs (TensorLights priority bands, MLCC per-flow pacing).",
+    help="End-host traffic control for deep-learning training jobs "
+         "(TensorLights priority bands, MLCC per-flow pacing).",
     epilog="Examples:\n\n  hostctl start --policy rr --ports 9000-9005 --link-rate 9.7gbit\n\n"
            "  hostctl status\n\n  hostctl clean",
 )

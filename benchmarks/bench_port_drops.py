@@ -47,7 +47,7 @@ def cpu_times() -> tuple[int, int]:
 
 
 def tcp_counters(tb: Testbed, host: str) -> dict:
-    r = subprocess.run(["ip", "netns", "exec", tb.host(host).ns, "nstat", "-az", "--json"], capture_output=True,
+    r = subprocess.run(["ip", "netns", "exec", tb.host(host).ns, "nstat", "-asz", "--json"], capture_output=True,
                        text=True, check=True)
     return json.loads(r.stdout)["kernel"]
 

@@ -73,6 +73,7 @@ def socket_loop(topo, msgs, n: int, peers: int = 1) -> float:
     so the loop runs flat out, in full batches, while the client thread waits; ZeroMQ's own I/O thread
     is not counted. A switch that keeps up wakes for every message or few instead, which costs more
     (each blocking wait cost ~20 us of CPU on the 2-core VM of docs/switchemu.md)."""
+    import shutil
     import tempfile
     import threading
 
@@ -129,6 +130,7 @@ def socket_loop(topo, msgs, n: int, peers: int = 1) -> float:
         s.close(0)
     ctx.term()
     srv.close()
+    shutil.rmtree(d, ignore_errors=True)  # the ipc socket's folder
     assert got == n, (got, n)
     return cpu["s"] / n
 

@@ -471,7 +471,7 @@ class Run:
         assert self.tb is not None
         tot = dict.fromkeys(self.TCP_KEYS, 0)
         for h in self.tb.hosts():
-            r = subprocess.run(["ip", "netns", "exec", h.ns, "nstat", "-az", "--json"], capture_output=True,
+            r = subprocess.run(["ip", "netns", "exec", h.ns, "nstat", "-asz", "--json"], capture_output=True,
                                text=True)
             try:
                 kern = json.loads(r.stdout).get("kernel", {})

@@ -292,10 +292,7 @@ class SwitchClient:
         if r.slot_now is not None:
             res.slot_now[ep] = r.slot_now
         if r.type == "error":
-            if r.status == Code.UNKNOWN_VERSION and self.version[ep] > 1:
-                self.version[ep] = 1
-                log.warning("switch %s does not speak wire version %d: speaking version 1 to it (upgrade "
-                            "switchemu for smaller replies)", ep, wire.WIRE_VERSION)
+            self._fall_back(ep, r)
             res.errors[ep] = f"{Code(r.status).name.lower() if r.status in Code._value2member_map_ else r.status}: {r.message}"
             res.error_codes[ep] = r.status
             return
@@ -343,6 +340,16 @@ class SwitchClient:
 
     # ------------------------------------------------------------------ probe
 
+    def _fall_back(self, ep: str, r: Reply) -> bool:
+        """On an older switch's unknown_version error, speak version 1 to ``ep`` from now on (logged
+        once); True if this reply made the change."""
+        if r.type != "error" or r.status != Code.UNKNOWN_VERSION or self.version[ep] == 1:
+            return False
+        self.version[ep] = 1
+        log.warning("switch %s does not speak wire version %d: speaking version 1 to it (upgrade "
+                    "switchemu for smaller replies)", ep, wire.WIRE_VERSION)
+        return True
+
     def probe(self, slot_s: float = 0.06, timeout_s: float = 2.0) -> ProbeResult:
         """One fetch_feedback round trip to the first endpoint (waits for the connection within the
         timeout). Retries once with the switch's own slot if the slot was refused (other slot length),
@@ -370,8 +377,7 @@ class SwitchClient:
             if r.type == "error" and r.status in (Code.STALE_SLOT, Code.FUTURE_SLOT) and r.slot_now is not None:
                 slot = r.slot_now
                 continue
-            if r.type == "error" and r.status == Code.UNKNOWN_VERSION and self.version[ep] > 1:
-                self.version[ep] = 1
+            if self._fall_back(ep, r):
                 continue
             if r.type == "error":
                 return ProbeResult(lat, r.slot_now, error=f"error reply {r.status}: {r.message}")

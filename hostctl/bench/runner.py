@@ -241,6 +241,11 @@ class Run:
             self.daemons[h] = self._start(h, argv, f"hostctl-{h}", net_only=paced)
             self.daemon_policy[h] = pol
 
+    def link_readings(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(bytes sent, packets dropped) so far per link: the two ends of a link_window."""
+        assert self.tb is not None
+        return self.tb.counters(), self.tb.drops()
+
     def daemon_status(self, host: str) -> dict | None:
         """The daemon's status over its control socket (in-process: no CLI spawn), None if it doesn't answer."""
         from hostctl import control
@@ -369,7 +374,7 @@ class Run:
             self.start_processors()
             self.start_servers()
             self.wait_daemons(expect_jobs=True)
-            c0 = self.tb.counters(), self.tb.drops()
+            c0 = self.link_readings()
             cpu.start()
             t0 = time.monotonic()
             events = sorted([(j.arrival_s, 0, j) for j in sc.jobs] + [(c.start_s, 1, c) for c in sc.cross],
@@ -387,12 +392,12 @@ class Run:
                     _, kind, obj = events.pop(0)
                     (self.start_job if kind == 0 else self.start_cross)(obj)
                 if not active and not ends and now >= active_from:
-                    active.append((now, (self.tb.counters(), self.tb.drops())))
+                    active.append((now, self.link_readings()))
                 for name, ps in self.workers.items():
                     if name not in ends and all(p.poll() is not None for p in ps):
                         ends[name] = time.monotonic()
                         if len(ends) == 1 and len(active) == 1:
-                            active.append((ends[name], (self.tb.counters(), self.tb.drops())))
+                            active.append((ends[name], self.link_readings()))
                         if progress:
                             progress(len(ends))
                 if now >= next_observe:
@@ -405,7 +410,7 @@ class Run:
                                    f"finish within {sc.timeout_s:.0f} s (bench.timeout)")
                 time.sleep(0.05)
             t_end = max(ends.values())
-            c1 = self.tb.counters(), self.tb.drops()
+            c1 = self.link_readings()
             res["tcp"] = self.tcp_counters()
             res["cpu"] = cpu.stop()
             res["duration_s"] = t_end - t0

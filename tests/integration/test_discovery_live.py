@@ -326,8 +326,9 @@ def test_read_proc_agrees_with_psutil(pair: Pair, tmp_path) -> None:
     p = subprocess.Popen([str(odd), "30"])
     try:
         wait = time.monotonic() + 5
-        while psutil.Process(p.pid).name() != odd.name[:15] and time.monotonic() < wait:
-            time.sleep(0.01)  # until the exec is done
+        # until the exec is done: the new comm is set before the new command line is readable
+        while psutil.Process(p.pid).cmdline() != [str(odd), "30"] and time.monotonic() < wait:
+            time.sleep(0.01)
         for pid in (p.pid, pair.server.pid, pair.client.pid, os.getpid()):
             mine, ref = discovery._read_proc(pid), psutil.Process(pid)
             assert mine is not None and (mine.ppid, mine.cmdline) == (ref.ppid(), " ".join(ref.cmdline())), pid

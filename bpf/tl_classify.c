@@ -7,8 +7,9 @@
  * classid). Packets of no job, and all packets once the daemon's heartbeat is
  * older than the lease (daemon dead or stuck: fail open), return 0 (no match),
  * which sends them to htb's default class: plain FIFO sharing, nothing
- * prioritised or demoted; only TCP segments of no job without data (pure ACKs)
- * go to the control class while the lease holds (control_class()).
+ * prioritised or demoted. While the lease holds, TCP segments without data
+ * (pure ACKs, SYN, FIN, RST) go to the control class, whether they belong to a
+ * job or not (control_class()); a job's are counted for it first.
  *
  * Why not direct-action + skb->tc_classid: on this kernel (6.18) htb ignored the
  * classid written that way (all packets landed in the default class, measured
@@ -26,8 +27,8 @@
  *
  * Compile-time settings (cflags, built by classifier.cflags()): MAX_FLOW_ENTRIES,
  * MAX_PORT_ENTRIES, MAX_JOB_SLOTS, L2_HLEN (14 on Ethernet/veth, 0 on L3 devices),
- * CONTROL_CLASSID (the class of TCP segments without data that belong to no job:
- * control_class() below; 0 = default class).
+ * CONTROL_CLASSID (the class of TCP segments without data: control_class() below;
+ * 0 = no control class: those of no job stay in the default class, a job's in its band).
  *
  * Overhead: two hash lookups and three array lookups per egress packet, plus
  * four bpf_skb_load_bytes calls; no per-packet allocation.
@@ -62,7 +63,7 @@
 #define L2_HLEN 14
 #endif
 #ifndef CONTROL_CLASSID
-#define CONTROL_CLASSID 0  /* htb classid of TCP segments without data of no job; 0 = default class */
+#define CONTROL_CLASSID 0  /* htb classid of TCP segments without data; 0 = none */
 #endif
 
 /* Where the local end's address and port are: the source on egress, the
@@ -118,10 +119,13 @@ BPF_ARRAY(hc_job_class, struct hc_job_class, MAX_JOB_SLOTS);
 BPF_ARRAY(hc_job_stats, struct hc_job_stats, MAX_JOB_SLOTS);
 BPF_ARRAY(hc_ctl, struct hc_ctl, 1);
 
-/* A TCP segment of no job without data (a pure ACK, SYN, FIN, RST) goes to the control
- * class: non-DL flows received by this host must not have their ACKs queue behind bulk
- * data in the default class, below the bands (measured: a flow into a PS host fell from
- * 40-59 to 11-21 Mbit/s under `one`). Segments with data stay in the default class. */
+/* A TCP segment without data (a pure ACK, SYN, FIN, RST) goes to the control class
+ * (prio 0): the ACKs of what this host receives must not queue behind the data it sends.
+ * Of no job, they would wait in the default class below the bands (measured: a flow into
+ * a PS host fell from 40-59 to 11-21 Mbit/s under `one`); of a job, in its band behind
+ * higher bands' data, which stalled a lower job's gradients arriving at a PS host while a
+ * higher job's update went out (docs/benchmarks.md, session 21). Segments with data stay
+ * in their class. Returns NO_MATCH for a segment with data or without a control class. */
 static __always_inline __u32 control_class(struct __sk_buff *skb, __u32 l4, __u32 l3_payload)
 {
     __u8 doff;
@@ -208,6 +212,11 @@ int tl_classify(struct __sk_buff *skb)
     struct hc_job_class *jc = hc_job_class.lookup(&slot);
     if (!jc || !jc->classid)
         return NO_MATCH;
+    /* A job's segment without data (the ACKs of the data it receives) skips the bands too:
+     * in a band it would wait behind higher bands' data and stall this job's other direction. */
+    __u32 ctl_class = control_class(skb, l4, l3_payload);
+    if (ctl_class)
+        return ctl_class;
     return jc->classid;  /* classic cls_bpf mode: the return value is the classid */
 }
 

@@ -9,11 +9,13 @@ htb layout (handle major 0x6863, "hc"):
     6863:    root htb qdisc, default class 6863:10
     6863:1   root class     rate = ceil = link rate
     6863:10  default class  rate = other_rate, ceil = link, prio 7   (all non-DL traffic)
-    6863:11  control class  rate = 100kbit,    ceil = link, prio 0   (non-DL TCP segments without data)
+    6863:11  control class  rate = 100kbit,    ceil = link, prio 0   (TCP segments without data)
     6863:20+b band b class  rate = 100kbit,    ceil = link, prio b   (b = 0..bands-1)
 
-The control class (only with bands) keeps the pure ACKs of non-DL flows that this host
-receives from queueing behind bulk data in the default class, below the bands.
+The control class (only with bands) keeps the pure ACKs of what this host receives from
+queueing behind the data it sends: those of non-DL flows behind bulk data in the default
+class, below the bands; those of a DL job behind higher bands' data, which would stall the
+job's incoming direction (a PS host's gradients) while another job's update goes out.
 
 Every band class is guaranteed only a token rate and borrows the rest from the
 root class; htb lends excess to the lowest prio value first, which makes the

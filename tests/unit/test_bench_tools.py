@@ -1,10 +1,11 @@
-"""benchmarks/ps_phases.py and benchmarks/fluid_placement1.py: known answers on small inputs."""
+"""benchmarks/ps_phases.py, fluid_placement1.py and fluid_mixed.py: known answers on small inputs."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import sys
 
 import pytest
 
@@ -14,12 +15,14 @@ _ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
 def _load(name: str):
     spec = importlib.util.spec_from_file_location(name, os.path.join(_ROOT, f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
 
 phases = _load("ps_phases")
 fluid = _load("fluid_placement1")
+mixed = _load("fluid_mixed")
 
 
 def _worker(rank: int, grad_at: list[float], starts: list[float], compute: float) -> dict:
@@ -66,6 +69,43 @@ def test_fluid_priority_breaks_fifo_lock_step():
     f = fluid.simulate(2, 0.01, 0.02, 0.01, "fifo", False, (0, 2), **args)
     o = fluid.simulate(2, 0.01, 0.02, 0.01, "one", False, (0, 2), **args)
     assert o["iterations_per_job"] > 1.1 * f["iterations_per_job"]
+
+
+def test_fluid_mixed_jobs_alone_take_their_analytic_time():
+    # 500 Mbit/s links, 12 iterations, 200 ms compute. PS: the 4 x 2 MiB update leaves the PS's up
+    # link and the gradients converge on its down link, 134 ms each. Ring: 6 steps of 2 MiB, 33.6 ms each.
+    link = 500e6 / 8
+    assert mixed.standalone_s("psa") == pytest.approx(12 * (2 * 8 * mixed.MIB / link + 0.2), rel=1e-6)
+    assert mixed.standalone_s("ring") == pytest.approx(12 * (6 * 2 * mixed.MIB / link + 0.2), rel=1e-6)
+
+
+def test_fluid_mixed_sender_priority_with_one_band_is_max_min_fair():
+    """The egress-only allocator (priority at up links, FIFO down links, found as a fixed point) gives
+    the max-min fair rates of progressive filling when every flow is in one band."""
+    import random
+
+    rnd = random.Random(1)
+    hosts = [f"h{i}" for i in range(6)]
+    for _ in range(200):
+        flows = [mixed.Flow(rnd.randint(0, 5), *rnd.sample(hosts, 2), 1.0) for _ in range(rnd.randint(1, 15))]
+        bands = {j: 0 for j in range(-1, 6)}
+        mixed.Sim(62.5e6, bands, flows=flows).allocate()
+        fair = [f.rate for f in flows]
+        mixed.Sim(62.5e6, bands, flows=flows, egress_only=True).allocate()
+        assert [f.rate for f in flows] == pytest.approx(fair, abs=1.0)
+
+
+def test_fluid_mixed_priority_at_the_sender_and_fifo_at_the_port():
+    # h0 sends a (band 0) and b (band 1) to h2, which also receives c from h1 (band 0).
+    # Every link: a and c split h2's port, b gets nothing. Sender only: h2's port shares fairly among
+    # the flows that reach it, so a, b and c get a third each and h0's up link has room for both.
+    link = 62.5e6
+    flows = [mixed.Flow(0, "h0", "h2", 1.0), mixed.Flow(1, "h0", "h2", 1.0), mixed.Flow(2, "h1", "h2", 1.0)]
+    bands = {-1: 9, 0: 0, 1: 1, 2: 0}
+    mixed.Sim(link, bands, flows=flows).allocate()
+    assert [f.rate for f in flows] == pytest.approx([link / 2, 0.0, link / 2])
+    mixed.Sim(link, bands, flows=flows, egress_only=True).allocate()
+    assert [f.rate for f in flows] == pytest.approx([link / 3] * 3, rel=1e-6)
 
 
 def test_decision_benchmark_stand_in_switch_answers_like_a_switch():

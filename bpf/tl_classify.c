@@ -209,14 +209,14 @@ int tl_classify(struct __sk_buff *skb)
         __sync_fetch_and_add(&st->tx_packets, 1);
     }
 
-    struct hc_job_class *jc = hc_job_class.lookup(&slot);
-    if (!jc || !jc->classid)
-        return NO_MATCH;
     /* A job's segment without data (the ACKs of the data it receives) skips the bands too:
      * in a band it would wait behind higher bands' data and stall this job's other direction. */
     __u32 ctl_class = control_class(skb, l4, l3_payload);
     if (ctl_class)
         return ctl_class;
+    struct hc_job_class *jc = hc_job_class.lookup(&slot);
+    if (!jc || !jc->classid)
+        return NO_MATCH;
     return jc->classid;  /* classic cls_bpf mode: the return value is the classid */
 }
 

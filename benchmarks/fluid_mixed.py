@@ -53,7 +53,7 @@ class Flow:
     src: str
     dst: str
     left: float
-    on_done: object = None  # callable(t)
+    on_done: object = None  # called with no arguments when the flow's last byte arrives
     rate: float = 0.0
 
     @property
@@ -270,11 +270,11 @@ WORKERS = ["h2", "h3", "h4", "h5"]
 
 
 def scenario(bands: dict, seed: int, jitter: float, cross: bool, egress_only: bool = False,
-             until: float = 60.0) -> dict:
+             until: float = 60.0, jobs: list = JOBS) -> dict:
     rnd = random.Random(seed)
     sim = Sim(cap_Bps=500e6 / 8, prio=bands, egress_only=egress_only)
     jct: dict[int, float] = {}
-    for j, (kind, ps) in enumerate(JOBS):
+    for j, (kind, ps) in enumerate(jobs):
         if kind == "ring":
             ring_job(sim, j, WORKERS, 8 * MIB, 0.2, 12, jitter, rnd, jct)
         else:
@@ -284,11 +284,11 @@ def scenario(bands: dict, seed: int, jitter: float, cross: bool, egress_only: bo
         sim.after(1.0, lambda: sim.start(bulk))
         sim.after(9.0, lambda: sim.flows.remove(bulk) if bulk in sim.flows else None)
     sim.run(until)
-    if len(jct) != len(JOBS):
-        raise SystemExit(f"fluid_mixed: only {len(jct)} of {len(JOBS)} jobs ended within {until} s")
+    if len(jct) != len(jobs):
+        raise SystemExit(f"fluid_mixed: only {len(jct)} of {len(jobs)} jobs ended within {until} s")
     end = max(jct.values())
     workers_busy = [sim.busy.get(f"{h}:{d}", 0.0) / end for h in WORKERS for d in ("up", "down")]
-    return {"avg_jct_s": sum(jct.values()) / len(jct), "jct_s": [jct[j] for j in range(len(JOBS))],
+    return {"avg_jct_s": sum(jct.values()) / len(jct), "jct_s": [jct[j] for j in range(len(jobs))],
             "makespan_s": end, "worker_links_busy": sum(workers_busy) / len(workers_busy)}
 
 
@@ -307,13 +307,8 @@ def run_case(name: str, bands: dict, seeds: int, jitter: float, cross: bool, egr
 
 def standalone_s(kind: str) -> float:
     """One job of this kind alone on the fabric (no jitter, no bulk flow)."""
-    global JOBS
-    saved = JOBS
-    JOBS = [j for j in saved if j[0] == kind][:1]
-    try:
-        return scenario({-1: 0, 0: 0}, 0, 0.0, False)["jct_s"][0]
-    finally:
-        JOBS = saved
+    one = [j for j in JOBS if j[0] == kind][:1]
+    return scenario({-1: 0, 0: 0}, 0, 0.0, False, jobs=one)["jct_s"][0]
 
 
 def main(argv: list[str] | None = None) -> int:

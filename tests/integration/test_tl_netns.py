@@ -39,9 +39,11 @@ def start_daemon(pair, policy, *extra):
     return d, wait_for(ready, 30, 0.2, "daemon ready with both jobs")
 
 
-def start_servers(pair):
+def start_servers(pair, sinks=()):
+    """A bulk server on each of PORTS on ps: it sends, or receives for the ports in sinks."""
     for port in PORTS:
-        pair.start(pair.ps, PY, "-m", "hostctl.tools.bulk", "serve", "--bind", pair.ps.addr, "--port", str(port))
+        pair.start(pair.ps, PY, "-m", "hostctl.tools.bulk", "serve", *(["--sink"] if port in sinks else []),
+                   "--bind", pair.ps.addr, "--port", str(port))
     for port in PORTS:
         wait_for(lambda: pair.wk.run("bash", "-c", f"echo > /dev/tcp/{pair.ps.addr}/{port}", check=False).returncode == 0,
                  10, 0.1, f"server on {port}")
@@ -236,12 +238,7 @@ def test_acks_of_a_low_band_job_do_not_wait_behind_higher_bands(pair):
     wait behind band 0's data (band 1 is guaranteed only 100 kbit) and stall the upload, which the
     bands never meant to order (it comes in on the other direction of the link)."""
     ns, dev = pair.ps.ns, pair.ps.dev
-    pair.start(pair.ps, PY, "-m", "hostctl.tools.bulk", "serve", "--bind", pair.ps.addr, "--port", str(PORTS[0]))
-    pair.start(pair.ps, PY, "-m", "hostctl.tools.bulk", "serve", "--sink", "--bind", pair.ps.addr,
-               "--port", str(PORTS[1]))
-    for port in PORTS:
-        wait_for(lambda: pair.wk.run("bash", "-c", f"echo > /dev/tcp/{pair.ps.addr}/{port}", check=False).returncode == 0,
-                 10, 0.1, f"server on {port}")
+    start_servers(pair, sinks=(PORTS[1],))
     _, st = start_daemon(pair, "one")
     assert {j["job_id"]: j["band"] for j in st["jobs"]} == {f"ps:10.77.0.1:{p}": i for i, p in enumerate(PORTS)}
     top = recv(pair, PORTS[0], 4)

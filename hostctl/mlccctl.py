@@ -42,7 +42,9 @@ hosts rank the jobs alike (``bands.fabric_rank``: a hash of the job id, and of t
 ``rotate``) and send each flow's job rank with its schedules and queries. The switch then leaves the
 jobs ranked *after* a flow's job out of its feedback, so a job plans around the jobs before it only,
 and this host plans its own jobs one after another in that order (each job around the ones before
-it). A job ranked later waits for the reservations of the earlier ones instead of sharing the links
+it, their plans scaled by each flow's kept fraction, as the other hosts see them: a flow that cannot
+use its plan, held by its receiver's other senders or waiting for a ring predecessor, leaves the rest
+to the later jobs). A job ranked later waits for the reservations of the earlier ones instead of sharing the links
 with them, TensorLights' strict priority carried to the fabric's links: on racks-uplink the PS jobs'
 updates then take turns on the oversubscribed uplink, one job computing while the next sends
 (docs/benchmarks.md). An idle flow of an ordered job starts a new burst at its path's headroom only
@@ -210,8 +212,8 @@ class MlccControl:
             deps = None  # nobody to exchange progress with
         self.deps = deps
         links = self._all_links(ids)  # after the fetch, which may learn paths or change the mode
+        self.kept = self._kept_factors(flows, prev)  # (before the plan: an ordered plan reads it)
         plan = self._plan(slot, flows, ids, links, deps, prev)
-        self.kept = self._kept_factors(flows, prev)
         published = self._published(plan, self.kept if self.mode == "switch" else None)
         if self.switch is not None:
             self._publish(slot, flows, ids, published, deps, plan)
@@ -580,10 +582,14 @@ class MlccControl:
             if hs.cum_bytes is not None:
                 cum[idx], delta[idx], notify[idx], reduced[idx] = (hs.cum_bytes, hs.delta_Bps, hs.notify_bytes,
                                                                    hs.reduced_bytes)
+            # the jobs after j plan around j's reservations as the other hosts do: scaled by the share
+            # of its reservations each flow has been using (kept). A flow that cannot use its plan
+            # (held by its receiver's other senders, or waiting for a ring predecessor) leaves the
+            # rest to the jobs ranked after it instead of holding them at the wait floor.
             for i, p in enumerate(path[rows].tolist()):
                 for c in p:
                     if c >= 0:
-                        local[c] += hs.rates_Bps[i]
+                        local[c] += self.kept[rows[i]] * hs.rates_Bps[i]
         if dep_in is None:
             return HostSlot(rates, applied, kind, wave, None)
         self.dep_counts["delta_flows"] += int((delta > 0).sum())

@@ -40,11 +40,19 @@ Which flows are planned, and how (choices the papers leave to the implementer):
   flows span many slots; the testbed's bursts are shorter than a slot).
 - Unknown-size flows publish their slot-0 rate only (they reserve no future slot they may
   not use).
-- Every flow that has bytes gets at least ``wait_floor_Bps`` (default 4 MSS per slot),
-  also in a slot where its plan says 0: the pacer changes a socket's rate only on its
-  TCP callbacks (bpf/hc_pace.c), so a flow held at ~0 would get no ACK, hence no
-  callback, and could not be released in time. The floor costs at most n x floor on a
-  link and is published as the flow's slot-0 rate.
+- Every flow that has bytes gets at least ``wait_floor_Bps`` (64 KiB per slot: 1.09 MB/s at
+  60 ms), also in a slot where its plan says 0. Two reasons. The pacer changes a socket's
+  rate only on its TCP callbacks (bpf/hc_pace.c), so a flow held at ~0 would get no ACK,
+  hence no callback, and could not be released in time. And TCP's own pacing sends a
+  whole GSO packet (up to 64 KiB: on paths with an RTT under 512 us, tcp_tso_autosize adds
+  gso_max_size >> (min_rtt_us >> tcp_tso_rtt_log) whatever the rate) and then waits
+  len / rate before the next one; raising the rate does not shorten a wait already
+  started (Linux 5.18+, net.ipv4.tcp_tso_rtt_log = 9 by default). At the old floor of
+  4 MSS per slot (96.5 KB/s) a flow held for 0.2 s and then released to 50 MB/s took
+  1.18 s to deliver 1 MB over a veth; at 64 KiB per slot, 0.12 s (two slots;
+  tests/integration/test_pacer.py). On mlcc-mixed, ring steps and PS updates that had been
+  held stood still for 10-12 slots after their release, and their whole job with them.
+  The floor costs at most n x floor on a link and is published as the flow's slot-0 rate.
 - **Algorithm 2** (``role`` given; the daemon in switch mode, core/deps.py): Delta raises the rate a
   flow is *paced* at (capped by B_i and its bytes left: a flow behind the flow it depends on may go
   faster than its share). A received notification lowers only the schedule the flow *publishes*
@@ -66,8 +74,8 @@ from hostctl.core.mlcc import (
     MlccParams, MlccPlan, Role, allocate, allocate_prepared, apply_reductions, path_links,
 )
 
-MSS_BYTES = 1448
-WAIT_FLOOR_MSS_PER_SLOT = 4
+GSO_MAX_BYTES = 65536  # a TCP socket's largest packet (gso_max_size, the kernel's default)
+WAIT_FLOOR_BYTES_PER_SLOT = GSO_MAX_BYTES  # see the module docstring
 
 
 @dataclass(frozen=True)
@@ -86,7 +94,8 @@ class HostSlot:
 
 
 def wait_floor_Bps(slot_s: float) -> float:
-    return WAIT_FLOOR_MSS_PER_SLOT * MSS_BYTES / slot_s
+    """The least rate a planned flow is paced at: one largest TCP packet per slot."""
+    return WAIT_FLOOR_BYTES_PER_SLOT / slot_s
 
 
 def job_waves(job: np.ndarray, job_left: dict[str, float]) -> np.ndarray:

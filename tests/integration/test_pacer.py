@@ -842,3 +842,48 @@ def test_rate_writes_batched_and_key_by_key_give_the_same_map(cgroup, driver):
         want = {k: (r * 2 if i % 2 else r) for i, (k, r) in enumerate(want.items()) if i % 4 != 3}
         d.apply(PaceTable(flow_rates=want))
         assert _rates_in_map(p) == {k: pacer.clamp_rate(r) for k, r in want.items()}, batched
+
+
+# -- release from mlcc's wait floor ------------------------------------------------------------
+def _release_s(rx: Receiver, app: App, d: Driver, base: PaceTable, held_Bps: float, *, hold_s: float = 0.2,
+               need_bytes: int = 1_000_000) -> float:
+    """Hold the bulk flow at ``held_Bps`` for ``hold_s``, give it back its slot's rate, and return
+    how long after that the receiver took to get ``need_bytes`` (inf: not within 1.5 s)."""
+    key = app.keys[0]
+    d.apply(PaceTable(ports=base.ports, slot_rates=base.slot_rates, flow_rates={key: int(held_Bps)}))
+    time.sleep(hold_s)
+    t_up = time.monotonic()
+    d.apply(base)
+    time.sleep(1.5)
+    got = 0.0
+    for t, v in rx.series(app.ids[0], t_up, time.monotonic(), 0.01):
+        got += v * 0.01
+        if got >= need_bytes:
+            return t + 0.01 - t_up
+    return float("inf")
+
+
+def test_flow_held_at_the_wait_floor_is_released_within_three_slots(pair, cgroup, procs, driver):
+    """policy mlcc holds a flow that its plan makes wait at ``wait_floor_Bps`` (64 KiB per 60 ms
+    slot), and releases it by writing a higher rate. TCP's pacing sends a whole GSO packet (up
+    to 64 KiB on a path this short) and then waits len / rate before the next; the new rate does
+    not shorten that wait. So 1 MB at 50 MB/s (20 ms) must arrive within three slots of the
+    release (119-123 ms measured, about two packets' wait at the floor). The old floor (4 MSS per
+    slot, 96.5 KB/s) is measured for the record: 1.18 s (a 64 KiB packet alone waits 0.68 s at
+    that rate)."""
+    from hostctl.core.mlcchost import wait_floor_Bps
+
+    port = 5371
+    rx = Receiver(pair.ps, [port], procs)
+    d = driver(cgroup)
+    base = PaceTable(ports={(port, "remote"): 1}, slot_rates={1: 50_000_000})
+    d.apply(base)
+    app = App(pair.wk, cgroup, pair.ps, [port], procs)
+    app.cmd("bulk 0")
+    time.sleep(1.0)
+    floor = wait_floor_Bps(0.06)
+    new = _release_s(rx, app, d, base, floor)
+    old = _release_s(rx, app, d, base, 4 * 1448 / 0.06)
+    print(f"1 MB after the release: floor {floor / 1e6:.2f} MB/s {new * 1e3:.0f} ms; "
+          f"4 MSS per slot {old * 1e3:.0f} ms")
+    assert new <= 0.18, f"{new * 1e3:.0f} ms after a hold at {floor / 1e6:.2f} MB/s"

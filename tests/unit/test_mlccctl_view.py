@@ -2,7 +2,8 @@
 flow's whole job (and, under a job order, the jobs ranked after it) but counts this host's published
 flows of the other jobs, and the daemon subtracts those (Q-M8). Against a model switch that does exactly
 that, the load each plan gets on every link must be the other hosts' load the model was given, plus,
-under an order, what this host planned in this slot for the jobs ranked before."""
+under an order, what this host planned in this slot for the jobs ranked before, each flow's plan scaled
+by the share of its reservations it has been using (its kept fraction), as the other hosts see it."""
 
 from __future__ import annotations
 
@@ -70,6 +71,7 @@ def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
     base = {lid: np.array(data.draw(st.lists(st.integers(0, C // 2), min_size=K, max_size=K))) for lid in LINKS}
     G = [data.draw(st.sampled_from([float("nan"), 0.0, 1e5, 3 * C * SLOT, 20 * C * SLOT])) for _ in range(n)]
     skip = data.draw(st.booleans(), label="skip a slot")
+    measured = [data.draw(st.sampled_from([float("nan"), 0.0, C / 10, C])) for _ in range(n)]  # rate last slot
 
     seen = []
     real = mlccctl.host_slot
@@ -77,7 +79,7 @@ def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
     def spy(*a, **kw):
         load = np.array(a[7], dtype=np.float64)
         hs = real(*a, **kw)
-        seen.append((load, np.asarray(a[4]), hs.rates_Bps.copy()))
+        seen.append((load, np.asarray(a[4]), hs.rates_Bps.copy(), a[3][0], ctl.kept.copy()))
         return hs
 
     t = [1_000_000.0 * SLOT]
@@ -87,7 +89,7 @@ def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
         seen.clear()
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(mlccctl, "host_slot", spy)
-            ctl.tick([FlowIn(k, j, g, C, 0.0, True) for k, j, g in zip(keys, jobs, G)])
+            ctl.tick([FlowIn(k, j, g, C, 0.0, True, m) for k, j, g, m in zip(keys, jobs, G, measured)])
         asked = sw.asked[-1]
         if tick == 0:  # the paths are not known yet: one query per peer and job, for its whole path
             assert sw.queries[-1] == len({(k.raddr, j) for k, j in zip(keys, jobs)})
@@ -98,16 +100,17 @@ def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
             used = [NIC] + sorted({lid for p in paths.values() for lid in p})  # the plan's link columns
             assert len(seen) == (1 if order == "none" else len(set(jobs)))  # one plan, or one per job
             local = np.zeros((len(used), K))  # this slot's plans of the jobs before (under an order)
-            for load, path, rates in seen:
+            for load, path, rates, job, kept in seen:
                 for c in sorted(set(path[path >= 0].tolist())):  # the links this plan's flows cross
                     lid = used[c]
                     want = (base[lid] if lid in base else np.zeros(K)) + local[c]
                     # the published rates are rounded on the wire: half a byte/s per flow at most
                     assert load[c] == pytest.approx(want, abs=n), (lid, load[c], want)
-                for p, r in zip(path.tolist(), rates):
+                rows = [i for i, j in enumerate(jobs) if j == job] if order != "none" else list(range(n))
+                for row, p, r in zip(rows, path.tolist(), rates):
                     for c in p:
                         if c >= 0:
-                            local[c] += r
+                            local[c] += kept[row] * r
         t[0] += SLOT * (2 if skip and tick == 0 else 1)
 
 

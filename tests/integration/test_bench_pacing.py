@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 
+from hostctl.bench.pacing import STEP_TOL, STEP_WIN_S, burst_bytes
 from tests.conftest import PY, sh
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf, pytest.mark.slow]
@@ -41,7 +42,13 @@ def test_quick_pacing_benchmark(tmp_path):
 
     for run in d["step"]["runs"]:
         assert run["changes"] and run["slots"]
-        assert sum(c["settled"] for c in run["changes"]) >= len(run["changes"]) - 1, run["changes"]
+        # a change can be seen to settle only where one TSO burst is a small part of a 20 ms window: at
+        # 100-200 Mbit/s a 64 KB burst is 13-26% of it (STEP_TOL 10%), and those changes settle or not by
+        # luck of the window's alignment (2 of 5 did not in one CI run); at most one of the others may miss
+        tso = run["tcp_tso_rtt_log"]
+        seen = [c for c in run["changes"]
+                if burst_bytes(c["to_bps"], tso) * 8 / (STEP_WIN_S * c["to_bps"]) <= STEP_TOL]
+        assert seen and sum(c["settled"] for c in seen) >= len(seen) - 1, run["changes"]
         assert run["slot_err_mean_abs"] < 0.15, run["slots"]
 
     fl = d["flows200"]

@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import os
 import random
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hostctl.bench.results import write_results  # noqa: E402
 
 MIB = 1 << 20
 EPS = 1e-12
@@ -354,9 +355,7 @@ def main(argv: list[str] | None = None) -> int:
            "best": {("egress_only" if eo else "every_link"): {"policy": c["policy"], "avg_jct_s": c["avg_jct_s"],
                                                               "vs_fair": c["avg_jct_s"] / base}
                     for eo, c in best.items()}}
-    Path(os.path.dirname(a.out) or ".").mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(out, indent=1))
-    print(f"wrote {a.out}")
+    write_results(a.out, "fluid model of mlcc-mixed", out)
     return 0
 
 

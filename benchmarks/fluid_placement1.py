@@ -21,11 +21,12 @@ ordering could win the emulation shows. Writes JSON (default results/fluid_place
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import random
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hostctl.bench.results import write_results  # noqa: E402
 
 
 def simulate(n: int, u: float, c: float, g: float, policy: str, shared: bool, prio_links: tuple[int, ...],
@@ -102,9 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {pol:4s} {r['iterations_per_job']:6.1f} iterations/job  x{r['throughput_vs_fifo']:.3f} fifo  "
                       f"busy: send {b['send']:.0%} processor {b['processor']:.0%} receive {b['receive']:.0%}",
                       flush=True)
-    Path(os.path.dirname(a.out) or ".").mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(out, indent=1))
-    print(f"results: {a.out}")
+    write_results(a.out, "fluid model of placement #1", out)
     return 0
 
 

@@ -44,10 +44,10 @@ jobs ranked *after* a flow's job out of its feedback, so a job plans around the 
 and this host plans its own jobs one after another in that order (each job around the ones before
 it, their plans scaled by each flow's kept fraction, as the other hosts see them: a flow that cannot
 use its plan, held by its receiver's other senders or waiting for a ring predecessor, leaves the rest
-to the later jobs). A job ranked later waits for the reservations of the earlier ones instead of sharing the links
-with them, TensorLights' strict priority carried to the fabric's links: on racks-uplink the PS jobs'
-updates then take turns on the oversubscribed uplink, one job computing while the next sends
-(docs/benchmarks.md). An idle flow of an ordered job starts a new burst at its path's headroom only
+to the later jobs). A job ranked later waits for the reservations of the earlier ones instead of
+sharing the links with them, TensorLights' strict priority carried to the fabric's links: on
+racks-uplink the PS jobs' updates then take turns on the oversubscribed uplink, one job computing
+while the next sends (docs/benchmarks.md). An idle flow of an ordered job starts a new burst at its path's headroom only
 (not at an equal share of its NIC), so that it does not run over an earlier job's reservation.
 """
 

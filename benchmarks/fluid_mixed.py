@@ -56,10 +56,16 @@ class Flow:
     left: float
     on_done: object = None  # called with no arguments when the flow's last byte arrives
     rate: float = 0.0
+    then_bytes: float = 0.0  # what the same connection sends later in this iteration (a ring's next steps)
 
     @property
     def links(self) -> tuple[str, str]:
         return (self.src + ":up", self.dst + ":down")
+
+    @property
+    def conn(self) -> tuple[int, str, str]:
+        """The connection the flow is a burst of: one per job, sender and receiver."""
+        return (self.job, self.src, self.dst)
 
 
 @dataclass
@@ -71,6 +77,9 @@ class Sim:
     t: float = 0.0
     busy: dict = field(default_factory=dict)  # link -> busy seconds (rate-weighted)
     egress_only: bool = False
+    conn_bytes: dict = field(default_factory=dict)  # connection -> bytes sent so far
+    jct: dict = field(default_factory=dict)  # job -> completion time (s), as jobs end
+    n_jobs: int = 0
 
     def start(self, flow: Flow) -> None:
         self.flows.append(flow)
@@ -151,6 +160,7 @@ class Sim:
             dt = max(dt, 0.0)
             for f in self.flows:
                 f.left -= f.rate * dt
+                self.conn_bytes[f.conn] = self.conn_bytes.get(f.conn, 0.0) + f.rate * dt
                 for ln in f.links:
                     self.busy[ln] = self.busy.get(ln, 0.0) + f.rate * dt / self.cap_Bps
             self.t += dt
@@ -230,7 +240,7 @@ def ring_job(sim: Sim, job: int, workers: list[str], nbytes: float, compute: flo
         w["recv"] = recv_early[k].pop((w["i"], w["s"]), 0)
         key = (w["i"], w["s"])
         sim.start(Flow(job, workers[k], workers[(k + 1) % n], chunk,
-                       on_done=lambda: delivered(k, (k + 1) % n, key)))
+                       on_done=lambda: delivered(k, (k + 1) % n, key), then_bytes=(steps - 1 - w["s"]) * chunk))
 
     def delivered(k: int, dst: int, key: tuple[int, int]) -> None:
         st[k]["sent"] = 1
@@ -270,11 +280,16 @@ JOBS = [("psa", "h0"), ("psa", "h0"), ("psb", "h1"), ("psb", "h1"), ("ring", Non
 WORKERS = ["h2", "h3", "h4", "h5"]
 
 
+CAP_BPS = 500e6 / 8  # every link: 500 Mbit/s
+
+
 def scenario(bands: dict, seed: int, jitter: float, cross: bool, egress_only: bool = False,
-             until: float = 60.0, jobs: list = JOBS) -> dict:
+             until: float = 60.0, jobs: list = JOBS, sim: Sim | None = None) -> dict:
+    """Run the jobs (and the bulk flow) on sim (default: a Sim with these bands) to the end."""
     rnd = random.Random(seed)
-    sim = Sim(cap_Bps=500e6 / 8, prio=bands, egress_only=egress_only)
-    jct: dict[int, float] = {}
+    sim = sim or Sim(cap_Bps=CAP_BPS, prio=bands, egress_only=egress_only)
+    jct = sim.jct
+    sim.n_jobs = len(jobs)
     for j, (kind, ps) in enumerate(jobs):
         if kind == "ring":
             ring_job(sim, j, WORKERS, 8 * MIB, 0.2, 12, jitter, rnd, jct)

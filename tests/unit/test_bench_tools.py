@@ -1,4 +1,4 @@
-"""benchmarks/ps_phases.py, fluid_placement1.py and fluid_mixed.py: known answers on small inputs."""
+"""benchmarks/ps_phases.py, fluid_placement1.py, fluid_mixed.py and fluid_mlcc.py: known answers on small inputs."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ def _load(name: str):
 phases = _load("ps_phases")
 fluid = _load("fluid_placement1")
 mixed = _load("fluid_mixed")
+fmlcc = _load("fluid_mlcc")
 
 
 def _worker(rank: int, grad_at: list[float], starts: list[float], compute: float) -> dict:
@@ -125,3 +126,33 @@ def test_decision_benchmark_stand_in_switch_answers_like_a_switch():
         r = bm.run_case(20, 2, 15, seed=1, order=order, peers=5)
         assert r["mode"] == ("local" if order is None else f"switch, order {order}")
         assert 0 < r["wall_ms"]["median"] <= r["wall_ms"]["p90"] <= r["wall_ms"]["p99"]
+
+
+def test_fluid_mlcc_caps_then_shares_max_min():
+    # one up link: a flow capped at a tenth of it, two uncapped ones share the rest; a cap above the
+    # fair share does not bind
+    sim = fmlcc.CappedSim(cap_Bps=100.0, prio={})
+    a, b, c = (mixed.Flow(j, "h0", f"h{2 + j}", 1e9) for j in range(3))
+    sim.flows = [a, b, c]
+    sim.caps = {a.conn: 10.0, b.conn: 80.0}
+    sim.allocate()
+    assert (a.rate, b.rate, c.rate) == pytest.approx((10.0, 45.0, 45.0))
+
+
+@pytest.mark.parametrize("mode", ["local", "switch"])
+def test_fluid_mlcc_one_job_alone_runs_at_its_standalone_time(mode):
+    # the plan of a job alone gives its flows the whole path: it takes exactly what it takes without hostctl
+    r = fmlcc.run_mlcc("alone", mode, None, 0.06, 1, 0.0, False, jobs=[("psa", "h0")])
+    assert r["avg_jct_s"] == pytest.approx(mixed.standalone_s("psa"), rel=1e-3)
+    assert r["plan_ms_per_slot"] > 0
+
+
+def test_fluid_mlcc_job_order_breaks_the_lock_step_like_priority():
+    # two identical PS jobs on one host, no jitter: fair sharing keeps them in lock-step; the plan under a
+    # job order staggers them about as strict priority does
+    two = [("psa", "h0"), ("psa", "h0")]
+    fair = mixed.scenario({-1: 0, 0: 0, 1: 0}, 0, 0.0, False, jobs=two)["avg_jct_s"]
+    prio = mixed.scenario({-1: 0, 0: 0, 1: 1}, 0, 0.0, False, jobs=two)["avg_jct_s"]
+    fixed = fmlcc.run_mlcc("fixed", "switch", [0, 1], 0.06, 1, 0.0, False, jobs=two)["avg_jct_s"]
+    assert prio < 0.7 * fair
+    assert fixed == pytest.approx(prio, rel=0.05)

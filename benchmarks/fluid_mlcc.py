@@ -22,6 +22,7 @@ Policies: ``fair`` (no planning: ideal fair sharing, fluid_mixed's pessimistic m
 ``mlcc-local`` (each host plans its own NIC); ``mlcc`` (switch mode); ``mlcc-fixed`` (switch mode
 under a job order, PS jobs first, as ``--job-order`` with the best order of the fluid model; each
 job planned around the jobs ranked before it, as ``MlccControl._plan_ordered`` does);
+``mlcc-fixed, hash order`` (the same in the order ``--job-order fixed`` gives the testbed's jobs);
 ``mlcc-local, by job`` (host_slot's ``by_job``: each host plans its jobs in waves, fewest bytes left
 first); and for reference fluid_mixed's strict job priority, PS jobs first, at the senders only and
 at every link. Each at every slot length of --slots (K = 10 slots, as in the paper, unless --K). Prints the average JCT and its
@@ -45,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fluid_mixed import CAP_BPS, JOBS, WORKERS, Sim, bands_for, run_case, scenario  # noqa: E402
 
 from hostctl.bench.results import write_results  # noqa: E402
+from hostctl.core.bands import fabric_rank  # noqa: E402
 from hostctl.core.mlcc import MlccParams  # noqa: E402
 from hostctl.core.mlcchost import host_slot, wait_floor_Bps  # noqa: E402
 
@@ -54,6 +56,9 @@ COL = {ln: i for i, ln in enumerate(LINKS)}
 KEPT_WEIGHT = 0.5  # as hostctl/mlccctl.py
 PS_FIRST = [j for j, (kind, _) in enumerate(JOBS) if kind != "ring"] + [j for j, (kind, _) in enumerate(JOBS)
                                                                          if kind == "ring"]
+# the order `--job-order fixed` gives the testbed's jobs (the bench names them psa-01, psa-02, ...)
+BENCH_NAMES = [f"{kind}-{1 + sum(1 for k, _ in JOBS[:j] if k == kind):02d}" for j, (kind, _) in enumerate(JOBS)]
+HASH_ORDER = sorted(range(len(JOBS)), key=lambda j: fabric_rank(BENCH_NAMES[j], "fixed"))
 
 
 @dataclass
@@ -210,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     for slot_s in slots:
         for name, mode, order, by_job in (("mlcc-local", "local", None, False), ("mlcc", "switch", None, False),
                                           ("mlcc-fixed", "switch", PS_FIRST, False),
+                                          ("mlcc-fixed, hash order", "switch", HASH_ORDER, False),
                                           ("mlcc-local, by job", "local", None, True)):
             cases.append(run_mlcc(f"{name} ({slot_s * 1e3:g} ms)", mode, order, slot_s, a.seeds, a.jitter, cross,
                                   K=a.K, floor_Bps=a.floor_Bps, by_job=by_job))
@@ -217,12 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     base = fair["avg_jct_s"]
     print(f"MLCC's host plan on the fluid model of mlcc-mixed, {a.seeds} seeds, compute jitter +-{a.jitter:.0%}, "
           f"bulk flow: {'yes' if cross else 'no'} ({time.monotonic() - t0:.0f} s)")
-    head = f"{'case':34} {'avg JCT':>8} {'vs fair':>8} {'worker links busy':>18} {'plan ms/slot':>13}"
+    head = f"{'case':40} {'avg JCT':>8} {'vs fair':>8} {'worker links busy':>18} {'plan ms/slot':>13}"
     print(head + (f" {'vs testbed fifo':>16}" if a.fifo_s else ""))
     for c in cases:
         tb = f" {c['avg_jct_s'] / a.fifo_s:16.3f}" if a.fifo_s else ""
         ms = f"{c['plan_ms_per_slot']:13.2f}" if "plan_ms_per_slot" in c else " " * 13
-        print(f"{c['policy']:34} {c['avg_jct_s']:7.2f}s {c['avg_jct_s'] / base:8.3f} "
+        print(f"{c['policy']:40} {c['avg_jct_s']:7.2f}s {c['avg_jct_s'] / base:8.3f} "
               f"{c['worker_links_busy']:17.0%} {ms}{tb}")
     write_results(a.out, "MLCC's host plan on the fluid model of mlcc-mixed",
                   {"model": "fluid_mlcc", "seeds": a.seeds, "jitter": a.jitter, "cross": cross, "slots_s": slots,

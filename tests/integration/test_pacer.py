@@ -397,7 +397,11 @@ def mbit(bps: float) -> str:
 # a busy machine (2 cores, shared with other sessions) can starve the Python sender/receiver:
 # measured on an idle machine 49.9-50.1 / 199.9-200.1 / 999.1-1000.1 Mbit/s; with another
 # benchmark running once 49.9 / 196.7 / 944.9. Hence 5% below at 50 and 200 Mbit/s, 7% at 1 Gbit/s.
-RATES = ((50, 0.05), (200, 0.05), (1000, 0.07))
+# (rate Mbit/s, tolerance). Up to 500 Mbit/s: the pacer is what limits the flow there. At 1 Gbit/s (7% allowed
+# until session 23) this 2-core VM's TCP over veth is the limit when the VM is busy: with 4 busy loops on its
+# 2 cores the 1 Gbit/s flow got 906-929 Mbit/s, the 500 Mbit/s flow 499.5-499.8. Higher rates are measured,
+# with the machine's limits, by `hostctl bench-pacing` (docs/benchmarks.md).
+RATES = ((50, 0.05), (200, 0.05), (500, 0.05))
 
 
 @pytest.mark.slow

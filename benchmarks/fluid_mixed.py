@@ -97,19 +97,7 @@ class Sim:
             for f in todo:
                 for ln in f.links:
                     resid.setdefault(ln, self.cap_Bps)
-            while todo:  # progressive filling
-                count: dict[str, int] = {}
-                for f in todo:
-                    for ln in f.links:
-                        count[ln] = count.get(ln, 0) + 1
-                tight = min(count, key=lambda ln: resid[ln] / count[ln])
-                share = max(resid[tight] / count[tight], 0.0)
-                fixed = [f for f in todo if tight in f.links]
-                for f in fixed:
-                    f.rate = share
-                    for ln in f.links:
-                        resid[ln] -= share
-                todo = [f for f in todo if tight not in f.links]
+            progressive_fill(todo, resid)
 
     def _allocate_egress_only(self) -> None:
         """Priority at the senders' up links only; every down link (a switch port) is a FIFO that shares
@@ -173,6 +161,26 @@ class Sim:
                     f.on_done()
             for fn in due:
                 fn()
+
+
+def progressive_fill(todo: list, resid: dict, cap: dict | None = None) -> None:
+    """Max-min fair rates for the flows todo on links with resid[link] left (updated), each flow
+    at most cap[id(flow)] if given (a pacer's rate): the tightest link, or the flows whose cap is
+    below its fair share, get fixed first."""
+    while todo:
+        count: dict[str, int] = {}
+        for f in todo:
+            for ln in f.links:
+                count[ln] = count.get(ln, 0) + 1
+        tight = min(count, key=lambda ln: resid[ln] / count[ln])
+        share = max(resid[tight] / count[tight], 0.0)
+        low = [f for f in todo if cap[id(f)] < share] if cap else []
+        fixed = low or [f for f in todo if tight in f.links]
+        for f in fixed:
+            f.rate = cap[id(f)] if low else share
+            for ln in f.links:
+                resid[ln] -= f.rate
+        todo = [f for f in todo if f not in fixed]
 
 
 def waterfill(cap: float, flows: list, demand: dict) -> dict:

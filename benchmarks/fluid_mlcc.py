@@ -43,7 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fluid_mixed import CAP_BPS, JOBS, WORKERS, Sim, bands_for, run_case, scenario  # noqa: E402
+from fluid_mixed import CAP_BPS, JOBS, WORKERS, Sim, bands_for, progressive_fill, run_case, scenario  # noqa: E402
 
 from hostctl.bench.results import write_results  # noqa: E402
 from hostctl.core.bands import fabric_rank  # noqa: E402
@@ -70,21 +70,7 @@ class CappedSim(Sim):
 
     def allocate(self) -> None:
         resid = {ln: self.cap_Bps for f in self.flows for ln in f.links}
-        todo = list(self.flows)
-        while todo:
-            count: dict[str, int] = {}
-            for f in todo:
-                for ln in f.links:
-                    count[ln] = count.get(ln, 0) + 1
-            tight = min(count, key=lambda ln: resid[ln] / count[ln])
-            share = max(resid[tight] / count[tight], 0.0)
-            low = [f for f in todo if self.caps.get(f.conn, math.inf) < share]
-            fixed = low or [f for f in todo if tight in f.links]
-            for f in fixed:
-                f.rate = self.caps[f.conn] if low else share
-                for ln in f.links:
-                    resid[ln] -= f.rate
-            todo = [f for f in todo if f not in fixed]
+        progressive_fill(list(self.flows), resid, {id(f): self.caps.get(f.conn, math.inf) for f in self.flows})
 
 
 class HostPlanner:

@@ -48,12 +48,11 @@ from fluid_mixed import CAP_BPS, JOBS, WORKERS, Sim, bands_for, progressive_fill
 from hostctl.bench.results import write_results  # noqa: E402
 from hostctl.core.bands import fabric_rank  # noqa: E402
 from hostctl.core.mlcc import MlccParams  # noqa: E402
-from hostctl.core.mlcchost import host_slot, wait_floor_Bps  # noqa: E402
+from hostctl.core.mlcchost import host_slot, kept_update, wait_floor_Bps  # noqa: E402
 
 HOSTS = sorted({ps for _, ps in JOBS if ps} | set(WORKERS))
 LINKS = [f"{h}:{d}" for h in HOSTS for d in ("up", "down")]
 COL = {ln: i for i, ln in enumerate(LINKS)}
-KEPT_WEIGHT = 0.5  # as hostctl/mlccctl.py
 PS_FIRST = [j for j, (kind, _) in enumerate(JOBS) if kind != "ring"] + [j for j, (kind, _) in enumerate(JOBS)
                                                                          if kind == "ring"]
 # the order `--job-order fixed` gives the testbed's jobs (the bench names them psa-01, psa-02, ...)
@@ -122,11 +121,11 @@ class HostPlanner:
                 b = sim.conn_bytes.get(c, 0.0)
                 measured[c] = (b - self.seen_bytes.get(c, 0.0)) / self.slot_s
                 self.seen_bytes[c] = b
-        if self.mode == "switch":  # the daemon's _kept_factors
-            for c, p0 in self.p0.items():
-                if p0 > 2 * self.floor:
-                    k = self.kept.get(c, 1.0)
-                    self.kept[c] = k + KEPT_WEIGHT * (min(1.0, measured[c] / p0) - k)
+        if self.mode == "switch" and self.p0:  # as the daemon's _kept_factors
+            cs = list(self.p0)
+            k = kept_update([self.kept.get(c, 1.0) for c in cs], [self.p0[c] for c in cs],
+                            [measured[c] for c in cs], self.floor)
+            self.kept.update(zip(cs, k.tolist()))
         pub = {}
         for host in sorted(self.conns):
             conns = sorted(self.conns[host])

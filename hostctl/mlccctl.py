@@ -68,7 +68,7 @@ from hostctl.core import wire
 from hostctl.core.bands import JOB_ORDERS, fabric_rank, rr_epoch
 from hostctl.core.deps import Dep, JobComm
 from hostctl.core.mlcc import MlccParams, Role
-from hostctl.core.mlcchost import HostSlot, host_slot, wait_floor_Bps
+from hostctl.core.mlcchost import HostSlot, host_slot, kept_update, wait_floor_Bps
 from hostctl.core.types import FlowKey
 
 log = logging.getLogger("hostctl")
@@ -76,7 +76,6 @@ log = logging.getLogger("hostctl")
 SILENT_SLOTS = 3  # switches silent this many slots in a row -> local mode
 RATE_DEADBAND = 0.03  # a new rate within 3% of the applied one is not written
 PATH_REFRESH_SLOTS = 100  # a fetch asks for every flow's whole path at least this often (6 s at 60 ms)
-KEPT_WEIGHT = 0.5  # EWMA weight of the last slot in a flow's kept fraction (see _kept_factors)
 PROGRESS_MAX_AGE = 2  # a peer's progress or notification older than this many slots is ignored
 NIC = "nic"  # this host's own egress link (the local table's link)
 
@@ -598,9 +597,9 @@ class MlccControl:
                         reduced_bytes=reduced)
 
     def _kept_factors(self, flows: Sequence[FlowIn], prev: np.ndarray) -> np.ndarray:
-        """Per flow, the share of its reservations it has been using: an EWMA (KEPT_WEIGHT) of
-        min(1, measured rate / planned slot-0 rate) over the slots in which its plan gave it more
-        than twice the wait floor; 1 for a new flow, unchanged without a measurement. Updated in
+        """Per flow, the share of its reservations it has been using (core.mlcchost.kept_update: an
+        EWMA of min(1, measured rate / planned slot-0 rate) over the slots in which its plan gave it
+        more than twice the wait floor); 1 for a new flow, unchanged without a measurement. Updated in
         switch mode only (in local mode nobody reads this host's reservations; it is carried over).
 
         Why: a flow's plan reserves the slots it needs to carry its bytes left, but a flow that
@@ -613,8 +612,7 @@ class MlccControl:
             return k
         p0 = self._from_last(self.last.rates_Bps[:, 0], prev, 0.0)
         rate = np.fromiter((f.rate_Bps for f in flows), dtype=np.float64, count=len(flows))
-        upd = (p0 > wait_floor_Bps(self.slot_s) * 2) & ~np.isnan(rate)
-        return np.where(upd, k + KEPT_WEIGHT * (np.minimum(1.0, rate / np.where(upd, p0, 1.0)) - k), k)
+        return kept_update(k, p0, rate, wait_floor_Bps(self.slot_s))
 
     def _published(self, plan: HostSlot, kept: np.ndarray | None) -> np.ndarray:
         """The K-slot schedules this host publishes (switch mode): the plan scaled by each flow's

@@ -98,6 +98,20 @@ def wait_floor_Bps(slot_s: float) -> float:
     return WAIT_FLOOR_BYTES_PER_SLOT / slot_s
 
 
+KEPT_WEIGHT = 0.5  # EWMA weight of the last slot in a flow's kept fraction (see kept_update)
+
+
+def kept_update(kept, planned0_Bps, rate_Bps, floor_Bps: float) -> np.ndarray:
+    """Each flow's kept fraction after a slot: the share of its reservations it has been using, an
+    EWMA (KEPT_WEIGHT) of min(1, measured rate / planned slot-0 rate), updated only where the plan
+    gave the flow more than twice the wait floor (floor_Bps) and the rate was measured (not NaN).
+    The daemon (mlccctl) scales the schedules a flow publishes by it; arrays [n] in, [n] out."""
+    k, p0 = np.asarray(kept, dtype=np.float64), np.asarray(planned0_Bps, dtype=np.float64)
+    rate = np.asarray(rate_Bps, dtype=np.float64)
+    upd = (p0 > floor_Bps * 2) & ~np.isnan(rate)
+    return np.where(upd, k + KEPT_WEIGHT * (np.minimum(1.0, rate / np.where(upd, p0, 1.0)) - k), k)
+
+
 def job_waves(job: np.ndarray, job_left: dict[str, float]) -> np.ndarray:
     """Wave per flow: jobs ranked by bytes left on this host, fewest first (ties: job id)."""
     order = sorted(set(job.tolist()), key=lambda j: (job_left.get(j, float("inf")), j))

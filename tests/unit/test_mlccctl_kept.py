@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from hostctl.core import wire
+from hostctl.core.mlcchost import KEPT_WEIGHT
 from hostctl.core.types import FlowKey
-from hostctl.mlccctl import KEPT_WEIGHT, FlowIn, MlccControl, flow_id
+from hostctl.mlccctl import FlowIn, MlccControl, flow_id
 from hostctl.switchclient import ExchangeResult
 
 C = 1_000_000_000 // 8  # NIC, bytes/s

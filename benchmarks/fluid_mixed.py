@@ -322,11 +322,15 @@ def bands_for(order: tuple[int, ...], cross_top: bool) -> dict:
     return bands
 
 
+def case_result(name: str, runs: list[dict], **extra) -> dict:
+    """One case over its seeds' runs: the mean average JCT and worker-link busy share."""
+    return {"policy": name, **extra, "avg_jct_s": sum(r["avg_jct_s"] for r in runs) / len(runs), "runs": runs,
+            "worker_links_busy": sum(r["worker_links_busy"] for r in runs) / len(runs)}
+
+
 def run_case(name: str, bands: dict, seeds: int, jitter: float, cross: bool, egress_only: bool = False) -> dict:
     runs = [scenario(bands, s, jitter, cross, egress_only) for s in range(seeds)]
-    avg = sum(r["avg_jct_s"] for r in runs) / len(runs)
-    return {"policy": name, "egress_only": egress_only, "avg_jct_s": avg, "runs": runs,
-            "worker_links_busy": sum(r["worker_links_busy"] for r in runs) / len(runs)}
+    return case_result(name, runs, egress_only=egress_only)
 
 
 def standalone_s(kind: str) -> float:

@@ -43,7 +43,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fluid_mixed import CAP_BPS, JOBS, WORKERS, Sim, bands_for, progressive_fill, run_case, scenario  # noqa: E402
+from fluid_mixed import (  # noqa: E402
+    CAP_BPS, JOBS, WORKERS, Sim, bands_for, case_result, progressive_fill, run_case, scenario,
+)
 
 from hostctl.bench.results import write_results  # noqa: E402
 from hostctl.core.bands import fabric_rank  # noqa: E402
@@ -163,9 +165,7 @@ def run_mlcc(name: str, mode: str, order: list[int] | None, slot_s: float, seeds
         sim.after(0.0, hp.tick)
         runs.append(scenario({}, s, jitter, cross, jobs=jobs, sim=sim))
         slots, cpu = slots + hp.slots, cpu + hp.cpu_s
-    return {"policy": name, "slot_s": slot_s, "avg_jct_s": sum(r["avg_jct_s"] for r in runs) / len(runs),
-            "runs": runs, "worker_links_busy": sum(r["worker_links_busy"] for r in runs) / len(runs),
-            "plan_ms_per_slot": 1e3 * cpu / max(slots, 1)}
+    return case_result(name, runs, slot_s=slot_s, plan_ms_per_slot=1e3 * cpu / max(slots, 1))
 
 
 def main(argv: list[str] | None = None) -> int:

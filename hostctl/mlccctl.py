@@ -47,8 +47,9 @@ use its plan, held by its receiver's other senders or waiting for a ring predece
 to the later jobs). A job ranked later waits for the reservations of the earlier ones instead of
 sharing the links with them, TensorLights' strict priority carried to the fabric's links: on
 racks-uplink the PS jobs' updates then take turns on the oversubscribed uplink, one job computing
-while the next sends (docs/benchmarks.md). An idle flow of an ordered job starts a new burst at its path's headroom only
-(not at an equal share of its NIC), so that it does not run over an earlier job's reservation.
+while the next sends (docs/benchmarks.md). An idle flow of an ordered job starts a new burst at its
+path's headroom only (not at an equal share of its NIC), so that it does not run over an earlier
+job's reservation.
 """
 
 from __future__ import annotations

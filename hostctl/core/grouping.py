@@ -25,9 +25,9 @@ first of its root and then its other members, lowest pid first, that has the key
 
 * ``torchelastic:<run id>`` from TORCHELASTIC_RUN_ID (torchrun's ``--rdzv-id``),
   unless the run id is torchrun's default ``none`` (or empty), which every launch
-  without ``--rdzv-id`` shares. When trees with one run id have different master
-  endpoints, they are different launches that reuse a run id: each gets the
-  master id below instead;
+  without ``--rdzv-id`` shares. When processes of the snapshot with one run id
+  have different master endpoints, they belong to different launches that reuse
+  a run id: each tree gets the master id below instead;
 * ``master:<addr>:<port>`` from MASTER_ADDR and MASTER_PORT, which torchrun's
   workers get on every node of a launch alike (static rendezvous: --master-addr and
   --master-port; c10d: the address of node 0 and a port its agent picked for the
@@ -146,6 +146,12 @@ def _run_id(env: Mapping[str, str]) -> str | None:
     return None if run.lower() in ANONYMOUS_RUN_IDS else run
 
 
+def _master(env: Mapping[str, str]) -> str | None:
+    """MASTER_ADDR:MASTER_PORT of a launcher env as written in ids, None without both."""
+    addr, port = env.get(ENV_MASTER_ADDR), env.get(ENV_MASTER_PORT)
+    return f"{id_addr(addr)}:{port}" if addr and port else None
+
+
 def _selector_kind(spec: JobSpec) -> str:
     kinds = [k for k, used in (("port", bool(spec.ports)), ("pid", bool(spec.pids)),
                                ("match", spec.match is not None)) if used]
@@ -188,6 +194,11 @@ class _Index:
             self.procs = {pid: p for pid, p in self.procs.items() if pid not in self.excluded}
             self.children = {ppid: [k for k in kids if k not in self.excluded]
                              for ppid, kids in self.children.items() if ppid not in self.excluded}
+        self.run_masters: dict[str, set[str]] = {}  # run id -> master endpoints of its processes
+        for p in self.procs.values():
+            run, master = _run_id(p.env), _master(p.env)
+            if run and master:
+                self.run_masters.setdefault(run, set()).add(master)
         self.listeners: dict[int, list[SockInfo]] = {}  # port -> LISTEN sockets
         self.est_by_lport: dict[int, list[SockInfo]] = {}
         self.listen_by_pid: dict[int, list[SockInfo]] = {}
@@ -247,34 +258,18 @@ class _Index:
         local = sorted({f.laddr for f in flows if f.lport == port}, key=lambda a: (":" in a, a))
         return local[0] if local else "0.0.0.0"
 
-    def launcher(self, root: int, members: set[int]) -> tuple[str | None, str | None]:
-        """(run id, master endpoint 'addr:port' as written in ids) of a tree, each from the
-        env of the root, else of the lowest-pid member that has it; None where not seen.
-        An anonymous run id (``none``) counts as no run id."""
+    def launcher_id(self, root: int, members: set[int]) -> str | None:
+        """Launch id (module doc) of a tree: 'torchelastic:<id>' or 'master:<addr>:<port>',
+        each from the env of the root, else of the lowest-pid member that has it; None when
+        no launcher env is seen. A run id that processes with different master endpoints
+        share (`run_masters`) names no launch."""
         order = [root] + sorted(members - {root})
         envs: list[Mapping[str, str]] = [self.procs[p].env for p in order if p in self.procs]
         run = next((r for r in map(_run_id, envs) if r), None)
-        master = next((f"{id_addr(e[ENV_MASTER_ADDR])}:{e[ENV_MASTER_PORT]}" for e in envs
-                       if e.get(ENV_MASTER_ADDR) and e.get(ENV_MASTER_PORT)), None)
-        return run, master
-
-    def launch_ids(self, trees: Mapping[int, set[int]]) -> dict[int, str | None]:
-        """Launch id (module doc) of each tree (root -> members); None without launcher env.
-        A run id that trees with different master endpoints share names none of them."""
-        found = {root: self.launcher(root, members) for root, members in trees.items()}
-        masters: dict[str, set[str]] = {}  # run id -> master endpoints seen with it
-        for run, master in found.values():
-            if run and master:
-                masters.setdefault(run, set()).add(master)
-        out: dict[int, str | None] = {}
-        for root, (run, master) in found.items():
-            if run and (master is None or len(masters[run]) == 1):
-                out[root] = f"torchelastic:{run}"
-            elif master:
-                out[root] = f"master:{master}"
-            else:
-                out[root] = None
-        return out
+        master = next((m for m in map(_master, envs) if m), None)
+        if run and (master is None or len(self.run_masters.get(run, ())) <= 1):
+            return f"torchelastic:{run}"
+        return f"master:{master}" if master else None
 
 
 # --------------------------------------------------------------------------
@@ -321,14 +316,13 @@ def _port_drafts(spec: JobSpec, idx: _Index, source: str) -> list[_Draft]:
     return out
 
 
-def _tree_draft(idx: _Index, root: int, members: set[int], launch_id: str | None, source: str,
-                spec: JobSpec) -> _Draft:
+def _tree_draft(idx: _Index, root: int, members: set[int], source: str, spec: JobSpec) -> _Draft:
     """A pid/match job over process set `members`; its id is the unnamed id."""
     listeners = [s for p in members for s in idx.listen_by_pid.get(p, ())]
     established = [s for p in members for s in idx.est_by_pid.get(p, ())]
     flows = {_flow(s) for s in established}
     ports = {s.lport for s in listeners}
-    job_id = launch_id
+    job_id = idx.launcher_id(root, members)
     if job_id is None and ports:
         low = min(ports)
         job_id = ps_job_id(idx.listen_addr(low, [s for s in listeners if s.lport == low], flows), low)
@@ -340,24 +334,23 @@ def _tree_draft(idx: _Index, root: int, members: set[int], launch_id: str | None
 
 def _pid_drafts(spec: JobSpec, idx: _Index, source: str) -> list[_Draft]:
     listed = {p for p in spec.pids if p in idx.procs}
-    trees = {top: idx.tree(top) for top in idx.tops(listed)}
-    launch = idx.launch_ids(trees)
-    return [_tree_draft(idx, top, members, launch[top], source, spec) for top, members in trees.items()]
+    return [_tree_draft(idx, top, idx.tree(top), source, spec) for top in idx.tops(listed)]
 
 
 def _match_drafts(spec: JobSpec, idx: _Index, source: str) -> list[_Draft]:
     assert spec.match is not None
     rx = compile_match(spec.match)
     matched = {p.pid for p in idx.procs.values() if rx.search(p.cmdline)}
-    trees = {top: idx.tree(top) for top in idx.tops(matched)}
-    launch = idx.launch_ids(trees)
     groups: dict[str, list[int]] = {}  # launch id -> tops of its trees
-    for top in trees:
-        groups.setdefault(launch[top] or f"tree:{top}", []).append(top)
+    trees: dict[int, set[int]] = {}
+    for top in idx.tops(matched):
+        trees[top] = idx.tree(top)
+        key = idx.launcher_id(top, trees[top]) or f"tree:{top}"
+        groups.setdefault(key, []).append(top)
     out = []
     for tops in groups.values():
         members = set().union(*(trees[t] for t in tops))
-        out.append(_tree_draft(idx, min(tops), members, launch[tops[0]], source, spec))
+        out.append(_tree_draft(idx, min(tops), members, source, spec))
     return out
 
 

@@ -490,8 +490,10 @@ def test_run_id_shared_by_launches_with_different_masters_splits() -> None:
     jobs = group_jobs([JobSpec(match="torchrun")], s)
     assert ids(jobs) == ["master:10.0.0.1:29400", "master:10.0.0.2:29400", "torchelastic:789"]
     assert by_id(jobs)["master:10.0.0.2:29400"].pids == (20, 21, 22)
-    # the same with a pid spec
+    # the same with a pid spec, and with one spec per launch (config [[jobs]] without names)
     assert ids(group_jobs([JobSpec(pids=(10, 20))], s)) == ["master:10.0.0.1:29400", "master:10.0.0.2:29400"]
+    assert ids(group_jobs([JobSpec(pids=(10,)), JobSpec(pids=(20,))], s)) \
+        == ["master:10.0.0.1:29400", "master:10.0.0.2:29400"]
 
 
 def test_run_id_shared_with_same_master_stays_one_job() -> None:

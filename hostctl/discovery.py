@@ -14,6 +14,11 @@ Two ways to take a snapshot:
   /proc/<pid>/fd; it remains the fallback without sock_diag). As root every owner is
   visible; otherwise only the caller's own processes are.
 
+hostctl is never part of a job: `Discovery` groups with its own pid excluded, and
+grouping leaves out every process running a hostctl command with its descendants
+(hostctl.core.grouping), so `hostctl flows --match REGEX` does not find itself, a
+daemon or their wrappers (sudo, timeout) even when REGEX matches their command lines.
+
 Processes and sockets that vanish mid-scan are normal and skipped silently.
 IPv4-mapped IPv6 addresses (::ffff:a.b.c.d, IPv4 traffic on a dual-stack socket)
 are reported as plain IPv4 addresses in both paths.
@@ -353,7 +358,8 @@ class Discovery:
 
     Specs are validated at construction (ConfigError for a bad regex or a spec
     without exactly one selector). scan() never raises for processes that
-    vanish while it runs.
+    vanish while it runs. The calling process is in no job (`exclude`); processes it
+    started are, if the specs select them.
     """
 
     def __init__(self, specs: Sequence[JobSpec], iface: str | None = None, flows_every: int = 5) -> None:
@@ -365,6 +371,7 @@ class Discovery:
         self.flows_every = max(1, flows_every)
         self._scans = 0
         self._full: Snapshot | None = None
+        self.exclude = frozenset({os.getpid()})  # the caller is no job (its children may be)
 
     def snapshot(self) -> Snapshot:
         """The snapshot scan() groups: sockets only when every spec is port-only,
@@ -385,7 +392,7 @@ class Discovery:
             established = tuple(s for s in self._full.socks if s.state == ESTABLISHED)
             return Snapshot(procs=(), socks=tuple(listeners) + established, host_addr=self._full.host_addr)
         procs = _list_procs()
-        trees = pids_needing_env(self.specs, procs)  # the processes pid and match specs select
+        trees = pids_needing_env(self.specs, procs, self.exclude)  # the processes pid and match specs select
         procs = _with_env(procs, trees)
         # whose sockets: a port spec's job takes the owners of its port's sockets, whoever they are
         owners_of = [p.pid for p in procs] if self.any_port else trees
@@ -396,4 +403,4 @@ class Discovery:
         """Jobs present now, sorted by job_id."""
         if not self.specs:
             return []
-        return group_jobs(self.specs, self.snapshot())
+        return group_jobs(self.specs, self.snapshot(), self.exclude)

@@ -101,14 +101,15 @@ def _kill(p: subprocess.Popen) -> None:
 
 @pytest.fixture
 def make_pair(request):
-    """Factory of namespace pairs ("PS host" 10.77.0.1, "worker host" 10.77.0.2, joined by a
-    veth; each pair has its own unique names, so several pairs coexist). Everything a pair
-    made (processes, namespaces, hostctl's journals for them) is removed at teardown."""
+    """Factory of namespace pairs ("PS host" 10.77.0.1, "worker host" 10.77.0.2, or
+    ``net``.1 and ``net``.2 for make(net="10.231.7"), joined by a veth; each pair has its own
+    unique names, so several pairs coexist). Everything a pair made (processes, namespaces,
+    hostctl's journals for them) is removed at teardown."""
 
-    def make() -> Pair:
+    def make(net: str = "10.77.0") -> Pair:
         tag = uuid.uuid4().hex[:6]
-        ps = Host(f"hct-{tag}-ps", f"hcp{tag}", "10.77.0.1")
-        wk = Host(f"hct-{tag}-wk", f"hcw{tag}", "10.77.0.2")
+        ps = Host(f"hct-{tag}-ps", f"hcp{tag}", f"{net}.1")
+        wk = Host(f"hct-{tag}-wk", f"hcw{tag}", f"{net}.2")
         pr = Pair(ps, wk)
 
         def fin():

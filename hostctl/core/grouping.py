@@ -13,8 +13,25 @@ Selectors (one per `JobSpec`):
   spec is part of that ancestor's job.
 * ``match``: a regex searched (`re.search`) in each command line. The topmost
   matching process of each process tree plus all its descendants forms a tree;
-  trees with the same launcher identity (TORCHELASTIC_RUN_ID, else
-  MASTER_ADDR + MASTER_PORT) form one job, other trees are one job each.
+  trees with the same launch id (below) form one job, other trees are one job each.
+
+hostctl is never part of a job: processes running a hostctl command (see
+`is_hostctl_command`) and all their descendants, and the pids the caller passes
+in ``exclude`` (discovery passes its own pid), are left out of pid and match
+jobs. A child of an ``exclude`` pid is selected only by its own pid or command line.
+
+Launch ids (pid and match jobs) come from the launcher environment of a tree (the
+first of its root and then its other members, lowest pid first, that has the key):
+
+* ``torchelastic:<run id>`` from TORCHELASTIC_RUN_ID (torchrun's ``--rdzv-id``),
+  unless the run id is torchrun's default ``none`` (or empty), which every launch
+  without ``--rdzv-id`` shares. When processes of the snapshot with one run id
+  have different master endpoints, they belong to different launches that reuse
+  a run id: each tree gets the master id below instead;
+* ``master:<addr>:<port>`` from MASTER_ADDR and MASTER_PORT, which torchrun's
+  workers get on every node of a launch alike (static rendezvous: --master-addr and
+  --master-port; c10d: the address of node 0 and a port its agent picked for the
+  current rendezvous round).
 
 Job ids (the same on every host carrying the job, whenever the inputs allow it):
 
@@ -54,6 +71,13 @@ ENV_RUN_ID = "TORCHELASTIC_RUN_ID"
 ENV_MASTER_ADDR = "MASTER_ADDR"
 ENV_MASTER_PORT = "MASTER_PORT"
 LAUNCHER_ENV_KEYS: tuple[str, ...] = (ENV_RUN_ID, ENV_MASTER_ADDR, ENV_MASTER_PORT)
+# Run ids that name no launch: torchrun's default --rdzv-id, shared by every launch without one.
+ANONYMOUS_RUN_IDS = frozenset({"", "none"})
+
+# The hostctl CLI's commands (tests/unit/test_grouping.py checks this against hostctl.cli).
+HOSTCTL_COMMANDS = frozenset({"start", "stop", "status", "clean", "flows", "testbed", "bench",
+                              "bench-compare", "bench-pacing", "demo"})
+_HOSTCTL_MODULES = frozenset({"hostctl", "hostctl.cli"})
 
 LISTEN = "LISTEN"
 ESTABLISHED = "ESTABLISHED"
@@ -98,6 +122,36 @@ def ps_job_id(addr: str, port: int) -> str:
     return f"ps:{id_addr(addr)}:{port}"
 
 
+def is_hostctl_command(cmdline: str) -> bool:
+    """True when a command line runs a hostctl command: the word ``hostctl`` (any
+    directory: ``/usr/bin/hostctl``, ``.venv/bin/hostctl``) or ``-m hostctl[.cli]``
+    followed by one of HOSTCTL_COMMANDS. Also holds for wrappers that carry that
+    command in their own arguments (``sudo hostctl start ...``, ``timeout 9 hostctl
+    flows ...``, ``sh -c 'hostctl flows ...'``, ``watch hostctl status``). A training
+    script that merely lives under a ``hostctl`` folder (``python /opt/hostctl/train.py``)
+    is not one. Arguments are split at blanks (the command line as /proc joins it)."""
+    words = cmdline.replace("'", " ").replace('"', " ").split()
+    for i, w in enumerate(words[:-1]):
+        nxt = words[i + 1]
+        if w.rsplit("/", 1)[-1] == "hostctl" and nxt in HOSTCTL_COMMANDS:
+            return True
+        if w == "-m" and nxt in _HOSTCTL_MODULES and i + 2 < len(words) and words[i + 2] in HOSTCTL_COMMANDS:
+            return True
+    return False
+
+
+def _run_id(env: Mapping[str, str]) -> str | None:
+    """The run id of a launcher env, None when absent or anonymous (``none``)."""
+    run = env.get(ENV_RUN_ID, "").strip()
+    return None if run.lower() in ANONYMOUS_RUN_IDS else run
+
+
+def _master(env: Mapping[str, str]) -> str | None:
+    """MASTER_ADDR:MASTER_PORT of a launcher env as written in ids, None without both."""
+    addr, port = env.get(ENV_MASTER_ADDR), env.get(ENV_MASTER_PORT)
+    return f"{id_addr(addr)}:{port}" if addr and port else None
+
+
 def _selector_kind(spec: JobSpec) -> str:
     kinds = [k for k, used in (("port", bool(spec.ports)), ("pid", bool(spec.pids)),
                                ("match", spec.match is not None)) if used]
@@ -122,7 +176,7 @@ def _flow(s: SockInfo) -> FlowKey:
 class _Index:
     """Lookup tables over one Snapshot (built once per group_jobs call)."""
 
-    def __init__(self, snap: Snapshot) -> None:
+    def __init__(self, snap: Snapshot, exclude: Iterable[int] = ()) -> None:
         self.host_addr = snap.host_addr
         self.procs: dict[int, ProcInfo] = {p.pid: p for p in snap.procs}
         self.children: dict[int, list[int]] = {}
@@ -131,6 +185,20 @@ class _Index:
                 self.children.setdefault(p.ppid, []).append(p.pid)
         for kids in self.children.values():
             kids.sort()
+        # hostctl's own processes (module doc) are dropped: they are never members of a job
+        self.excluded: set[int] = set(exclude)
+        for p in snap.procs:
+            if p.pid not in self.excluded and is_hostctl_command(p.cmdline):
+                self.excluded |= self.tree(p.pid)
+        if self.excluded:
+            self.procs = {pid: p for pid, p in self.procs.items() if pid not in self.excluded}
+            self.children = {ppid: [k for k in kids if k not in self.excluded]
+                             for ppid, kids in self.children.items() if ppid not in self.excluded}
+        self.run_masters: dict[str, set[str]] = {}  # run id -> master endpoints of its processes
+        for p in self.procs.values():
+            run, master = _run_id(p.env), _master(p.env)
+            if run and master:
+                self.run_masters.setdefault(run, set()).add(master)
         self.listeners: dict[int, list[SockInfo]] = {}  # port -> LISTEN sockets
         self.est_by_lport: dict[int, list[SockInfo]] = {}
         self.listen_by_pid: dict[int, list[SockInfo]] = {}
@@ -138,11 +206,11 @@ class _Index:
         for s in snap.socks:
             if s.state == LISTEN:
                 self.listeners.setdefault(s.lport, []).append(s)
-                if s.pid is not None:
+                if s.pid is not None and s.pid in self.procs:
                     self.listen_by_pid.setdefault(s.pid, []).append(s)
             elif s.state == ESTABLISHED:
                 self.est_by_lport.setdefault(s.lport, []).append(s)
-                if s.pid is not None:
+                if s.pid is not None and s.pid in self.procs:
                     self.est_by_pid.setdefault(s.pid, []).append(s)
 
     def tree(self, root: int) -> set[int]:
@@ -191,17 +259,17 @@ class _Index:
         return local[0] if local else "0.0.0.0"
 
     def launcher_id(self, root: int, members: set[int]) -> str | None:
-        """'torchelastic:<id>' or 'master:<addr>:<port>' from the env of the root,
-        else of the lowest-pid member that has it; None when no launcher env is seen."""
+        """Launch id (module doc) of a tree: 'torchelastic:<id>' or 'master:<addr>:<port>',
+        each from the env of the root, else of the lowest-pid member that has it; None when
+        no launcher env is seen. A run id that processes with different master endpoints
+        share (`run_masters`) names no launch."""
         order = [root] + sorted(members - {root})
         envs: list[Mapping[str, str]] = [self.procs[p].env for p in order if p in self.procs]
-        for env in envs:
-            if env.get(ENV_RUN_ID):
-                return f"torchelastic:{env[ENV_RUN_ID]}"
-        for env in envs:
-            if env.get(ENV_MASTER_ADDR) and env.get(ENV_MASTER_PORT):
-                return f"master:{id_addr(env[ENV_MASTER_ADDR])}:{env[ENV_MASTER_PORT]}"
-        return None
+        run = next((r for r in map(_run_id, envs) if r), None)
+        master = next((m for m in map(_master, envs) if m), None)
+        if run and (master is None or len(self.run_masters.get(run, ())) <= 1):
+            return f"torchelastic:{run}"
+        return f"master:{master}" if master else None
 
 
 # --------------------------------------------------------------------------
@@ -273,7 +341,7 @@ def _match_drafts(spec: JobSpec, idx: _Index, source: str) -> list[_Draft]:
     assert spec.match is not None
     rx = compile_match(spec.match)
     matched = {p.pid for p in idx.procs.values() if rx.search(p.cmdline)}
-    groups: dict[str, list[int]] = {}  # launcher identity -> tops of its trees
+    groups: dict[str, list[int]] = {}  # launch id -> tops of its trees
     trees: dict[int, set[int]] = {}
     for top in idx.tops(matched):
         trees[top] = idx.tree(top)
@@ -317,11 +385,12 @@ def _role(listen_ports: set[int], flows: set[FlowKey]) -> str:
 # Entry point
 
 
-def pids_needing_env(specs: Sequence[JobSpec], procs: Iterable[ProcInfo]) -> set[int]:
+def pids_needing_env(specs: Sequence[JobSpec], procs: Iterable[ProcInfo], exclude: Iterable[int] = ()) -> set[int]:
     """Pids whose launcher env (LAUNCHER_ENV_KEYS) group_jobs may look at:
-    the trees of listed pids and of matching processes. Lets discovery read
-    /proc/<pid>/environ only where needed. Raises ConfigError for a bad regex."""
-    idx = _Index(Snapshot(procs=tuple(procs), socks=()))
+    the trees of listed pids and of matching processes (without hostctl's own, as
+    group_jobs with the same `exclude`). Lets discovery read /proc/<pid>/environ only
+    where needed. Raises ConfigError for a bad regex."""
+    idx = _Index(Snapshot(procs=tuple(procs), socks=()), exclude)
     out: set[int] = set()
     for spec in specs:
         kind = _selector_kind(spec)
@@ -338,12 +407,13 @@ def pids_needing_env(specs: Sequence[JobSpec], procs: Iterable[ProcInfo]) -> set
     return out
 
 
-def group_jobs(specs: Sequence[JobSpec], snap: Snapshot) -> list[Job]:
-    """Jobs present in `snap` according to `specs`, sorted by job_id.
+def group_jobs(specs: Sequence[JobSpec], snap: Snapshot, exclude: Iterable[int] = ()) -> list[Job]:
+    """Jobs present in `snap` according to `specs`, sorted by job_id. The processes in
+    `exclude` (the caller's own pid) and hostctl's processes are in no pid or match job.
 
     Raises ConfigError for a bad regex or a spec without exactly one selector.
     """
-    idx = _Index(snap)
+    idx = _Index(snap, exclude)
     drafts: list[_Draft] = []
     for spec in specs:
         kind = _selector_kind(spec)

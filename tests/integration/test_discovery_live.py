@@ -3,6 +3,7 @@ the processes are our own, so psutil sees their sockets' owners)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -372,3 +373,69 @@ def test_host_addr_of_lo() -> None:
     assert discovery.host_addr_of("lo") == "127.0.0.1"
     assert discovery.host_addr_of("no-such-iface0") == ""
     assert discovery.host_addr_of(None) == ""
+
+
+# --------------------------------------------------------------------------
+# hostctl is never a job
+
+HOSTCTL = os.path.join(sys.prefix, "bin", "hostctl")
+
+
+def _flows_json(argv: list[str]) -> list[dict]:
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=_clean_env())
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("wrap", ["direct", "sh", "timeout"])
+def test_flows_does_not_list_itself(wrap: str) -> None:
+    """`hostctl flows --match R` where R matches its own command line (and that of a wrapper
+    that stays its parent: `sh -c '...; true'`, `timeout`) lists no job."""
+    marker = f"hostctl-self-{uuid.uuid4().hex}"
+    argv = [HOSTCTL, "flows", "--match", marker, "--json"]
+    if wrap == "sh":
+        argv = ["sh", "-c", " ".join(argv) + "; true"]
+    elif wrap == "timeout":
+        argv = ["timeout", "60", *argv]
+    assert _flows_json(argv) == []
+
+
+def test_flows_lists_a_job_whose_path_holds_hostctl(tmp_path) -> None:
+    """A training script under a `hostctl` folder, with `hostctl` among its arguments, is a job."""
+    marker = f"hostctl-train-{uuid.uuid4().hex}"
+    script = tmp_path / "hostctl" / f"{marker}.py"
+    script.parent.mkdir()
+    script.write_text("import time\ntime.sleep(120)\n")
+    p = subprocess.Popen([sys.executable, str(script), "--name", "hostctl", "--out", str(tmp_path / "hostctl")],
+                         env=_clean_env())
+    try:
+        deadline = time.monotonic() + 10
+        while marker not in " ".join(psutil.Process(p.pid).cmdline()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        jobs = _flows_json([HOSTCTL, "flows", "--match", marker, "--json"])
+        assert [(j["job_id"], j["pids"]) for j in jobs] == [(f"pid:{p.pid}", [p.pid])]
+    finally:
+        p.kill()
+        p.wait(timeout=10)
+
+
+def test_library_caller_is_no_job_but_its_children_are() -> None:
+    """A program using Discovery (not the hostctl CLI) whose command line matches is left out;
+    a process it started that matches is still a job."""
+    marker = f"hostctl-lib-{uuid.uuid4().hex}"
+    prog = textwrap.dedent("""
+        import json, re, subprocess, sys, time
+        from hostctl.core.types import JobSpec
+        from hostctl.discovery import Discovery
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", sys.argv[1]])
+        time.sleep(0.5)
+        jobs = Discovery([JobSpec(match=re.escape(sys.argv[1]))]).scan()
+        print(json.dumps({"child": child.pid, "jobs": [[j.job_id, list(j.pids)] for j in jobs]}))
+        child.kill()
+        child.wait()
+    """)
+    r = subprocess.run([sys.executable, "-c", prog, marker], capture_output=True, text=True, timeout=60,
+                       env=_clean_env())
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["jobs"] == [[f"pid:{out['child']}", [out["child"]]]]

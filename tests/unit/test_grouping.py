@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hostctl.core.grouping import group_jobs, pids_needing_env
+from hostctl.core.grouping import HOSTCTL_COMMANDS, group_jobs, is_hostctl_command, pids_needing_env
 from hostctl.core.types import FlowKey, Job, JobSpec, ProcInfo, Snapshot, SockInfo
 from hostctl.errors import ConfigError
 
@@ -444,3 +444,138 @@ def test_pids_needing_env_covers_trees_only() -> None:
     assert pids_needing_env([JobSpec(match="other")], TREE.procs) == {600}
     with pytest.raises(ConfigError):
         pids_needing_env([JobSpec(match="(")], TREE.procs)
+
+
+# --------------------------------------------------------------------------
+# torchrun launch ids
+
+
+def torchrun_tree(agent: int, port: int, run: str = "none", addr: str = "127.0.0.1") -> list[ProcInfo]:
+    """A torchrun agent (no launcher env of its own) and its 2 workers, as torchrun starts them."""
+    env = {"TORCHELASTIC_RUN_ID": run, "MASTER_ADDR": addr, "MASTER_PORT": str(port)}
+    return [proc(agent, 1, f"/venv/bin/python3 /venv/bin/torchrun --nproc-per-node 2 --master-port {port} train.py"),
+            proc(agent + 1, agent, "/venv/bin/python3 -u train.py", **env),
+            proc(agent + 2, agent, "/venv/bin/python3 -u train.py", **env)]
+
+
+@pytest.mark.parametrize("spec", [JobSpec(match="torchrun"), JobSpec(pids=(10, 20))])
+def test_default_run_id_none_does_not_merge_launches(spec: JobSpec) -> None:
+    # torchrun without --rdzv-id: TORCHELASTIC_RUN_ID=none in every launch
+    s = snap(procs=[proc(1, 0), *torchrun_tree(10, 29510), *torchrun_tree(20, 29610)])
+    jobs = group_jobs([spec], s)
+    assert ids(jobs) == ["master:127.0.0.1:29510", "master:127.0.0.1:29610"]
+    assert by_id(jobs)["master:127.0.0.1:29510"].pids == (10, 11, 12)
+    assert by_id(jobs)["master:127.0.0.1:29610"].pids == (20, 21, 22)
+
+
+@pytest.mark.parametrize("run", ["none", "None", "", " none "])
+def test_anonymous_run_id_without_master_is_a_tree_job(run: str) -> None:
+    s = snap(procs=[proc(1, 0), proc(10, 1, "train", TORCHELASTIC_RUN_ID=run),
+                    proc(20, 1, "train", TORCHELASTIC_RUN_ID=run)])
+    assert ids(group_jobs([JobSpec(match="train")], s)) == ["pid:10", "pid:20"]
+
+
+def test_anonymous_run_id_same_master_is_one_launch() -> None:
+    # a second tree of the same launch on this host (e.g. an agent restarted by hand)
+    s = snap(procs=[proc(1, 0), *torchrun_tree(10, 29510), *torchrun_tree(20, 29510)])
+    jobs = group_jobs([JobSpec(match="torchrun")], s)
+    assert ids(jobs) == ["master:127.0.0.1:29510"]
+    assert jobs[0].pids == (10, 11, 12, 20, 21, 22)
+
+
+def test_run_id_shared_by_launches_with_different_masters_splits() -> None:
+    # two jobs launched with the same --rdzv-id (copied from an example) on different endpoints
+    s = snap(procs=[proc(1, 0), *torchrun_tree(10, 29400, "456", "10.0.0.1"),
+                    *torchrun_tree(20, 29400, "456", "10.0.0.2"), *torchrun_tree(30, 29500, "789", "10.0.0.1")])
+    jobs = group_jobs([JobSpec(match="torchrun")], s)
+    assert ids(jobs) == ["master:10.0.0.1:29400", "master:10.0.0.2:29400", "torchelastic:789"]
+    assert by_id(jobs)["master:10.0.0.2:29400"].pids == (20, 21, 22)
+    # the same with a pid spec, and with one spec per launch (config [[jobs]] without names)
+    assert ids(group_jobs([JobSpec(pids=(10, 20))], s)) == ["master:10.0.0.1:29400", "master:10.0.0.2:29400"]
+    assert ids(group_jobs([JobSpec(pids=(10,)), JobSpec(pids=(20,))], s)) \
+        == ["master:10.0.0.1:29400", "master:10.0.0.2:29400"]
+
+
+def test_run_id_shared_with_same_master_stays_one_job() -> None:
+    s = snap(procs=[proc(1, 0), *torchrun_tree(10, 29400, "job7", "10.0.0.1"),
+                    *torchrun_tree(20, 29400, "job7", "10.0.0.1"),
+                    proc(30, 1, "torchrun train.py"), proc(31, 30, "python train.py", TORCHELASTIC_RUN_ID="job7")])
+    jobs = group_jobs([JobSpec(match="torchrun")], s)
+    assert ids(jobs) == ["torchelastic:job7"]
+    assert jobs[0].pids == (10, 11, 12, 20, 21, 22, 30, 31)
+
+
+def test_run_id_found_past_an_anonymous_one() -> None:
+    # the agent's own env says none (exported by hand), its workers carry the real id
+    s = snap(procs=[proc(1, 0), proc(10, 1, "torchrun train.py", TORCHELASTIC_RUN_ID="none"),
+                    proc(11, 10, "python train.py", TORCHELASTIC_RUN_ID="r9", MASTER_ADDR="h", MASTER_PORT="1")])
+    assert ids(group_jobs([JobSpec(match="torchrun")], s)) == ["torchelastic:r9"]
+
+
+# --------------------------------------------------------------------------
+# hostctl is no job
+
+
+@pytest.mark.parametrize("cmd", [
+    "/venv/bin/python3 /venv/bin/hostctl flows --match torchrun",
+    "/usr/bin/python3 /usr/local/bin/hostctl start --policy rr --match torchrun",
+    "hostctl flows --match x",
+    "sudo hostctl start --match torchrun",
+    "timeout 60 /venv/bin/hostctl flows --match torchrun --json",
+    "sh -c hostctl flows --match torchrun; sleep 1",
+    "watch -n1 hostctl status",
+    "python3 -m hostctl.cli flows --match torchrun",
+    "python -m hostctl start --pids 1",
+])
+def test_hostctl_commands_recognised(cmd: str) -> None:
+    assert is_hostctl_command(cmd)
+
+
+@pytest.mark.parametrize("cmd", [
+    "python /opt/hostctl/train.py --match torchrun",
+    "torchrun --nproc-per-node 2 /home/u/hostctl/examples/train.py",
+    "python train.py --out /data/hostctl --epochs 3",
+    "python train.py --name hostctl",
+    "python -m hostctl.workloads.ps worker --job j1",
+    "hostctl",
+    "",
+])
+def test_other_commands_not_hostctl(cmd: str) -> None:
+    assert not is_hostctl_command(cmd)
+
+
+def test_hostctl_commands_are_the_cli_commands() -> None:
+    import typer.main
+
+    from hostctl.cli import app
+
+    assert HOSTCTL_COMMANDS == frozenset(typer.main.get_command(app).commands)
+
+
+def test_hostctl_processes_and_their_children_are_no_job() -> None:
+    s = snap(procs=[
+        proc(1, 0, "/sbin/init"),
+        *torchrun_tree(10, 29510),
+        proc(50, 1, "sudo hostctl flows --match torchrun"),  # a wrapper that forks
+        proc(51, 50, "/venv/bin/python3 /venv/bin/hostctl flows --match torchrun"),
+        proc(60, 1, "/venv/bin/python3 /venv/bin/hostctl start --match torchrun"),  # a daemon ...
+        proc(61, 60, "tc filter show dev eth0"),  # ... and its helper
+        proc(70, 1, "python /opt/hostctl/train.py --launcher torchrun"),  # a job that lives under hostctl/
+    ], socks=[listen("0.0.0.0", 9100, 60), est("10.0.0.1", 41000, "10.0.0.9", 29510, 11)])
+    jobs = group_jobs([JobSpec(match="torchrun")], s)
+    assert ids(jobs) == ["master:127.0.0.1:29510", "pid:70"]
+    assert pids_needing_env([JobSpec(match="torchrun")], s.procs) == {10, 11, 12, 70}
+    assert group_jobs([JobSpec(pids=(60, 51))], s) == []
+
+
+def test_excluded_pid_is_no_job_but_its_children_may_be() -> None:
+    # the calling process (a test runner or a script using hostctl as a library) and what it started
+    s = snap(procs=[proc(1, 0), proc(5, 1, "python -m pytest -k torchrun"),
+                    proc(10, 5, "torchrun --master-port 29510 train.py"),
+                    proc(11, 10, "python train.py", MASTER_ADDR="h", MASTER_PORT="29510")])
+    assert group_jobs([JobSpec(match="torchrun")], s)[0].pids == (5, 10, 11)  # 5 is the top
+    jobs = group_jobs([JobSpec(match="torchrun")], s, exclude={5})
+    assert ids(jobs) == ["master:h:29510"]
+    assert jobs[0].pids == (10, 11)
+    assert group_jobs([JobSpec(pids=(5,))], s, exclude={5}) == []
+    assert pids_needing_env([JobSpec(match="torchrun")], s.procs, exclude={5}) == {10, 11}

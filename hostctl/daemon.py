@@ -318,6 +318,7 @@ class Daemon:
                      f"; {len(refused)} change(s) refused (see above)" if refused else "")
             return True
         finally:
+            self._status_wanted.set()  # `status` shows the outcome at once
             notify("READY=1", self._status_line())
 
     def apply_config(self, config: Config, discovery=None) -> None:

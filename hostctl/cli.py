@@ -331,8 +331,10 @@ def status(as_json: bool = JsonOpt) -> None:
                   str(r["drops"]), format_bytes(r["backlog_bytes"]))
     con.print(c)
     s = st["stats"]
+    rl = st.get("reloads") or {}
     con.print(f"rotations {s['rotations']}, reassignments {s['reassignments']}, errors {s['errors']}, "
-              f"fail-open packets {st['failopen_pkts']}")
+              f"fail-open packets {st['failopen_pkts']}, config reloads {rl.get('ok', 0)} "
+              f"(refused {rl.get('refused', 0)})")
     pc = st.get("pacing")
     if pc:
         _print_pacing(con, pc, s)

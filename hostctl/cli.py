@@ -154,6 +154,10 @@ def start(
     from hostctl.core.plan import build_classifier, build_tc_plan
     from hostctl.discovery import Discovery
 
+    # a SIGHUP while starting up is kept and reloads once the loop runs (its default would kill us)
+    early_hup = []
+    if not dry_run:
+        signal.signal(signal.SIGHUP, lambda *_: early_hup.append(1))
     # the flags given on the command line (None: not given); they win over the file, also on reload
     flags = dict(policy=policy, iface=iface, link_rate=link_rate, other_rate=other_rate,
                  ports=ports, pids=pids, match=match, bands=bands, rr_interval=rr_interval,
@@ -244,6 +248,8 @@ def start(
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: daemon.request_stop())
         signal.signal(signal.SIGHUP, lambda *_: daemon.request_reload())
+        if early_hup:
+            daemon.request_reload()
         if cfg.metrics_port:
             from hostctl.metrics import serve
 

@@ -427,6 +427,10 @@ def _show(field_name: str, v: Any) -> str:
                          for s in v) or "none"
     if isinstance(v, tuple):
         return ",".join(map(str, v)) or "none"
+    if v is not None and field_name in ("link_rate_bps", "cap_bps"):
+        from hostctl.core.units import format_rate
+
+        return format_rate(v)
     return "default" if v is None else str(v)
 
 

@@ -113,7 +113,9 @@ def test_sighup_reloads_jobs_keeps_unchanged_entries_and_refuses_what_cannot_cha
         assert before["a"]["band"] == 0 and before["b"]["band"] == 1
 
         # another job set, and a key that cannot change live
-        cfg.write_text(job_toml(("a", PORTS[0], "1MB"), ("c", PORTS[2], "3MB"), extra="bands = 3\n"))
+        # (link_rate: the command line's --link-rate keeps winning, so it is no change)
+        cfg.write_text(job_toml(("a", PORTS[0], "1MB"), ("c", PORTS[2], "3MB"),
+                                extra='bands = 3\nlink_rate = "100mbit"\n'))
         d.send_signal(signal.SIGHUP)
         reloading = notify.wait("RELOADING=1", 20)
         assert abs(int(reloading["MONOTONIC_USEC"]) - time.monotonic() * 1e6) < 20e6
@@ -130,6 +132,8 @@ def test_sighup_reloads_jobs_keeps_unchanged_entries_and_refuses_what_cannot_cha
         assert any(ln.startswith("<4>reload: bands 6 -> 3 refused: the htb tree is built with it at start")
                    for ln in lines), lines
         assert any(ln.startswith("<6>reloaded the config: changed jobs") for ln in lines), lines
+        assert not any("link_rate" in ln for ln in lines), lines
+        assert st["link_rate_bps"] == 80 * 10**9
 
         # a file that does not parse: refused with one line, the daemon runs on unchanged
         cfg.write_text(job_toml(("a", PORTS[0], "1MB")) + "bands = [\n")

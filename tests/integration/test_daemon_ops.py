@@ -110,6 +110,7 @@ def test_sighup_reloads_jobs_keeps_unchanged_entries_and_refuses_what_cannot_cha
         assert ready["STATUS"].startswith(f"controlling {pair.ps.dev}: policy one")
         st = status_with_jobs(pair, {"a", "b"})
         before = {j["job_id"]: j for j in st["jobs"]}
+        st0 = st
         assert before["a"]["band"] == 0 and before["b"]["band"] == 1
 
         # another job set, and a key that cannot change live
@@ -127,6 +128,9 @@ def test_sighup_reloads_jobs_keeps_unchanged_entries_and_refuses_what_cannot_cha
         assert after["a"]["slot"] == before["a"]["slot"] and after["a"]["band"] == 0
         assert after["c"]["band"] == 1 and st["pid"] == d.pid
         assert st["bands"] == 6 and st["reloads"] == {"ok": 1, "refused": 0}
+        # the reload wrote exactly c's port entry and removed b's (c took b's slot, whose class entry,
+        # band 1, stays as it was); nothing of a's
+        assert st["stats"]["map_writes"] - st0["stats"]["map_writes"] == 2
         assert len(oracle.htb_classes(pair.ps.ns, pair.ps.dev)) == 3 + 6  # root, default, control + 6 bands
         lines = log_lines(tmp_path / "stderr")
         assert any(ln.startswith("<4>reload: bands 6 -> 3 refused: the htb tree is built with it at start")

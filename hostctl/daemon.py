@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 from hostctl import consts
 from hostctl.config import Config, reload_config
-from hostctl.core.hist import Histogram
 from hostctl.core.bands import assign_bands, describe, next_rotation_s, rr_epoch
+from hostctl.core.hist import Histogram
 from hostctl.core.plan import (
     DEFAULT_CLASSID, ClassifierTable, TcPlan, band_classid, build_classifier, fmt_handle,
 )
@@ -309,6 +309,10 @@ class Daemon:
             except HostctlError as e:
                 self.reloads["refused"] += 1
                 log.error("reload refused, still running with the previous config: %s", e)
+                return False
+            except Exception as e:  # a reload must never end the daemon
+                self.reloads["refused"] += 1
+                log.error("reload failed, still running with the previous config: %s: %s", type(e).__name__, e)
                 return False
             for line in refused:
                 log.warning("reload: %s", line)

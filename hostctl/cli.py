@@ -38,27 +38,64 @@ JsonOpt = typer.Option(False, "--json", help="Machine-readable output.")
 
 
 def _setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
-                        format="%(asctime)s hostctl %(levelname)s %(message)s", stream=sys.stderr)
+    from hostctl.systemd import log_handler
+
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(log_handler(sys.stderr))
+    root.setLevel(level.upper())
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hostctl")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"hostctl {_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Optional[bool] = typer.Option(None, "--version", callback=_version_callback, is_eager=True,
+                                                 help="Print hostctl's version and exit.")) -> None:
+    """End-host traffic control for deep-learning training jobs."""
 
 
 def _resolve_iface(cfg) -> str:
+    import socket
+
     from hostctl.datapath.linux import default_route_iface
     from hostctl.errors import ConfigError
 
     iface = cfg.iface or default_route_iface()
     if not iface:
         raise ConfigError("no default route in this network namespace: give --iface")
+    try:
+        socket.if_nametoindex(iface)
+    except OSError:
+        raise ConfigError(f"interface {iface!r} not found in this network namespace; list them with `ip link` "
+                          "and give --iface (or iface = in the config)") from None
     return iface
 
 
-def _resolve_link_rate(cfg, iface: str) -> int:
+def _resolve_link_rate(cfg, iface: str, given: str | None = None) -> int:
+    from hostctl.config import link_rate_warning
     from hostctl.datapath.linux import nic_speed_bps
     from hostctl.errors import ConfigError
 
-    if cfg.link_rate_bps:
-        return cfg.link_rate_bps
     speed = nic_speed_bps(iface)
+    if cfg.link_rate_bps:
+        warning = link_rate_warning(cfg.link_rate_bps, given, iface, speed)
+        if warning:
+            logging.getLogger("hostctl").warning("%s", warning)
+        return cfg.link_rate_bps
     if not speed:
         raise ConfigError(
             f"{iface} reports no line rate (veth and some virtual NICs don't): give --link-rate, e.g. --link-rate 10gbit"
@@ -66,11 +103,25 @@ def _resolve_link_rate(cfg, iface: str) -> int:
     return int(speed * consts.DEFAULT_LINK_FRACTION)
 
 
+def _link_rate_text(config: str | None, flag: str | None) -> str | None:
+    """The link rate as the operator wrote it (the flag, else the file's link_rate), for the warning."""
+    if flag is not None or not config:
+        return flag
+    import tomllib
+
+    try:
+        with open(config, "rb") as f:
+            v = tomllib.load(f).get("link_rate")
+    except (OSError, ValueError):
+        return None
+    return v if isinstance(v, str) else None
+
+
 @app.command()
 def start(
     policy: Optional[str] = PolicyOpt,
     iface: Optional[str] = IfaceOpt,
-    link_rate: Optional[str] = typer.Option(None, "--link-rate", help="Root rate, e.g. 9.7gbit. Default 97% of the NIC speed."),
+    link_rate: Optional[str] = typer.Option(None, "--link-rate", help="Root rate, e.g. 9.7gbit (tc units: gbit is bits/s, gbps is BYTES/s). Default 97% of the NIC speed."),
     other_rate: Optional[str] = typer.Option(None, "--other-rate", help="Guaranteed to non-DL traffic: a share like 10% or a rate."),
     ingress_rate: Optional[str] = typer.Option(None, "--ingress-rate", help="one/rr: order received traffic too, through an IFB shaped to this share of the link rate or rate, e.g. 97%. Default: egress only."),
     ports: Optional[str] = PortsOpt,
@@ -85,34 +136,39 @@ def start(
     cap: Optional[str] = typer.Option(None, "--cap", help="Policy cap: each job's rate cap, e.g. 2gbit (split over its flows)."),
     cgroup: Optional[str] = typer.Option(None, "--cgroup", help="Pacing scope: cgroup v2 path whose flows are paced (default /)."),
     slot: Optional[float] = typer.Option(None, "--slot", help="Pacing slot, seconds (default 0.06)."),
+    phase_gap: Optional[float] = typer.Option(None, "--phase-gap", help="cap/mlcc: seconds without ACK progress that end a flow's burst (default 0.02)."),
     switch: Optional[str] = typer.Option(None, "--switch", help="mlcc: switchemu endpoints, e.g. tcp://10.0.0.9:5555[,...]. Default: local mode (this host's NIC only)."),
     curve_keys: Optional[str] = typer.Option(None, "--curve-keys", help="mlcc: folder with client.key_secret and server.key (switchemu keygen)."),
     horizon: Optional[int] = typer.Option(None, "--horizon", help="mlcc: slots planned ahead, K (default 10)."),
     plan_offset: Optional[float] = typer.Option(None, "--plan-offset", help="mlcc: seconds into each slot at which this host plans (default: from its host name, 0..35 ms)."),
     deps: Optional[bool] = typer.Option(None, "--deps/--no-deps", help="mlcc: Algorithm 2's dependency rules for jobs with a comm pattern in the config (switch mode; default on)."),
     job_order: Optional[str] = typer.Option(None, "--job-order", help="mlcc with --switch: order the jobs on the fabric's links, the same order on every host: none (default), fixed, or rotate (a new order every --rr-interval)."),
-    metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help="Address for --metrics-port."),
+    metrics_addr: Optional[str] = typer.Option(None, "--metrics-addr", help="Address for --metrics-port (default 127.0.0.1)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (qdisc, classes, classifier entries) and exit."),
-    log_level: str = typer.Option("INFO", "--log-level"),
+    log_level: Optional[str] = typer.Option(None, "--log-level", help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL."),
 ) -> None:
-    """Run the daemon in the foreground (systemd: examples/hostctl.service)."""
+    """Run the daemon in the foreground (systemd: examples/hostctl.service). SIGHUP reloads --config."""
     from hostctl.config import build_config
     from hostctl.core.bands import assign_bands, rr_epoch
     from hostctl.core.pace import PaceTable
     from hostctl.core.plan import build_classifier, build_tc_plan
     from hostctl.discovery import Discovery
 
-    _setup_logging(log_level)
-    cfg = build_config(config, policy=policy, iface=iface, link_rate=link_rate, other_rate=other_rate,
-                       ports=ports, pids=pids, match=match, bands=bands, rr_interval=rr_interval,
-                       rescan=rescan, lease=lease, metrics_port=metrics_port, cap=cap, cgroup=cgroup, slot=slot,
-                       switch=switch, curve_keys=curve_keys, horizon=horizon, plan_offset=plan_offset,
-                       ingress_rate=ingress_rate, deps=deps, job_order=job_order)
+    # a SIGHUP while starting up is kept and reloads once the loop runs (its default would kill us)
+    early_hup = []
+    if not dry_run:
+        signal.signal(signal.SIGHUP, lambda *_: early_hup.append(1))
+    # the flags given on the command line (None: not given); they win over the file, also on reload
+    flags = dict(policy=policy, iface=iface, link_rate=link_rate, other_rate=other_rate,
+                 ports=ports, pids=pids, match=match, bands=bands, rr_interval=rr_interval,
+                 rescan=rescan, lease=lease, metrics_port=metrics_port, cap=cap, cgroup=cgroup, slot=slot,
+                 phase_gap=phase_gap, switch=switch, curve_keys=curve_keys, horizon=horizon,
+                 plan_offset=plan_offset, ingress_rate=ingress_rate, deps=deps, job_order=job_order,
+                 metrics_addr=metrics_addr, log_level=log_level)
+    cfg = build_config(config, **flags)
+    _setup_logging(cfg.log_level)
     the_iface = _resolve_iface(cfg)
-    from hostctl.datapath.linux import link_info
-
-    link_info(the_iface)  # clear error if the interface does not exist
-    rate = _resolve_link_rate(cfg, the_iface)
+    rate = _resolve_link_rate(cfg, the_iface, _link_rate_text(config, link_rate))
     dataclasses.replace(cfg, link_rate_bps=rate).validate()  # guaranteed rates must fit in a sysfs rate too
     plan = build_tc_plan(the_iface, rate, cfg.bands, cfg.other_rate_bps(rate), classify=cfg.band_policy != "fifo",
                          ingress_rate_bps=cfg.ingress_rate_bps(rate))
@@ -168,8 +224,10 @@ def start(
                                  pace_cgroup=cfg.cgroup if cfg.pacing else None, phase_gap_s=cfg.phase_gap_s,
                                  # port-selected flows are picked at connection time; flows of jobs
                                  # found by pid/command line only later, by 4-tuple
-                                 track_all=any(s.pids or s.match for s in cfg.jobs))
-        daemon = Daemon(cfg, plan, datapath, discovery, switch=switch_client)
+                                 track_all=cfg.tracks_all_flows)
+        daemon = Daemon(cfg, plan, datapath, discovery, switch=switch_client,
+                        load_config=(lambda: build_config(config, **flags)) if config else None,
+                        new_discovery=lambda specs: Discovery(list(specs), the_iface), version=_version())
         switch_client = None  # the daemon closes it
 
         def _stop(_req: dict) -> dict:
@@ -186,12 +244,16 @@ def start(
 
         server.handlers.update({"status": lambda _r: {"status": daemon.status()}, "stop": _stop, "hint": _hint})
         server.start()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        # signals only set events: the loop stops, or reloads the config file, at its next turn
+        for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: daemon.request_stop())
+        signal.signal(signal.SIGHUP, lambda *_: daemon.request_reload())
+        if early_hup:
+            daemon.request_reload()
         if cfg.metrics_port:
             from hostctl.metrics import serve
 
-            serve(cfg.metrics_port, daemon.status, metrics_addr)
+            serve(cfg.metrics_port, daemon.status, cfg.metrics_addr, _version())
         _run_profiled(daemon.run, os.environ.get("HOSTCTL_PROFILE"))
     finally:
         server.close()
@@ -259,7 +321,7 @@ def status(as_json: bool = JsonOpt) -> None:
     nxt = st.get("next_rotation")
     when = f", next rotation in {max(0.0, nxt - time.time()):.1f}s" if nxt else ""
     ingress = f", ingress bands at {format_rate(st['ingress_rate_bps'])}" if st.get("ingress_rate_bps") else ""
-    con.print(f"hostctl pid {st['pid']} on {st['iface']}: policy {st['policy']}, link "
+    con.print(f"hostctl {st.get('version', '?')} pid {st['pid']} on {st['iface']}: policy {st['policy']}, link "
               f"{format_rate(st['link_rate_bps'])}, {st['bands']} bands{ingress}{when}")
     rx = bool(st.get("ingress_rate_bps"))  # ingress bands: the bytes each job received through them
     t = Table("job", "band", "class", "role", "flows", "tx", "rate", "last burst", *(["rx"] if rx else []))
@@ -275,8 +337,10 @@ def status(as_json: bool = JsonOpt) -> None:
                   str(r["drops"]), format_bytes(r["backlog_bytes"]))
     con.print(c)
     s = st["stats"]
+    rl = st.get("reloads") or {}
     con.print(f"rotations {s['rotations']}, reassignments {s['reassignments']}, errors {s['errors']}, "
-              f"fail-open packets {st['failopen_pkts']}")
+              f"fail-open packets {st['failopen_pkts']}, config reloads {rl.get('ok', 0)} "
+              f"(refused {rl.get('refused', 0)})")
     pc = st.get("pacing")
     if pc:
         _print_pacing(con, pc, s)

@@ -1,11 +1,17 @@
 """One frozen Config, from a TOML file and/or flags (flags win), validated at load.
 
-Every key is documented in examples/hostctl.toml. Unknown keys are errors, so a
-typo never silently falls back to a default.
+Every key is documented in examples/hostctl.toml and has a flag of `hostctl start`
+(tests/unit/test_cli_config_parity.py keeps the two in step). Unknown keys are errors,
+so a typo never silently falls back to a default.
+
+`reload_config` decides what a reload (SIGHUP) may change in a running daemon: the
+keys in RELOAD_LIVE take their new values, every other key keeps its old one and each
+change to it is refused with the reason from RELOAD_FIXED.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -23,12 +29,13 @@ from hostctl.errors import ConfigError
 TOP_KEYS = {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
             "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot", "phase_gap",
             "switch", "curve_keys", "horizon", "plan_offset", "ingress_rate", "deps",
-            "job_order"}
+            "job_order", "metrics_addr", "log_level"}
 JOB_KEYS = {"name", "ports", "pids", "match", "model_size", "cap", "comm", "ring_size"}
 COMM_PATTERNS = ("ps", "ring")  # [[jobs]] comm: parameter server, ring all-reduce
 PACING_POLICIES = ("cap", "mlcc")  # policies that run the sock_ops pacing datapath and the slot loop
 _ENDPOINT = re.compile(r"(tcp://[^\s,]+:\d{1,5}|ipc://[^\s,]+)")
 ALL_POLICIES = (*POLICIES, *PACING_POLICIES)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,8 @@ class Config:
     ingress_rate: str | None = None  # ingress bands: "97%" of the link rate or a rate; None: off
     deps: bool = True  # mlcc: Algorithm 2's dependency rules for jobs with a comm (switch mode)
     job_order: str = "none"  # mlcc: fabric-wide job order through the switches: none, fixed or rotate
+    metrics_addr: str = "127.0.0.1"  # address of the metrics server (metrics_port)
+    log_level: str = "INFO"  # DEBUG, INFO, WARNING, ERROR or CRITICAL (any case)
 
     @property
     def pacing(self) -> bool:
@@ -63,6 +72,12 @@ class Config:
     def band_policy(self) -> str:
         """The band policy: the configured one, or fifo (no bands) for pacing-only policies."""
         return self.policy if self.policy in POLICIES else "fifo"
+
+    @property
+    def tracks_all_flows(self) -> bool:
+        """The pacer tracks every flow of its cgroup (not only those of listed ports): jobs found by
+        pid or command line are known by their 4-tuples only after their connections exist."""
+        return any(s.pids or s.match for s in self.jobs)
 
     def job_caps_bps(self) -> dict[str, int]:
         """Per-job caps from [[jobs]] (by job name)."""
@@ -132,6 +147,13 @@ class Config:
             raise ConfigError(f"metrics_port must be within 1..65535, got {self.metrics_port}")
         if self.iface is not None and not re.fullmatch(r"[^/\s]{1,15}", self.iface):
             raise ConfigError(f"bad interface name {self.iface!r}")
+        if self.log_level.upper() not in LOG_LEVELS:
+            raise ConfigError(f"unknown log level {self.log_level!r}: choose one of {', '.join(LOG_LEVELS)}")
+        try:
+            ipaddress.ip_address(self.metrics_addr)
+        except ValueError:
+            raise ConfigError(f"metrics_addr must be an IP address to bind, e.g. 127.0.0.1 or 0.0.0.0, "
+                              f"got {self.metrics_addr!r}") from None
         frac, _rate = parse_fraction_or_rate(self.other_rate, what="other_rate")
         if frac is not None and frac > 0.5:  # a share is checkable before the link rate is known
             raise ConfigError(f"other_rate {self.other_rate} is more than half the link rate; use at most 50%")
@@ -302,6 +324,10 @@ def load_file(path: str) -> dict[str, Any]:
         kw["ingress_rate"] = _str(data, "ingress_rate", path)
     if "job_order" in data:
         kw["job_order"] = _str(data, "job_order", path)
+    if "metrics_addr" in data:
+        kw["metrics_addr"] = _str(data, "metrics_addr", path)
+    if "log_level" in data:
+        kw["log_level"] = _str(data, "log_level", path)
     if "deps" in data:
         if not isinstance(data["deps"], bool):
             raise ConfigError(f"{path}: deps must be true or false, got {data['deps']!r}")
@@ -368,3 +394,83 @@ def build_config(file: str | None = None, **flags: Any) -> Config:
         if v is not None:
             kw[names.get(k, k)] = v
     return replace(Config(), **kw).validate()
+
+
+# -- reload (SIGHUP) --------------------------------------------------------------------------
+
+# Config fields that a reload applies to the running daemon.
+RELOAD_LIVE = ("jobs", "rescan_s", "rr_interval_s", "cap_bps", "log_level")
+# The other fields, with the reason a reload cannot change them (restart hostctl to do so).
+_TREE = "the htb tree is built with it at start"
+_PACER = "the sock_ops pacer is attached with it at start"
+_MLCC = "mlcc's planner and switch client are built with it at start"
+_METRICS = "the metrics server is bound at start"
+RELOAD_FIXED = {
+    "policy": "the datapath (bands, classifier or pacer) is chosen at start",
+    "iface": "the tc tree and filters live on the interface the daemon started on",
+    "link_rate_bps": _TREE, "other_rate": _TREE, "bands": _TREE,
+    "ingress_rate": "the IFB and its htb tree are built with it at start",
+    "lease_s": "the BPF programs' fail-open lease is set when they are loaded",
+    "metrics_port": _METRICS, "metrics_addr": _METRICS,
+    "cgroup": _PACER, "phase_gap_s": _PACER, "slot_s": "the slot loop and the pacer's monitor run with it from start",
+    "switch": _MLCC, "curve_keys": _MLCC, "horizon": _MLCC, "plan_offset_s": _MLCC, "deps": _MLCC,
+    "job_order": _MLCC,
+}
+FIELD_KEYS = {"rr_interval_s": "rr_interval", "rescan_s": "rescan", "lease_s": "lease", "slot_s": "slot",
+              "plan_offset_s": "plan_offset", "phase_gap_s": "phase_gap", "link_rate_bps": "link_rate",
+              "cap_bps": "cap", "jobs": "jobs (ports, pids, match, [[jobs]])"}
+
+
+def _show(field_name: str, v: Any) -> str:
+    if field_name == "jobs":
+        return ", ".join(s.name or ",".join(map(str, s.ports)) or ",".join(map(str, s.pids)) or str(s.match)
+                         for s in v) or "none"
+    if isinstance(v, tuple):
+        return ",".join(map(str, v)) or "none"
+    if v is not None and field_name in ("link_rate_bps", "cap_bps"):
+        from hostctl.core.units import format_rate
+
+        return format_rate(v)
+    return "default" if v is None else str(v)
+
+
+def reload_config(old: Config, new: Config) -> tuple[Config, list[str], list[str]]:
+    """What a reload does: (the config to run with, the keys that changed live, one refusal line
+    per key that cannot change live). Refused keys keep their old values; the result is
+    validated (ConfigError when the mix of new live keys and kept keys is not a valid config)."""
+    live: dict[str, Any] = {}
+    changed, refused = [], []
+    fixed = dict(RELOAD_FIXED)
+    if old.policy == "mlcc":  # mlcc rotates its job order every rr_interval (job_order rotate)
+        fixed["rr_interval_s"] = _MLCC
+    if old.pacing and not old.tracks_all_flows and new.tracks_all_flows:
+        fixed["jobs"] = ("the pacer was started tracking the flows of listed ports only; selecting jobs by "
+                         "pids or match needs a restart")
+    for name in Config.__dataclass_fields__:
+        a, b = getattr(old, name), getattr(new, name)
+        if a == b:
+            continue
+        key = FIELD_KEYS.get(name, name)
+        if name in fixed or name not in RELOAD_LIVE:
+            refused.append(f"{key} {_show(name, a)} -> {_show(name, b)} refused: "
+                           f"{fixed.get(name, 'it cannot change live')}; restart hostctl to change it "
+                           f"(keeping {_show(name, a)})")
+        else:
+            live[name] = b
+            changed.append(key)
+    return replace(old, **live).validate(), changed, refused
+
+
+def link_rate_warning(link_rate_bps: int, given: str | int | None, iface: str, nic_bps: int | None) -> str | None:
+    """A warning when the configured link rate is above the NIC's reported speed (htb then never
+    queues: the NIC's queue decides and the bands stop working). Names both numbers, and the
+    likely mistake when the value was written in tc's bytes-per-second units (10gbps = 80gbit)."""
+    from hostctl.core.units import format_rate
+
+    if not nic_bps or link_rate_bps <= nic_bps:
+        return None
+    msg = (f"link rate {format_rate(link_rate_bps)} ({link_rate_bps} bit/s) is above the speed {iface} reports, "
+           f"{format_rate(nic_bps)} ({nic_bps} bit/s): htb will not queue and priorities will not act")
+    if isinstance(given, str) and re.search(r"bps\s*$", given, re.I) and not re.search(r"bit\s*$", given, re.I):
+        msg += f"; note {given!r} is BYTES per second in tc units (for bits write e.g. {given[:-3]}bit)"
+    return msg + "; give --link-rate a little below the line rate, e.g. 97% of it"

@@ -6,9 +6,11 @@ that namespace and no other. One request and one reply per connection:
   {"cmd": "status"}  -> {"ok": true, "status": {...}}
   {"cmd": "stop"}    -> {"ok": true}
   {"cmd": "hint", "job": J, "bytes_per_iter": N, "iteration_start": unix_s} -> {"ok": true}
-Root (uid 0) and the daemon's own uid may send anything; other users may only send
-``hint`` (a training process running as its own user), and the handler checks that
-they own the job (SO_PEERCRED).
+Root (uid 0) and the daemon's own uid may send anything; other users may send
+``status`` (read-only: `hostctl status` works for every local user) and ``hint`` (a
+training process running as its own user; the handler checks that they own the job,
+SO_PEERCRED). ``stop`` and every other command are refused to them with a line that
+says so.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ MAX_REQUEST = 65536
 
 
 class ControlServer:
-    OPEN_CMDS = frozenset({"hint"})  # commands any local user may send (the handler checks ownership)
+    # Commands any local user may send: status is read-only, hint's handler checks that the caller
+    # owns a process of the job. Everything else (stop, ...) changes the host: root or the daemon's uid.
+    OPEN_CMDS = frozenset({"status", "hint"})
 
     def __init__(self, handlers: dict[str, Callable[[dict], dict]], address: str = consts.CONTROL_SOCKET):
         self.handlers = handlers
@@ -83,7 +87,8 @@ class ControlServer:
             conn.sendall(json.dumps({"ok": False, "error": "bad request"}).encode())
             return
         if not privileged and req["cmd"] not in self.OPEN_CMDS:
-            conn.sendall(json.dumps({"ok": False, "error": "permission denied"}).encode())
+            conn.sendall(json.dumps({"ok": False, "error": f"permission denied: {req['cmd']} changes the host and "
+                                     f"needs root (uid {uid} may read status); run it with sudo"}).encode())
             return
         req["_peer"] = {"pid": pid, "uid": uid, "privileged": privileged}
         try:

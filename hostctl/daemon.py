@@ -1,9 +1,17 @@
 """The hostctl daemon: discovery -> band assignment -> classifier maps, forever.
 
-Signals only set ``stop`` (an Event); the loop sleeps on monotonic deadlines
-(rescan, heartbeat) and on the wall-clock rotation boundary, whichever is first,
-and never accumulates drift (deadlines advance by their period, not from "now").
-Teardown happens once, in ``run``'s finally block.
+Signals only set events (``request_stop``, ``request_reload``); the loop sleeps on
+monotonic deadlines (rescan, heartbeat) and on the wall-clock rotation boundary,
+whichever is first, and never accumulates drift (deadlines advance by their period,
+not from "now"). Teardown happens once, in ``run``'s finally block.
+
+A reload (SIGHUP) runs in the loop: it reads the config file again (``load_config``),
+applies the keys that can change live and refuses the others with a log line each
+(hostctl.config.reload_config); a file that does not parse or validate is refused as a
+whole. Jobs that are still selected keep their classifier slot and band, so their map
+entries are not rewritten. systemd hears READY=1 once the tc tree, the classifier and
+the first job table are in place, RELOADING=1/READY=1 around a reload and STOPPING=1
+before teardown (hostctl.systemd).
 """
 
 from __future__ import annotations
@@ -16,14 +24,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hostctl import consts
-from hostctl.config import Config
+from hostctl.config import Config, reload_config
 from hostctl.core.bands import assign_bands, describe, next_rotation_s, rr_epoch
+from hostctl.core.hist import Histogram
 from hostctl.core.plan import (
     DEFAULT_CLASSID, ClassifierTable, TcPlan, band_classid, build_classifier, fmt_handle,
 )
 from hostctl.core.types import Job
 from hostctl.core.units import format_rate
 from hostctl.datapath import Counters, Datapath
+from hostctl.errors import HostctlError
+from hostctl.systemd import monotonic_usec, notify
 
 log = logging.getLogger("hostctl")
 SLOT_OFFSET_S = 0.001  # a slot's tick runs this long after the wall-clock slot boundary
@@ -76,8 +87,12 @@ def nth_plan_offset(n: int, slot_s: float) -> float:
 class Daemon:
     def __init__(self, config: Config, plan: TcPlan, datapath: Datapath, discovery,
                  *, wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic,
-                 switch=None):
+                 switch=None, load_config: Callable[[], Config] | None = None,
+                 new_discovery: Callable[[tuple], object] | None = None, version: str = "unknown"):
         self.config = config
+        self.load_config = load_config  # reload: the config file again, with the command line's flags
+        self.new_discovery = new_discovery  # reload: a discovery for changed job specs
+        self.version = version
         self.plan = plan
         self.datapath = datapath
         self.discovery = discovery
@@ -87,6 +102,11 @@ class Daemon:
         self._wake = threading.Event()  # set by request_stop() and by status requests
         self._status_wanted = threading.Event()
         self._status_ready = threading.Event()
+        self._reload_wanted = threading.Event()
+        self._rescan_now = False
+        self.ready = False  # READY=1 sent: tc tree, classifier and the first job table in place
+        self.reloads = {"ok": 0, "refused": 0}
+        self.slot_decision = Histogram()  # seconds per slot's work (pacing policies)
         self._last_refresh = -1e9
         self.jobs: dict[str, Job] = {}
         self.assignment: dict[str, int] = {}
@@ -190,7 +210,7 @@ class Daemon:
             rate = (tx - prev.job_bytes.get(jid, tx)) * 8 / dt if dt > 0 else 0.0
             band = self.assignment.get(jid)
             job_rows.append({
-                "job_id": jid, "band": band,
+                "job_id": jid, "band": band, "slot": slot,
                 "classid": fmt_handle(band_classid(band) if band is not None else DEFAULT_CLASSID),
                 "role": job.role, "source": job.source, "pids": list(job.pids),
                 "listen_ports": list(job.listen_ports), "flows": [str(f) for f in job.flows],
@@ -207,13 +227,14 @@ class Daemon:
             "failopen_pkts": counters.failopen_pkts,
             "dropped_flows": self.table.dropped_flows,
             "pacing": self.pace.status() if self.pace is not None else None,
+            "slot_decision_seconds": self.slot_decision.to_dict() if self.pace is not None else None,
         }
         with self._lock:
             self._status = status
 
     def _base_status(self) -> dict:
         return {
-            "pid": os.getpid(), "policy": self.config.policy, "iface": self.plan.iface,
+            "pid": os.getpid(), "version": self.version, "policy": self.config.policy, "iface": self.plan.iface,
             "link_rate_bps": self.plan.link_rate_bps, "ingress_rate_bps": self.plan.ingress_rate_bps,
             "bands": self.config.bands,
             "rr_interval_s": self.config.rr_interval_s, "epoch": self.epoch,
@@ -221,7 +242,7 @@ class Daemon:
             if self.config.policy == "rr" else None,
             "uptime_s": self.wall() - self.started_wall,
             "jobs": [], "classes": [], "ingress_classes": [], "failopen_pkts": 0, "dropped_flows": 0, "pacing": None,
-            "stats": dict(self.stats.__dict__),
+            "stats": dict(self.stats.__dict__), "reloads": dict(self.reloads),
         }
 
     def status(self, max_age_s: float = 1.0, timeout_s: float = 2.0) -> dict:
@@ -264,6 +285,62 @@ class Daemon:
         self.stop.set()
         self._wake.set()
 
+    def request_reload(self) -> None:
+        """Signal-safe (SIGHUP): only sets events; the loop reloads the config at its next turn."""
+        self._reload_wanted.set()
+        self._wake.set()
+
+    def reload(self) -> bool:
+        """Read the config again and apply what can change live (in the loop's thread).
+        False when the file was refused as a whole; the daemon runs on as before."""
+        notify("RELOADING=1", monotonic_usec(), "STATUS=reloading the config")
+        try:
+            if self.load_config is None:
+                log.warning("reload: the daemon was started without --config; nothing to reload")
+                self.reloads["refused"] += 1
+                return False
+            try:
+                merged, changed, refused = reload_config(self.config, self.load_config())
+                discovery = None
+                if merged.jobs != self.config.jobs:
+                    if self.new_discovery is None:
+                        raise HostctlError("this daemon cannot change its job selectors live")
+                    discovery = self.new_discovery(merged.jobs)  # checks the specs
+            except HostctlError as e:
+                self.reloads["refused"] += 1
+                log.error("reload refused, still running with the previous config: %s", e)
+                return False
+            except Exception as e:  # a reload must never end the daemon
+                self.reloads["refused"] += 1
+                log.error("reload failed, still running with the previous config: %s: %s", type(e).__name__, e)
+                return False
+            for line in refused:
+                log.warning("reload: %s", line)
+            self.apply_config(merged, discovery)
+            self.reloads["ok"] += 1
+            log.info("reloaded the config: %s%s", f"changed {', '.join(changed)}" if changed else "no live change",
+                     f"; {len(refused)} change(s) refused (see above)" if refused else "")
+            return True
+        finally:
+            self._status_wanted.set()  # `status` shows the outcome at once
+            notify("READY=1", self._status_line())
+
+    def apply_config(self, config: Config, discovery=None) -> None:
+        """Run with ``config`` from now on (its differences to the running one are all live
+        keys), and with ``discovery`` for its job specs when they changed."""
+        if discovery is not None:
+            self.discovery = discovery
+        if config.log_level != self.config.log_level:
+            logging.getLogger().setLevel(config.log_level.upper())
+        self.config = config
+        if self.pace is not None:
+            self.pace.config = config
+        self._rescan_now = True  # new selectors, sizes, caps or intervals take effect at once
+
+    def _status_line(self) -> str:
+        return (f"STATUS=controlling {self.plan.iface}: policy {self.config.policy}, {len(self.jobs)} job(s)"
+                if self.ready else "STATUS=starting")
+
     def pace_tick(self, now: float) -> None:
         t0 = time.perf_counter()
         try:
@@ -274,7 +351,9 @@ class Daemon:
             if self.pace.errors <= 3 or self.pace.errors % 100 == 0:
                 log.error("pacing slot failed (%d so far): %s", self.pace.errors, e)
         self.stats.slots += 1
-        self.pace.tick_ms.append((time.perf_counter() - t0) * 1e3)
+        dt = time.perf_counter() - t0
+        self.pace.tick_ms.append(dt * 1e3)
+        self.slot_decision.observe(dt)
 
     # -- the loop ------------------------------------------------------------------
     def run(self) -> None:
@@ -288,6 +367,7 @@ class Daemon:
                      self.config.rescan_s)
             self.loop()
         finally:
+            notify("STOPPING=1", "STATUS=stopping: restoring the interface")
             if self.pace is not None:
                 self.pace.close()
             try:
@@ -305,14 +385,20 @@ class Daemon:
         return self.mono() + slot - self.wall() % slot + SLOT_OFFSET_S + self.plan_offset_s
 
     def loop(self) -> None:
-        period = self.config.rescan_s
         slot = self.config.slot_s
         next_scan = self.mono()
         next_hb = self.mono()
         next_slot = self.mono()  # the first slot at once: selectors are in the maps before jobs connect
         last_slot = None
         while not self.stop.is_set():
+            if self._reload_wanted.is_set():
+                self._reload_wanted.clear()
+                self.reload()
+            period = self.config.rescan_s
             now = self.mono()
+            if self._rescan_now:
+                self._rescan_now = False
+                next_scan = now
             scanned = now >= next_scan
             changed = False
             if scanned:
@@ -335,6 +421,9 @@ class Daemon:
                 next_hb += consts.HEARTBEAT_S
                 if next_hb <= now:
                     next_hb = now + consts.HEARTBEAT_S
+            if not self.ready:  # tc tree, classifier, heartbeat and the first job table are in place
+                self.ready = True
+                notify("READY=1", self._status_line())
             # Counters are read for `status`/metrics when asked, and every STATUS_REFRESH_S
             # so that rates stay meaningful; not on every scan (idle CPU).
             if self._status_wanted.is_set() or now - self._last_refresh >= consts.STATUS_REFRESH_S:

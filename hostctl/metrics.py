@@ -1,35 +1,57 @@
-"""Prometheus metrics (``--metrics-port``), read from the daemon's last status."""
+"""Prometheus metrics (``--metrics-port``), read from the daemon's last status.
+
+Names follow Prometheus' conventions: base units (``_bytes``, ``_seconds``,
+``_bytes_per_second``), counters exposed with ``_total`` (prometheus_client adds it),
+latencies as histograms (``hostctl_slot_decision_seconds``,
+``hostctl_mlcc_negotiation_seconds``), and labels that stay few: per job, per htb class,
+per switch endpoint or error code; never per flow or per planned slot (flows with ephemeral
+ports would make a new series per connection), so flow-level numbers are summed per job.
+Rates that a counter already gives (``rate(hostctl_job_tx_bytes_total[1m])``) are not
+exported as gauges. ``hostctl_build_info{version}`` is 1.
+"""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
 
+def _histogram(name: str, doc: str, h: dict | None) -> HistogramMetricFamily | None:
+    """A HistogramMetricFamily from hostctl.core.hist.Histogram.to_dict()."""
+    if not h:
+        return None
+    buckets = [(repr(float(le)), c) for le, c in zip(h["le"], h["cumulative"])] + [("+Inf", h["cumulative"][-1])]
+    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=h["sum"])
+
+
 class StatusCollector:
-    def __init__(self, status: Callable[[], dict]):
+    def __init__(self, status: Callable[[], dict], version: str | None = None):
         self.status = status
+        self.version = version
 
     def collect(self):
         st = self.status()
+        info = GaugeMetricFamily("hostctl_build_info", "hostctl's version (the value is 1)", labels=["version"])
+        info.add_metric([str(self.version or st.get("version") or "unknown")], 1)
+        yield info
         band = GaugeMetricFamily("hostctl_job_band", "Priority band of the job (0 = highest; -1 = default class)", labels=["job"])
         txb = CounterMetricFamily("hostctl_job_tx_bytes", "Egress bytes of the job on this host", labels=["job"])
-        rate = GaugeMetricFamily("hostctl_job_rate_bps", "Egress rate of the job over the last scan, bits/s", labels=["job"])
+        rxb = CounterMetricFamily("hostctl_job_rx_bytes", "Bytes the job received through the ingress bands", labels=["job"])
         burst = GaugeMetricFamily("hostctl_job_last_burst_bytes", "Size of the job's last completed burst, bytes", labels=["job"])
         for j in st.get("jobs", []):
             band.add_metric([j["job_id"]], -1 if j["band"] is None else j["band"])
             txb.add_metric([j["job_id"]], j["tx_bytes"])
-            rate.add_metric([j["job_id"]], j["rate_bps"])
+            if j.get("rx_bytes") is not None:
+                rxb.add_metric([j["job_id"]], j["rx_bytes"])
             burst.add_metric([j["job_id"]], j["last_burst_bytes"])
         cb = CounterMetricFamily("hostctl_class_bytes", "Bytes sent through the htb class", labels=["classid", "name"])
         cd = CounterMetricFamily("hostctl_class_drops", "Packets dropped in the htb class", labels=["classid", "name"])
-        cr = GaugeMetricFamily("hostctl_class_rate_bps", "Rate of the htb class over the last scan, bits/s", labels=["classid", "name"])
         for c in st.get("classes", []):
             cb.add_metric([c["classid"], c["name"]], c["bytes"])
             cd.add_metric([c["classid"], c["name"]], c["drops"])
-            cr.add_metric([c["classid"], c["name"]], c["rate_bps"])
         ib = CounterMetricFamily("hostctl_ingress_class_bytes", "Bytes received through the ingress bands' htb class",
                                  labels=["classid", "name"])
         idr = CounterMetricFamily("hostctl_ingress_class_drops", "Received packets dropped in the ingress bands' htb class",
@@ -38,36 +60,58 @@ class StatusCollector:
             ib.add_metric([c["classid"], c["name"]], c["bytes"])
             idr.add_metric([c["classid"], c["name"]], c["drops"])
         stats = st.get("stats", {})
-        yield from (band, txb, rate, burst, cb, cd, cr)
+        yield from (band, txb, burst, cb, cd)
         if st.get("ingress_classes"):
-            yield from (ib, idr)
+            yield from (ib, idr, rxb)
         yield CounterMetricFamily("hostctl_rotations", "Priority rotations (policy rr)", value=stats.get("rotations", 0))
         yield CounterMetricFamily("hostctl_reassignments", "Band reassignments on job arrival/departure", value=stats.get("reassignments", 0))
         yield CounterMetricFamily("hostctl_errors", "Errors (discovery, map writes, counters)", value=stats.get("errors", 0))
         yield CounterMetricFamily("hostctl_failopen_packets", "Packets left unclassified because the daemon's lease expired", value=st.get("failopen_pkts", 0))
+        reloads = CounterMetricFamily("hostctl_config_reloads", "Config reloads (SIGHUP) by result", labels=["result"])
+        for result, n in sorted(st.get("reloads", {}).items()):
+            reloads.add_metric([result], n)
+        yield reloads
         yield GaugeMetricFamily("hostctl_jobs", "DL jobs found on this host", value=len(st.get("jobs", [])))
         pc = st.get("pacing")
         if pc:
-            yield from _pacing_metrics(pc, stats)
+            yield from _pacing_metrics(pc, stats, st.get("slot_decision_seconds"))
 
 
-def _pacing_metrics(pc: dict, stats: dict):
-    target = GaugeMetricFamily("hostctl_flow_target_bps", "Pacing rate the daemon asks for, bits/s", labels=["flow", "job"])
-    rate = GaugeMetricFamily("hostctl_flow_rate_bps", "Measured rate over the last slot, bits/s", labels=["flow", "job"])
-    iters = CounterMetricFamily("hostctl_flow_iterations", "Completed iterations seen on the flow", labels=["flow", "job"])
-    for f in pc.get("flows", []):
-        lab = [f["flow"], f["job"] or ""]
-        if f["target_bps"] is not None:
-            target.add_metric(lab, f["target_bps"])
-        rate.add_metric(lab, f["rate_bps"])
-        iters.add_metric(lab, f["iterations"])
-    yield from (target, rate, iters)
+def _per_job(flows: list[dict], value: Callable[[dict], float | None]) -> dict[str, float]:
+    out: dict[str, float] = defaultdict(float)
+    for f in flows:
+        v = value(f)
+        if v is not None:
+            out[f["job"] or ""] += v
+    return out
+
+
+def _pacing_metrics(pc: dict, stats: dict, decision: dict | None):
+    flows = pc.get("flows", [])
+    target = GaugeMetricFamily("hostctl_job_pacing_target_bytes_per_second",
+                               "Sum of the pacing rates the daemon asks for the job's flows", labels=["job"])
+    for job, v in sorted(_per_job(flows, lambda f: None if f["target_bps"] is None else f["target_bps"] / 8).items()):
+        target.add_metric([job], v)
+    nflows = GaugeMetricFamily("hostctl_job_paced_flows", "Flows of the job the pacer tracks", labels=["job"])
+    iters = CounterMetricFamily("hostctl_job_iterations", "Completed iterations seen on the job's flows", labels=["job"])
+    per_iter = GaugeMetricFamily("hostctl_job_iteration_size_bytes", "Estimated (or hinted) bytes per iteration",
+                                 labels=["job"])
+    cap = GaugeMetricFamily("hostctl_job_cap_bytes_per_second", "The job's rate cap (policy cap)", labels=["job"])
+    for job, r in sorted(pc.get("jobs", {}).items()):
+        nflows.add_metric([job], r["flows"])
+        iters.add_metric([job], r["iterations"])
+        if r.get("bytes_per_iter") is not None:
+            per_iter.add_metric([job], r["bytes_per_iter"])
+        if r.get("cap_bps") is not None:
+            cap.add_metric([job], r["cap_bps"] / 8)
+    yield from (target, nflows, iters, per_iter, cap)
     yield CounterMetricFamily("hostctl_slots", "Pacing slots run", value=stats.get("slots", 0))
     yield CounterMetricFamily("hostctl_pacing_burst_records", "Burst records read from the kernel",
                               value=pc.get("burst_records", 0))
     yield CounterMetricFamily("hostctl_slot_overruns", "Pacing slots whose work overran the slot", value=stats.get("slot_overruns", 0))
-    if pc.get("tick_ms_p90") is not None:
-        yield GaugeMetricFamily("hostctl_slot_decision_p90_ms", "p90 time of one slot's work (last 200), ms", value=pc["tick_ms_p90"])
+    h = _histogram("hostctl_slot_decision_seconds", "Time of one pacing slot's work (read, decide, write)", decision)
+    if h is not None:
+        yield h
     k = pc.get("kernel", {})
     yield CounterMetricFamily("hostctl_pacing_flows_not_tracked", "Selected flows left alone because the flow map was full", value=k.get("flows_full", 0))
     yield CounterMetricFamily("hostctl_pacing_failopen_events", "Flow rates restored because the lease expired or on release", value=k.get("failopen_events", 0))
@@ -78,6 +122,7 @@ def _pacing_metrics(pc: dict, stats: dict):
 
 
 def _mlcc_metrics(ml: dict, pc: dict):
+    flows = pc.get("flows", [])
     mode = GaugeMetricFamily("hostctl_mlcc_switch_mode", "1: planning with switchemu feedback, 0: local mode")
     mode.add_metric([], 1 if ml["mode"] == "switch" else 0)
     yield mode
@@ -85,10 +130,10 @@ def _mlcc_metrics(ml: dict, pc: dict):
     yield CounterMetricFamily("hostctl_mlcc_recoveries", "Changes back to switch mode", value=ml["recoveries"])
     yield CounterMetricFamily("hostctl_mlcc_late_publishes", "Schedules published after their slot had ended "
                               "(sent from the current slot on)", value=ml.get("late_publishes", 0))
-    for q in ("p50", "p90"):
-        v = ml.get(f"negotiation_ms_{q}")
-        if v is not None:
-            yield GaugeMetricFamily(f"hostctl_mlcc_negotiation_{q}_ms", f"{q} switch fetch round trip (last 200 slots), ms", value=v)
+    h = _histogram("hostctl_mlcc_negotiation_seconds", "Round trip of one slot's fetch from the switches",
+                   ml.get("negotiation_seconds"))
+    if h is not None:
+        yield h
     wv = ml.get("wire_versions")
     if wv:
         g = GaugeMetricFamily("hostctl_mlcc_switch_wire_version", "Wire version spoken to each switch endpoint (below "
@@ -110,29 +155,28 @@ def _mlcc_metrics(ml: dict, pc: dict):
                           ("reduced_flows", "Flow slots held back by a received notification"),
                           ("progress_missing", "Flow slots planned without Delta: a peer's progress was missing")):
             yield CounterMetricFamily(f"hostctl_mlcc_{key}", what, value=deps.get(key, 0))
-    plan = GaugeMetricFamily("hostctl_flow_plan_bps", "Planned rate of a flow per future slot, bits/s",
-                             labels=["flow", "job", "slot"])
-    delta = GaugeMetricFamily("hostctl_flow_delta_bps", "Algorithm 2's increase of the flow's rate this slot, "
-                              "bits/s", labels=["flow", "job", "role"])
-    kept = GaugeMetricFamily("hostctl_flow_kept_ratio", "Share of its reservations the flow has been using (switch "
-                             "mode: its published schedule is scaled by it)", labels=["flow", "job"])
-    for f in pc.get("flows", []):
-        p = f.get("plan")
-        if p:
-            for k, r in enumerate(p["schedule_Bps"]):
-                plan.add_metric([f["flow"], f["job"] or "", str(k)], r * 8)
-            if p.get("kept") is not None:
-                kept.add_metric([f["flow"], f["job"] or ""], p["kept"])
-            if p.get("role") is not None:
-                delta.add_metric([f["flow"], f["job"] or "", p["role"]], p.get("delta_Bps", 0) * 8)
-    yield plan
-    yield kept
-    yield delta
+    planned = GaugeMetricFamily("hostctl_mlcc_job_planned_bytes_per_second",
+                                "Sum of the rates planned for the job's flows in the current slot", labels=["job"])
+    for job, v in sorted(_per_job(flows, lambda f: f["plan"]["schedule_Bps"][0]
+                                  if f.get("plan") and f["plan"]["schedule_Bps"] else None).items()):
+        planned.add_metric([job], v)
+    delta = GaugeMetricFamily("hostctl_mlcc_job_delta_bytes_per_second",
+                              "Sum of Algorithm 2's increases of the job's flows' rates this slot", labels=["job"])
+    for job, v in sorted(_per_job(flows, lambda f: f["plan"].get("delta_Bps", 0)
+                                  if f.get("plan") and f["plan"].get("role") is not None else None).items()):
+        delta.add_metric([job], v)
+    kept = GaugeMetricFamily("hostctl_mlcc_job_kept_ratio", "Mean share of their reservations the job's flows have "
+                             "been using (switch mode: published schedules are scaled by it)", labels=["job"])
+    kept_sum = _per_job(flows, lambda f: f["plan"]["kept"] if f.get("plan") and f["plan"].get("kept") is not None else None)
+    kept_n = _per_job(flows, lambda f: 1 if f.get("plan") and f["plan"].get("kept") is not None else None)
+    for job in sorted(kept_sum):
+        kept.add_metric([job], kept_sum[job] / kept_n[job])
+    yield from (planned, delta, kept)
 
 
-def serve(port: int, status: Callable[[], dict], addr: str = "127.0.0.1"):
+def serve(port: int, status: Callable[[], dict], addr: str = "127.0.0.1", version: str | None = None):
     from prometheus_client import start_http_server
 
     reg = CollectorRegistry()
-    reg.register(StatusCollector(status))
+    reg.register(StatusCollector(status, version))
     return start_http_server(port, addr=addr, registry=reg)

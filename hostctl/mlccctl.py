@@ -68,6 +68,7 @@ from hostctl.core import deps as dep_rules
 from hostctl.core import wire
 from hostctl.core.bands import JOB_ORDERS, fabric_rank, rr_epoch
 from hostctl.core.deps import Dep, JobComm
+from hostctl.core.hist import Histogram
 from hostctl.core.mlcc import MlccParams, Role
 from hostctl.core.mlcchost import HostSlot, host_slot, kept_update, wait_floor_Bps
 from hostctl.core.types import FlowKey
@@ -153,6 +154,7 @@ class MlccControl:
         self._paths_gen = 0  # counts changes of the asking flows' known paths (the queries depend on them)
         self._full_next: set[str] = set()  # asking flows to ask for their whole path again
         self.rtt_ms: deque[float] = deque(maxlen=200)  # fetch round trips (negotiation latency)
+        self.rtt_hist = Histogram()  # every fetch round trip, seconds (Prometheus)
         self.exchange_ms: deque[float] = deque(maxlen=200)  # fetch + publish, wall time in the slot
         self.errors: dict[str, int] = {}
         self.last: HostSlot | None = None
@@ -315,6 +317,7 @@ class MlccControl:
         answered = len(res.latency_s) > 0
         if res.max_latency_s is not None:
             self.rtt_ms.append(res.max_latency_s * 1e3)
+            self.rtt_hist.observe(res.max_latency_s)
         for ep, code in res.error_codes.items():
             name = _code_name(code)
             self.errors[name] = self.errors.get(name, 0) + 1
@@ -769,6 +772,7 @@ class MlccControl:
             "late_publishes": self.late_publishes,
             "negotiation_ms_p50": pct(self.rtt_ms, 0.5), "negotiation_ms_p90": pct(self.rtt_ms, 0.9),
             "exchange_ms_p90": pct(self.exchange_ms, 0.9), "errors": dict(self.errors),
+            "negotiation_seconds": self.rtt_hist.to_dict(),
             "nic_load_Bps": [int(x) for x in nic], "nic_capacity_Bps": self.caps[NIC],
             "links": len(self.prev_used) if self.last_flows else 0,
             "deps": {"enabled": self.use_deps, "flows": sum(1 for d in self.deps or () if d.role != Role.NONE),

@@ -10,6 +10,7 @@ import pytest
 from tests import oracle
 from tests.conftest import PY
 from tests.integration.test_tl_netns import start_daemon, start_servers
+from tests.unit.test_metrics_names import assert_conventions
 
 pytestmark = [pytest.mark.root, pytest.mark.netns]
 
@@ -43,5 +44,9 @@ def test_fifo_needs_no_bpf_and_metrics_are_served(pair):
                        "'http://127.0.0.1:19477/metrics', timeout=5).read().decode())").stdout
     assert 'hostctl_job_band{job="ps:10.77.0.1:5201"} -1.0' in body
     assert "hostctl_class_bytes_total" in body and "hostctl_rotations_total 0.0" in body
+    fams = assert_conventions(body)  # parsed with prometheus_client's parser: base units, _total, no per-flow
+    from importlib.metadata import version
+
+    assert fams["hostctl_build_info"].samples[0].labels == {"version": version("hostctl")}
     assert pair.ps.hostctl("stop").returncode == 0
     d.wait(10)

@@ -543,7 +543,7 @@ def test_keys_sets_match_the_documented_ones():
     assert TOP_KEYS == {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
                         "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot",
                         "phase_gap", "switch", "curve_keys", "horizon", "plan_offset", "ingress_rate", "deps",
-                        "job_order"}
+                        "job_order", "metrics_addr", "log_level"}
     assert JOB_KEYS == {"name", "ports", "pids", "match", "model_size", "cap", "comm", "ring_size"}
 
 

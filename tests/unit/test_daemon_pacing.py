@@ -172,7 +172,8 @@ def test_pacing_metrics_are_exported():
     reg = CollectorRegistry()
     reg.register(StatusCollector(lambda: d.status(max_age_s=1e9)))
     text = generate_latest(reg).decode()
-    assert 'hostctl_flow_target_bps{flow="10.0.0.1:9000->10.0.0.2:40000",job="a"} 8e+07' in text
+    assert 'hostctl_job_pacing_target_bytes_per_second{job="a"} 1e+07' in text and "flow=" not in text
+    assert 'hostctl_slot_decision_seconds_count 2.0' in text and 'hostctl_slot_decision_seconds_bucket{le="+Inf"} 2.0' in text
     assert "hostctl_slots_total 2.0" in text and "hostctl_pacing_flows_not_tracked_total 0.0" in text
     assert "hostctl_pacing_burst_records_total 0.0" in text
 

@@ -85,7 +85,8 @@ def test_example_config_documents_every_key(key):
 
 
 @pytest.mark.parametrize("flag", ["--policy", "--iface", "--link-rate", "--other-rate", "--bands", "--rr-interval",
-                                  "--rescan", "--lease", "--metrics-port", "--ports", "--pids", "--match"])
+                                  "--rescan", "--lease", "--metrics-port", "--ports", "--pids", "--match",
+                                  "--metrics-addr", "--log-level", "--phase-gap"])
 def test_example_config_names_the_equivalent_flag(flag):
     assert flag in EXAMPLE_TOML.read_text()
 
@@ -164,9 +165,12 @@ def unit() -> dict[tuple[str, str], list[str]]:
 
 
 def test_unit_runs_hostctl_start_with_the_config(unit):
-    assert unit[("Service", "Type")] == ["simple"]
+    # Type=notify: units ordered After=hostctl.service start once hostctl sent READY=1
+    assert unit[("Service", "Type")] == ["notify"]
     assert unit[("Service", "ExecStart")] == [f"{INSTALLED_BIN} start --config /etc/hostctl/hostctl.toml"]
     assert unit[("Service", "ExecStopPost")] == [f"{INSTALLED_BIN} clean"]
+    # reload = SIGHUP = read the config again (the daemon keeps running)
+    assert unit[("Service", "ExecReload")] == ["/bin/kill -HUP $MAINPID"]
 
 
 def test_unit_restart_and_stop_settings(unit):
@@ -205,7 +209,7 @@ def test_unit_has_no_option_that_breaks_hostctl(unit, option):
 def _with_venv_bin(text: str) -> str:
     """The unit with its Exec*= lines pointing at this venv's hostctl."""
     lines = text.splitlines()
-    exec_lines = [i for i, ln in enumerate(lines) if ln.startswith("Exec")]
+    exec_lines = [i for i, ln in enumerate(lines) if ln.startswith(("ExecStart=", "ExecStopPost="))]
     assert [lines[i].split("=", 1)[0] for i in exec_lines] == ["ExecStart", "ExecStopPost"]
     for i in exec_lines:
         assert f"={INSTALLED_BIN} " in lines[i]

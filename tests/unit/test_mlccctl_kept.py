@@ -95,15 +95,17 @@ def _exposition(ml: dict, pc: dict) -> str:
     return generate_latest(reg).decode()
 
 
-def test_kept_is_exported_per_flow():
+def test_kept_is_exported_per_job():
     ml = {"mode": "switch", "fallbacks": 0, "recoveries": 0, "errors": {}}
     pc = {"flows": [{"flow": "a", "job": "j", "plan": {"schedule_Bps": [1, 2], "kept": 0.25}},
                     {"flow": "b", "job": None, "plan": None}]}
 
     text = _exposition(ml, pc)
-    assert 'hostctl_flow_kept_ratio{flow="a",job="j"} 0.25' in text
-    assert 'hostctl_flow_kept_ratio{flow="b"' not in text
-    assert "hostctl_flow_delta_bps{" not in text and "hostctl_mlcc_dep_flows" not in text  # no roles: no series
+    assert 'hostctl_mlcc_job_kept_ratio{job="j"} 0.25' in text
+    assert 'hostctl_mlcc_job_kept_ratio{job=""}' not in text  # a flow without a plan has no kept share
+    assert 'hostctl_mlcc_job_planned_bytes_per_second{job="j"} 1.0' in text
+    assert "flow=" not in text  # no per-flow series (ephemeral ports would churn them)
+    assert "hostctl_mlcc_job_delta_bytes_per_second{" not in text and "hostctl_mlcc_dep_flows" not in text  # no roles
     assert "hostctl_mlcc_switch_wire_version" not in text
 
 
@@ -123,7 +125,7 @@ def test_algorithm2_counters_and_deltas_are_exported():
                                                        "delta_Bps": 1000, "reduced_bytes": 0}}]}
 
     text = _exposition(ml, pc)
-    assert 'hostctl_flow_delta_bps{flow="a",job="r",role="ring"} 8000.0' in text
+    assert 'hostctl_mlcc_job_delta_bytes_per_second{job="r"} 1000.0' in text
     assert "hostctl_mlcc_dep_flows 2.0" in text and "hostctl_mlcc_notifications_sent_total 7.0" in text
     assert "hostctl_mlcc_progress_missing_total 4.0" in text
 

@@ -1,0 +1,208 @@
+"""The daemon as an operator runs it under systemd, with a real daemon in a network namespace:
+SIGHUP reloads the config file (a changed job set, a refused key, a broken file), sd_notify
+(READY=1 once the tc tree is in place, RELOADING=1/READY=1 around a reload, STOPPING=1)
+over a real datagram socket, journald priorities on stderr, the link-rate warning, and
+read-only status for an unprivileged user."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from tests import oracle
+from tests.conftest import HOSTCTL, PY, wait_for
+
+pytestmark = [pytest.mark.root, pytest.mark.netns]
+
+PORTS = (5301, 5302, 5303)
+
+
+def serve(pair, ports=PORTS):
+    for port in ports:
+        pair.start(pair.ps, PY, "-m", "hostctl.tools.bulk", "serve", "--bind", pair.ps.addr, "--port", str(port))
+    for port in ports:
+        wait_for(lambda: pair.wk.run("bash", "-c", f"echo > /dev/tcp/{pair.ps.addr}/{port}",
+                                     check=False).returncode == 0, 10, 0.1, f"server on {port}")
+
+
+def job_toml(*jobs: tuple[str, int, str], extra: str = "") -> str:
+    text = 'policy = "one"\n' + extra
+    for name, port, size in jobs:
+        text += f'[[jobs]]\nname = "{name}"\nports = "{port}"\nmodel_size = "{size}"\n'
+    return text
+
+
+def status(pair) -> dict:
+    r = pair.ps.hostctl("status", "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def status_with_jobs(pair, ids: set[str]) -> dict:
+    def check():
+        st = status(pair)
+        return st if {j["job_id"] for j in st["jobs"]} == ids else None
+
+    return wait_for(check, 20, 0.2, f"jobs {sorted(ids)}")
+
+
+class Notify:
+    """A datagram socket standing in for systemd's $NOTIFY_SOCKET."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(path)
+
+    def next(self, timeout: float = 60.0) -> dict[str, str]:
+        self.sock.settimeout(timeout)
+        msg = self.sock.recv(4096).decode()
+        return dict(line.split("=", 1) for line in msg.split("\n") if line)
+
+    def wait(self, field: str, timeout: float = 60.0) -> dict[str, str]:
+        """The next message with ``field`` (e.g. READY=1) among its lines."""
+        key, value = field.split("=", 1)
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self.next(max(0.1, deadline - time.monotonic()))
+            if m.get(key) == value:
+                return m
+
+    def close(self):
+        self.sock.close()
+
+
+def journal_stderr(path):
+    """A file for the daemon's stderr, and the JOURNAL_STREAM value that names it."""
+    f = open(path, "w")
+    st = os.fstat(f.fileno())
+    return f, f"{st.st_dev}:{st.st_ino}"
+
+
+def log_lines(path) -> list[str]:
+    return open(path).read().splitlines()
+
+
+@pytest.mark.bpf
+def test_sighup_reloads_jobs_keeps_unchanged_entries_and_refuses_what_cannot_change(pair, tmp_path):
+    serve(pair)
+    cfg = tmp_path / "hostctl.toml"
+    cfg.write_text(job_toml(("a", PORTS[0], "1MB"), ("b", PORTS[1], "2MB")))
+    notify = Notify(str(tmp_path / "notify"))
+    err, stream = journal_stderr(tmp_path / "stderr")
+    env = {**os.environ, "NOTIFY_SOCKET": notify.path, "JOURNAL_STREAM": stream}
+    try:
+        # 10Gbps is 80 Gbit/s in tc units, above the veth's reported 10000 Mbit/s: a warning
+        d = pair.start(pair.ps, HOSTCTL, "start", "--config", str(cfg), "--iface", pair.ps.dev,
+                       "--link-rate", "10Gbps", "--rescan", "0.3", stdout=subprocess.DEVNULL, stderr=err, env=env)
+        ready = notify.wait("READY=1")
+        # READY=1 comes once the tc tree and the classifier are in place (Type=notify ordering)
+        assert oracle.root_qdisc(pair.ps.ns, pair.ps.dev)["handle"] == "6863:"
+        f = oracle.filters(pair.ps.ns, pair.ps.dev, "6863:")
+        assert len(f) == 1 and f[0]["options"]["bpf_name"] == "tl_classify"
+        assert ready["STATUS"].startswith(f"controlling {pair.ps.dev}: policy one")
+        st = status_with_jobs(pair, {"a", "b"})
+        before = {j["job_id"]: j for j in st["jobs"]}
+        st0 = st
+        assert before["a"]["band"] == 0 and before["b"]["band"] == 1
+
+        # another job set, and a key that cannot change live
+        # (link_rate: the command line's --link-rate keeps winning, so it is no change)
+        cfg.write_text(job_toml(("a", PORTS[0], "1MB"), ("c", PORTS[2], "3MB"),
+                                extra='bands = 3\nlink_rate = "100mbit"\n'))
+        d.send_signal(signal.SIGHUP)
+        reloading = notify.wait("RELOADING=1", 20)
+        assert abs(int(reloading["MONOTONIC_USEC"]) - time.monotonic() * 1e6) < 20e6
+        notify.wait("READY=1", 20)
+        st = status_with_jobs(pair, {"a", "c"})
+        assert d.poll() is None, "the daemon stopped on SIGHUP"
+        after = {j["job_id"]: j for j in st["jobs"]}
+        # the unchanged job kept its classifier slot and band: its entries were not rewritten
+        assert after["a"]["slot"] == before["a"]["slot"] and after["a"]["band"] == 0
+        assert after["c"]["band"] == 1 and st["pid"] == d.pid
+        assert st["bands"] == 6 and st["reloads"] == {"ok": 1, "refused": 0}
+        # the reload wrote exactly c's port entry and removed b's (c took b's slot, whose class entry,
+        # band 1, stays as it was); nothing of a's
+        assert st["stats"]["map_writes"] - st0["stats"]["map_writes"] == 2
+        assert len(oracle.htb_classes(pair.ps.ns, pair.ps.dev)) == 3 + 6  # root, default, control + 6 bands
+        lines = log_lines(tmp_path / "stderr")
+        assert any(ln.startswith("<4>reload: bands 6 -> 3 refused: the htb tree is built with it at start")
+                   for ln in lines), lines
+        assert any(ln.startswith("<6>reloaded the config: changed jobs") for ln in lines), lines
+        assert not any("link_rate" in ln for ln in lines), lines
+        assert st["link_rate_bps"] == 80 * 10**9
+
+        # a file that does not parse: refused with one line, the daemon runs on unchanged
+        cfg.write_text(job_toml(("a", PORTS[0], "1MB")) + "bands = [\n")
+        d.send_signal(signal.SIGHUP)
+        notify.wait("READY=1", 20)
+        wait_for(lambda: any("reload refused" in ln for ln in log_lines(tmp_path / "stderr")), 10, 0.1,
+                 "the refusal in the log")
+        refused = [ln for ln in log_lines(tmp_path / "stderr") if "reload refused" in ln]
+        assert len(refused) == 1 and refused[0].startswith("<3>reload refused, still running with the previous "
+                                                          "config: config file") and "not valid TOML" in refused[0]
+        time.sleep(0.5)
+        assert d.poll() is None
+        st = status(pair)
+        assert {j["job_id"] for j in st["jobs"]} == {"a", "c"} and st["reloads"] == {"ok": 1, "refused": 1}
+
+        # the link-rate warning names both numbers; journald priorities on every line
+        lines = log_lines(tmp_path / "stderr")
+        warn = [ln for ln in lines if "above the speed" in ln]
+        assert len(warn) == 1 and warn[0].startswith("<4>link rate 80Gbit") and "10Gbit" in warn[0], lines
+        assert all(ln[:3] in ("<3>", "<4>", "<6>") for ln in lines), lines
+
+        r = pair.ps.hostctl("stop")
+        assert r.returncode == 0, r.stderr
+        notify.wait("STOPPING=1", 20)
+        d.wait(20)
+        assert d.returncode == 0
+    finally:
+        err.close()
+        notify.close()
+
+
+def _drop():
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) is missing")
+def test_unprivileged_user_reads_status_and_flows_but_cannot_stop(pair):
+    probe = pair.ps.run(*_drop(), HOSTCTL, "--help", check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"user nobody cannot run {HOSTCTL} here: {probe.stderr.strip()[-200:]}")
+    serve(pair, PORTS[:1])
+    d = pair.start(pair.ps, HOSTCTL, "start", "--policy", "fifo", "--iface", pair.ps.dev, "--link-rate", "200mbit",
+                   "--ports", str(PORTS[0]), "--rescan", "0.3")
+    wait_for(lambda: d.poll() is None and pair.ps.hostctl("status", "--json").returncode == 0
+             and json.loads(pair.ps.hostctl("status", "--json").stdout)["jobs"], 30, 0.2, "daemon with its job")
+
+    r = pair.ps.run(*_drop(), HOSTCTL, "status", "--json", check=False)
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)
+    assert [j["job_id"] for j in st["jobs"]] == [f"ps:{pair.ps.addr}:{PORTS[0]}"] and st["pid"] == d.pid
+    r = pair.ps.run(*_drop(), HOSTCTL, "status", check=False)
+    assert r.returncode == 0 and f"pid {d.pid} on {pair.ps.dev}" in r.stdout, r.stderr
+
+    r = pair.ps.run(*_drop(), HOSTCTL, "stop", check=False)
+    assert r.returncode == 1, r
+    assert r.stderr.strip().splitlines() == [
+        "hostctl: error: the hostctl daemon refused: permission denied: stop changes the host and needs root "
+        "(uid 65534 may read status); run it with sudo"]
+    assert d.poll() is None
+
+    # flows: discovery as that user, without the daemon (listeners by port need no privilege)
+    r = pair.ps.run(*_drop(), HOSTCTL, "flows", "--ports", str(PORTS[0]), "--json", check=False)
+    assert r.returncode == 0, r.stderr
+    assert [j["job_id"] for j in json.loads(r.stdout)] == [f"ps:{pair.ps.addr}:{PORTS[0]}"]
+
+    assert pair.ps.hostctl("stop").returncode == 0
+    d.wait(20)
+    assert d.returncode == 0

@@ -1,4 +1,4 @@
-"""Pacing benchmark: how well bpf/hc_pace.c (through hostctl.datapath.pacer.Pacer) paces
+"""Pacing benchmark: how well hostctl/bpf/hc_pace.c (through hostctl.datapath.pacer.Pacer) paces
 real TCP flows, and what it costs.
 
     python -m hostctl.bench.pacing [--out DIR] [--quick] [--repeat N]

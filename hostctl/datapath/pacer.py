@@ -1,4 +1,4 @@
-"""The pacing datapath: bpf/hc_pace.c (sock_ops) loaded with bcc, attached to one
+"""The pacing datapath: hostctl/bpf/hc_pace.c (sock_ops) loaded with bcc, attached to one
 cgroup v2 (the daemon's *scope*), its program and maps pinned so that ``hostctl
 clean`` can undo a crashed daemon.
 
@@ -40,7 +40,7 @@ from hostctl.cgroups import cgroup_pids  # noqa: F401  (re-exported: tests use p
 from hostctl.core.pace import PaceTable
 from hostctl.core.types import FlowKey
 from hostctl.datapath import Burst, BurstBatch, FlowRecord, bpfsys
-from hostctl.datapath.classifier import addr16, bpf_dir, import_bcc
+from hostctl.datapath.classifier import addr16, bpf_source, import_bcc
 from hostctl.errors import DatapathError, ProbeError
 
 log = logging.getLogger("hostctl.datapath")
@@ -374,9 +374,7 @@ class Pacer:
 
     def _load(self) -> None:
         bcc = import_bcc()
-        src = bpf_dir() / "hc_pace.c"
-        if not src.exists():
-            raise ProbeError(f"BPF source {src} is missing; set {consts.BPF_DIR_ENV} to the bpf/ folder")
+        src = bpf_source("hc_pace.c")
         try:
             self.bpf = bcc.BPF(src_file=str(src).encode(), cflags=cflags(self.max_flows))
         except Exception as e:  # bcc raises a bare Exception on compile errors

@@ -1412,8 +1412,9 @@ def print_tables(res: dict, console=None) -> None:
 
 def plot(res: dict, out_dir: str) -> list[str]:
     """pacing_accuracy.png, pacing_step.png, pacing_flows200.png (those whose section has data)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from hostctl.bench import agg_figure
+
+    Figure, FigureCanvasAgg = agg_figure()
     import numpy as np
 
     paths = []

@@ -105,10 +105,11 @@ def make_pair(request):
     veth; each pair has its own unique names, so several pairs coexist). Everything a pair
     made (processes, namespaces, hostctl's journals for them) is removed at teardown."""
 
-    def make() -> Pair:
+    def make(subnet: str = "10.77.0") -> Pair:
+        """subnet: the /24's first three octets (ps is .1, wk .2)."""
         tag = uuid.uuid4().hex[:6]
-        ps = Host(f"hct-{tag}-ps", f"hcp{tag}", "10.77.0.1")
-        wk = Host(f"hct-{tag}-wk", f"hcw{tag}", "10.77.0.2")
+        ps = Host(f"hct-{tag}-ps", f"hcp{tag}", f"{subnet}.1")
+        wk = Host(f"hct-{tag}-wk", f"hcw{tag}", f"{subnet}.2")
         pr = Pair(ps, wk)
 
         def fin():

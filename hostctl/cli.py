@@ -572,6 +572,10 @@ def _run_bench(scenario: str, policies: Optional[str], repeat: Optional[int], it
     from hostctl.datapath.linux import require_root
 
     require_root()
+    if plots:
+        from hostctl.bench import agg_figure
+
+        agg_figure()  # without the lab extra: say so now, not after the runs
     # SIGTERM (systemd, timeout(1), a CI limit) unwinds like Ctrl-C, so the run's testbed is torn down
     signal.signal(signal.SIGTERM, _terminate)
     sc = load_scenario(scenario).with_overrides(

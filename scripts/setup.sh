@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs everything hostctl needs on a Debian 12 host, as root. Idempotent:
 # the second run only checks and returns in about a second.
-#   - Debian packages: iproute2, python3-bpfcc (bcc), bpftool, iperf3, kernel headers, python3-venv
+#   - Debian packages: iproute2, python3-bpfcc (bcc), bpftool, iperf3, kernel headers, python3-venv,
+#     gcc (tests/unit/test_bpf_layout.py compiles a probe of hc_pace.c's struct layout)
 #   - the kernel-headers link bcc looks for (/lib/modules/$(uname -r)/{build,source})
-#   - a venv at .venv (with system site-packages, so Debian's bcc imports) with hostctl installed,
-#     plus the torch extra when the CPU wheel of torch 2.13.0 is on local disk
+#   - a venv at .venv (with system site-packages, so Debian's bcc imports) with hostctl installed
+#     with the dev (tests) and lab (testbed, benchmarks, plots) extras, plus the torch extra
+#     when the CPU wheel of torch 2.13.0 is on local disk
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")/.."
 
@@ -13,7 +15,7 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
-pkgs=(iproute2 python3-bpfcc bpftool iperf3 python3-venv linux-headers-amd64)
+pkgs=(iproute2 python3-bpfcc bpftool iperf3 python3-venv linux-headers-amd64 gcc)
 command -v systemd-analyze >/dev/null 2>&1 || pkgs+=(systemd)
 missing=()
 for p in "${pkgs[@]}"; do
@@ -48,10 +50,10 @@ fi
 # CPU build of torch 2.13.0 on local disk: elsewhere PyPI's torch is a CUDA build of
 # several GB. HOSTCTL_TORCH=0 skips it, HOSTCTL_TORCH=1 insists. Without it, the
 # PyTorch tests are skipped with a reason.
-extras=dev
+extras=dev,lab
 torch_wheel=$(ls ${PIP_FIND_LINKS:-/opt/wheels}/torch-2.13.0+cpu-*.whl 2>/dev/null | head -n 1 || true)
 if [ "${HOSTCTL_TORCH:-auto}" = 1 ] || { [ "${HOSTCTL_TORCH:-auto}" = auto ] && [ -n "$torch_wheel" ]; }; then
-  extras=dev,torch
+  extras=dev,lab,torch
 fi
 stamp=.venv/.hostctl-installed
 want="$(sha256sum pyproject.toml | cut -d' ' -f1) $extras"

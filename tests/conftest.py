@@ -66,7 +66,8 @@ class Host:
 
     def nsenter(self, *args: str) -> list[str]:
         """argv that enters only this network namespace (keeps the host's /sys mounts:
-        cgroup2 and bpffs, which the pacer needs; `ip netns exec` hides them)."""
+        cgroup2 and bpffs; `ip netns exec` gives a private /sys, where the pacer mounts
+        cgroup2 itself and pins nothing)."""
         return ["nsenter", f"--net=/run/netns/{self.ns}", *args]
 
     def argv_in(self, cgroup: str, *args: str) -> list[str]:

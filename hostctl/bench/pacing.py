@@ -1,4 +1,4 @@
-"""Pacing benchmark: how well bpf/hc_pace.c (through hostctl.datapath.pacer.Pacer) paces
+"""Pacing benchmark: how well hostctl/bpf/hc_pace.c (through hostctl.datapath.pacer.Pacer) paces
 real TCP flows, and what it costs.
 
     python -m hostctl.bench.pacing [--out DIR] [--quick] [--repeat N]
@@ -1412,8 +1412,9 @@ def print_tables(res: dict, console=None) -> None:
 
 def plot(res: dict, out_dir: str) -> list[str]:
     """pacing_accuracy.png, pacing_step.png, pacing_flows200.png (those whose section has data)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from hostctl.bench import agg_figure
+
+    Figure, FigureCanvasAgg = agg_figure()
     import numpy as np
 
     paths = []

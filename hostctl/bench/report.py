@@ -391,8 +391,9 @@ def _cdf(ax, values: Sequence[float], label: str, color) -> None:
 
 def plot(results: Mapping, out_prefix: str) -> list[str]:
     """Write <prefix>_jct.png and <prefix>_barrier_cdf.png; return their paths."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from hostctl.bench import agg_figure
+
+    Figure, FigureCanvasAgg = agg_figure()
 
     name = (results.get("scenario") or {}).get("name") or "scenario"
     policies = policies_of(results)

@@ -42,7 +42,7 @@ Which flows are planned, and how (choices the papers leave to the implementer):
   not use).
 - Every flow that has bytes gets at least ``wait_floor_Bps`` (64 KiB per slot: 1.09 MB/s at
   60 ms), also in a slot where its plan says 0. Two reasons. The pacer changes a socket's
-  rate only on its TCP callbacks (bpf/hc_pace.c), so a flow held at ~0 would get no ACK,
+  rate only on its TCP callbacks (hostctl/bpf/hc_pace.c), so a flow held at ~0 would get no ACK,
   hence no callback, and could not be released in time. And TCP's own pacing sends a
   whole GSO packet (up to 64 KiB: on paths with an RTT under 512 us, tcp_tso_autosize adds
   gso_max_size >> (min_rtt_us >> tcp_tso_rtt_log) whatever the rate) and then waits

@@ -1,6 +1,6 @@
 """What the pacing datapath should hold, as plain data (pure).
 
-``PaceTable`` is to bpf/hc_pace.c what ``ClassifierTable`` is to the classifier: the
+``PaceTable`` is to hostctl/bpf/hc_pace.c what ``ClassifierTable`` is to the classifier: the
 daemon computes it, ``hostctl start --dry-run`` prints it, the Linux pacer diffs it
 into the maps and the fake records it.
 

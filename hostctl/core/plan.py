@@ -151,7 +151,7 @@ def build_tc_plan(
 
 @dataclass(frozen=True)
 class ClassifierTable:
-    """Contents of the BPF classifier maps (bpf/tl_classify.c).
+    """Contents of the BPF classifier maps (hostctl/bpf/tl_classify.c).
 
     slots: job id -> job slot (index into the job-class array), stable while the job lives.
     slot_classid: slot -> htb classid (0: the job's traffic goes to the default class).

@@ -1,9 +1,9 @@
-"""The few bpf(2) commands hostctl needs without bcc: pin, get, attach, detach,
-map element operations, and run-time statistics.
+"""The few bpf(2) commands hostctl needs without bcc: pin, get, get by id, object
+info, attach, detach, map element operations, and run-time statistics; and mount(2).
 
 bcc loads and compiles; these calls let ``hostctl clean`` undo a crashed daemon's
-pinned program and maps with nothing but the pinned paths, and let the daemon
-attach with BPF_F_ALLOW_MULTI (so it coexists with other cgroup sock_ops users).
+program and maps with nothing but the pinned paths or the program's id, and let the
+daemon attach with BPF_F_ALLOW_MULTI (so it coexists with other cgroup sock_ops users).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ BPF_OBJ_PIN = 6
 BPF_OBJ_GET = 7
 BPF_PROG_ATTACH = 8
 BPF_PROG_DETACH = 9
+BPF_PROG_GET_FD_BY_ID = 13
+BPF_MAP_GET_FD_BY_ID = 14
 BPF_OBJ_GET_INFO_BY_FD = 15
 BPF_PROG_QUERY = 16
 BPF_MAP_LOOKUP_BATCH = 24
@@ -63,6 +65,34 @@ def obj_pin(fd: int, path: str) -> None:
 def obj_get(path: str) -> int:
     p = ctypes.create_string_buffer(os.fsencode(path))
     return _call(BPF_OBJ_GET, struct.pack("=QII", ctypes.addressof(p), 0, 0))
+
+
+def prog_get_fd_by_id(prog_id: int) -> int:
+    """A new fd of the program with this id (ENOENT when no such program lives)."""
+    return _call(BPF_PROG_GET_FD_BY_ID, struct.pack("=III", prog_id, 0, 0))
+
+
+def map_get_fd_by_id(map_id: int) -> int:
+    return _call(BPF_MAP_GET_FD_BY_ID, struct.pack("=III", map_id, 0, 0))
+
+
+def prog_info(fd: int, max_maps: int = 32) -> tuple[int, str, list[int]]:
+    """(id, name, map ids) of a program (struct bpf_prog_info: id at 4, nr_map_ids at 52,
+    map_ids at 56, name[16] at 64)."""
+    ids = (ctypes.c_uint32 * max_maps)()
+    info = ctypes.create_string_buffer(128)
+    struct.pack_into("=IQ", info, 52, max_maps, ctypes.addressof(ids))
+    _call(BPF_OBJ_GET_INFO_BY_FD, struct.pack("=IIQ", fd, len(info), ctypes.addressof(info)))
+    prog_id, nr = struct.unpack_from("=I", info.raw, 4)[0], struct.unpack_from("=I", info.raw, 52)[0]
+    name = info.raw[64:80].split(b"\0", 1)[0].decode(errors="replace")
+    return prog_id, name, list(ids[:min(nr, max_maps)])
+
+
+def map_name(fd: int) -> str:
+    """The name of a map (struct bpf_map_info: name[16] at 24)."""
+    info = ctypes.create_string_buffer(80)
+    _call(BPF_OBJ_GET_INFO_BY_FD, struct.pack("=IIQ", fd, len(info), ctypes.addressof(info)))
+    return info.raw[24:40].split(b"\0", 1)[0].decode(errors="replace")
 
 
 def prog_attach(target_fd: int, prog_fd: int, attach_type: int, flags: int = 0) -> None:
@@ -300,8 +330,16 @@ def is_bpffs(path: str) -> bool:
     return (st.f_type & 0xFFFFFFFF) == BPF_FS_MAGIC
 
 
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+
+
+def mount_fs(fstype: str, path: str, options: str = "", flags: int = 0) -> None:
+    """mount -t FSTYPE -o OPTIONS none PATH (mount(2) with no source device)."""
+    if _libc.mount(fstype.encode(), os.fsencode(path), fstype.encode(), flags, options.encode() or None) != 0:
+        e = ctypes.get_errno()
+        raise BpfError(e, f"mount -t {fstype} {path}: {os.strerror(e)}")
+
+
 def mount_bpffs(path: str) -> None:
     os.makedirs(path, exist_ok=True)
-    if _libc.mount(b"bpf", os.fsencode(path), b"bpf", 0, b"mode=0700") != 0:
-        e = ctypes.get_errno()
-        raise BpfError(e, f"mount -t bpf {path}: {os.strerror(e)}")
+    mount_fs("bpf", path, "mode=0700")

@@ -1,6 +1,6 @@
-"""Loads bpf/tl_classify.c with bcc and keeps its maps equal to a ClassifierTable.
+"""Loads hostctl/bpf/tl_classify.c with bcc and keeps its maps equal to a ClassifierTable.
 
-Map layout and semantics are documented at the top of bpf/tl_classify.c.
+Map layout and semantics are documented at the top of hostctl/bpf/tl_classify.c.
 """
 
 from __future__ import annotations
@@ -24,8 +24,19 @@ REDIRECT_NAME = "tl_redirect"
 
 
 def bpf_dir() -> Path:
+    """The folder of the BPF C sources: package data (hostctl/bpf), or $HOSTCTL_BPF_DIR."""
     env = os.environ.get(consts.BPF_DIR_ENV)
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "bpf"
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "bpf"
+
+
+def bpf_source(name: str) -> Path:
+    """One BPF C source; a clear error when it is missing (an incomplete install)."""
+    src = bpf_dir() / name
+    if not src.is_file():
+        how = (f"{consts.BPF_DIR_ENV} names {bpf_dir()}; unset it or point it at a folder with {name}"
+               if os.environ.get(consts.BPF_DIR_ENV) else "the hostctl install is incomplete: reinstall the package")
+        raise ProbeError(f"BPF source {src} is missing: {how}")
+    return src
 
 
 def cflags(l2_hlen: int = 14, ingress: bool = False) -> list[str]:
@@ -68,9 +79,7 @@ class Classifier:
         destination, and ``redirect`` (tl_redirect, direct-action) sends the NIC's ingress
         to the IFB set by ``redirect_to`` while the lease holds."""
         bcc = import_bcc()
-        src = bpf_dir() / "tl_classify.c"
-        if not src.exists():
-            raise ProbeError(f"BPF source {src} is missing; set {consts.BPF_DIR_ENV} to the bpf/ folder")
+        src = bpf_source("tl_classify.c")
         try:
             self.bpf = bcc.BPF(src_file=str(src).encode(), cflags=cflags(l2_hlen, ingress))
         except Exception as e:  # bcc raises bare Exception on compile failure

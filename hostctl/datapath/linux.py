@@ -136,7 +136,8 @@ class LinuxDatapath:
 
             self.pacer = Pacer(self.pace_cgroup, lease_s=self.lease_s, gap_s=self.phase_gap_s,
                                track_all=self.track_all)
-            log.info("pacing flows of cgroup %s (pinned at %s)", self.pacer.cgroup, self.pacer.pin_dir)
+            log.info("pacing flows of cgroup %s (pinned at %s)", self.pacer.cgroup,
+                     self.pacer.pin_dir or "nothing: private /sys, found by program id")
         # classes of an older plan that the new one no longer has (fewer bands)
         if self.plan is not None:
             keep = {c.classid for c in plan.classes}

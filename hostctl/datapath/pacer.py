@@ -1,18 +1,24 @@
-"""The pacing datapath: bpf/hc_pace.c (sock_ops) loaded with bcc, attached to one
+"""The pacing datapath: hostctl/bpf/hc_pace.c (sock_ops) loaded with bcc, attached to one
 cgroup v2 (the daemon's *scope*), its program and maps pinned so that ``hostctl
 clean`` can undo a crashed daemon.
 
 Scope and names:
   scope        a cgroup v2 directory; its id is the directory's inode
   pins         <bpffs>/hostctl/cg<id>/{hc_pace, hp_flows, hp_rates, ...}
-  owner record /run/hostctl/pace/cg<id>.json: pid, cgroup path, pin folder, netns
+  owner record /run/hostctl/pace/cg<id>.json: pid, cgroup (path, and path below the
+               cgroup v2 root), pin folder (or none), program id, netns
 One daemon per scope: a second one is refused while the owner lives.
 
 Where the filesystems are: ``ip netns exec`` gives its command a private mount
-namespace with a fresh /sys, where neither cgroup2 nor bpffs is mounted (and a bpffs
-mounted there would be a private instance whose pins nobody else sees). The daemon
-then refuses with the fix: enter only the network namespace, with
-``nsenter --net=/run/netns/NAME``.
+namespace with a fresh /sys, where neither cgroup2 nor bpffs is mounted. There the
+pacer mounts cgroup2 at /sys/fs/cgroup of that private namespace: cgroup v2 is one
+hierarchy, so this is the same tree the host sees (mounted with the host's options,
+read from the mount table of the process that started it, because mounting cgroup2
+sets the hierarchy's global options). It does not mount a bpffs: that would be a
+private instance whose pins vanish with the namespace. It pins nothing there; the
+cgroup attachment keeps program and maps alive, and the owner record names the
+program by id, through which ``hostctl clean`` or a restarted daemon (in any mount
+namespace) finds the program and its maps.
 
 Teardown (orderly stop, ``hostctl clean`` after a crash: one function, ``release``):
   1. set HP_CTL_RELEASE: every callback from now on restores the flow's original rate;
@@ -40,7 +46,7 @@ from hostctl.cgroups import cgroup_pids  # noqa: F401  (re-exported: tests use p
 from hostctl.core.pace import PaceTable
 from hostctl.core.types import FlowKey
 from hostctl.datapath import Burst, BurstBatch, FlowRecord, bpfsys
-from hostctl.datapath.classifier import addr16, bpf_dir, import_bcc
+from hostctl.datapath.classifier import addr16, bpf_source, import_bcc
 from hostctl.errors import DatapathError, ProbeError
 
 log = logging.getLogger("hostctl.datapath")
@@ -163,35 +169,102 @@ def _key_raw(raw: bytes) -> FlowKey:
 
 
 # -- where cgroup2 and bpffs are ------------------------------------------------------------
-def _mountinfo(pid: str = "self") -> list[tuple[str, str]]:
-    """(mount point, fs type) of a process's mount namespace."""
+def _mountinfo(pid: str | int = "self") -> list[tuple[str, str, str]]:
+    """(mount point, fs type, super options) of a process's mount namespace."""
     out = []
     try:
         with open(f"/proc/{pid}/mountinfo") as f:
             for line in f:
                 left, _, right = line.partition(" - ")
-                out.append((left.split()[4], right.split()[0]))
+                fstype, _src, sopts = (right.split() + ["", "", ""])[:3]
+                out.append((left.split()[4], fstype, sopts))
     except OSError:
         pass
     return out
 
 
-NSENTER_HINT = ("`ip netns exec` gives its command a fresh /sys without the host's cgroup2 and bpf "
-                "filesystems; run the daemon with `nsenter --net=/run/netns/NAME hostctl ...` instead")
+PRIVATE_CGROUP2 = "/sys/fs/cgroup"  # where cgroup2 is mounted in a private /sys (ip netns exec)
+_OWN_MOUNTS: set[str] = set()  # mounts this process made (they do not make /sys less private)
 
 
 def _in_private_sysfs() -> bool:
-    """True under `ip netns exec`: /sys is a fresh sysfs with nothing mounted below it."""
-    return not any(mnt.startswith("/sys/") for mnt, _t in _mountinfo())
+    """True under `ip netns exec`: /sys is a fresh sysfs with nothing mounted below it
+    (but what this process mounted there itself)."""
+    return not any(mnt.startswith("/sys/") and mnt not in _OWN_MOUNTS for mnt, _t, _o in _mountinfo())
+
+
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _ancestors() -> list[int]:
+    """PIDs of this process's parent, its parent, ... up to PID 1."""
+    out, pid = [], os.getppid()
+    while pid > 0 and len(out) < 64:
+        out.append(pid)
+        pid = _ppid(pid) if pid != 1 else 0
+    return out
+
+
+def _host_cgroup2() -> tuple[str, str] | None:
+    """(mount point, super options without rw/ro) of the cgroup2 mount seen by the nearest
+    ancestor process that sees one (the shell or service manager that ran `ip netns exec`);
+    None when no ancestor sees a cgroup2 mount."""
+    for pid in _ancestors():
+        for mnt, fstype, sopts in _mountinfo(pid):
+            if fstype == "cgroup2":
+                return mnt, ",".join(o for o in sopts.split(",") if o not in ("rw", "ro"))
+    return None
+
+
+def _host_path(path: str) -> str | None:
+    """``path`` of the host's view (e.g. a pin in the host's bpffs) as reachable from here:
+    as is, or from a private /sys through /proc/PID/root of the nearest ancestor process
+    whose /sys is not private; None when no such view is reachable."""
+    if not _in_private_sysfs():
+        return path
+    for pid in _ancestors():
+        if any(mnt.startswith("/sys/") for mnt, _t, _o in _mountinfo(pid)):
+            root = f"/proc/{pid}/root"
+            try:
+                if os.path.isdir(root + "/sys"):
+                    return root + path
+            except OSError:
+                pass
+    return None
+
+
+def _mount_private_cgroup2() -> str:
+    """Mount the cgroup v2 hierarchy at /sys/fs/cgroup of this private mount namespace."""
+    host = _host_cgroup2()
+    opts = host[1] if host else None
+    if opts is None:
+        raise ProbeError("no cgroup v2 hierarchy is visible: /sys is private here (as under `ip netns exec`) "
+                         "and no parent process sees a cgroup2 mount to copy its options from; mount cgroup2 "
+                         "on the host (`mount -t cgroup2 none /sys/fs/cgroup/unified`)")
+    try:
+        bpfsys.mount_fs("cgroup2", PRIVATE_CGROUP2, opts, bpfsys.MS_NOSUID | bpfsys.MS_NODEV | bpfsys.MS_NOEXEC)
+    except OSError as e:
+        raise ProbeError(f"cannot mount cgroup2 at {PRIVATE_CGROUP2} of this private mount namespace "
+                         f"({e.strerror}): run hostctl as root") from None
+    _OWN_MOUNTS.add(PRIVATE_CGROUP2)
+    log.info("private /sys (ip netns exec): mounted the cgroup v2 hierarchy at %s (options %r) in this "
+             "mount namespace", PRIVATE_CGROUP2, opts or "none")
+    return PRIVATE_CGROUP2
 
 
 def cgroup2_root() -> str:
-    """Mount point of the cgroup v2 hierarchy."""
-    for mnt, fstype in _mountinfo():
+    """Mount point of the cgroup v2 hierarchy; in a private /sys (ip netns exec), mounted
+    first in this process's mount namespace."""
+    for mnt, fstype, _o in _mountinfo():
         if fstype == "cgroup2" and os.path.exists(os.path.join(mnt, "cgroup.procs")):
             return mnt
     if _in_private_sysfs():
-        raise ProbeError(f"no cgroup v2 hierarchy is visible: {NSENTER_HINT}")
+        return _mount_private_cgroup2()
     raise ProbeError("no cgroup v2 hierarchy is mounted: mount one with `mount -t cgroup2 none /sys/fs/cgroup/unified`")
 
 
@@ -199,7 +272,9 @@ def resolve_cgroup(spec: str) -> str:
     """A cgroup v2 path ('/' = the root, '/hostctl-testbed/tb/h0', or a full path under the
     v2 mount) -> its directory."""
     root = cgroup2_root()
-    rel = spec[len(root):] if spec.startswith(root + "/") else spec
+    host = _host_cgroup2() if root in _OWN_MOUNTS else None  # a full path of the host's view
+    prefixes = sorted((r for r in (root, host and host[0]) if r and (spec + "/").startswith(r + "/")), key=len)
+    rel = spec[len(prefixes[-1]):] if prefixes else spec  # the longest mount point that contains spec
     path = os.path.normpath(os.path.join(root, rel.lstrip("/")))
     if not os.path.isfile(os.path.join(path, "cgroup.procs")):
         raise DatapathError(f"cgroup {spec!r} does not exist under the cgroup v2 hierarchy {root}: "
@@ -207,13 +282,23 @@ def resolve_cgroup(spec: str) -> str:
     return path
 
 
-def bpffs_root() -> str:
-    """The host's bpf filesystem; mounted at /sys/fs/bpf when missing (systemd does that at boot)."""
+def cgroup_rel(path: str) -> str:
+    """A cgroup directory as a path below the cgroup v2 root ('/' for the root itself):
+    the same in every mount namespace, wherever cgroup2 is mounted there."""
+    rel = os.path.relpath(path, cgroup2_root())
+    return "/" if rel == "." else "/" + rel
+
+
+def bpffs_root() -> str | None:
+    """The host's bpf filesystem; mounted at /sys/fs/bpf when missing (systemd does that at
+    boot). None in a private /sys (ip netns exec): a bpffs mounted there would be a private
+    instance, gone with the namespace, so nothing is pinned (the owner record names the
+    program by id instead)."""
     path = "/sys/fs/bpf"
     if bpfsys.is_bpffs(path):
         return path
-    if _in_private_sysfs():  # a bpffs mounted here would be a private instance: pins nobody else sees
-        raise ProbeError(f"the bpf filesystem is not visible: {NSENTER_HINT}")
+    if _in_private_sysfs():
+        return None
     try:
         bpfsys.mount_bpffs(path)
     except OSError as e:
@@ -328,7 +413,11 @@ class Pacer:
         self.cgroup_spec = cgroup
         self.cgroup = resolve_cgroup(cgroup)
         self.scope = scope_id(self.cgroup)
-        self.pin_dir = os.path.join(bpffs_root(), "hostctl", self.scope)
+        bpffs = bpffs_root()
+        self.pin_dir = os.path.join(bpffs, "hostctl", self.scope) if bpffs else None
+        if bpffs is None:
+            log.info("private /sys (ip netns exec): the pacer is not pinned; `hostctl clean` finds it by "
+                     "program id through its owner record")
         self.lease_ns = int(lease_s * 1e9)
         self.gap_ns = int(gap_s * 1e9)
         self.max_flows = max_flows
@@ -363,20 +452,22 @@ class Pacer:
                     "with `hostctl stop` in its network namespace")
             log.warning("found the pinned pacer of a hostctl that died (pid %s); releasing it first", old.get("pid"))
             log.info("%s", release_scope(old))
-        os.makedirs(OWNER_DIR, mode=0o700, exist_ok=True)
-        tmp = owner_path(self.scope) + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"pid": os.getpid(), "start": proc_start(os.getpid()), "scope": self.scope, "cgroup": self.cgroup, "pin_dir": self.pin_dir,
-                       "netns": consts.netns_id()}, f)
-        os.replace(tmp, owner_path(self.scope))
+        self._write_owner(prog_id=0)
         _LIVE_SCOPES.add(self.scope)
         self._claimed = True
 
+    def _write_owner(self, prog_id: int) -> None:
+        os.makedirs(OWNER_DIR, mode=0o700, exist_ok=True)
+        tmp = owner_path(self.scope) + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"pid": os.getpid(), "start": proc_start(os.getpid()), "scope": self.scope,
+                       "cgroup": self.cgroup, "cgroup_rel": cgroup_rel(self.cgroup), "pin_dir": self.pin_dir,
+                       "prog_id": prog_id, "netns": consts.netns_id()}, f)
+        os.replace(tmp, owner_path(self.scope))
+
     def _load(self) -> None:
         bcc = import_bcc()
-        src = bpf_dir() / "hc_pace.c"
-        if not src.exists():
-            raise ProbeError(f"BPF source {src} is missing; set {consts.BPF_DIR_ENV} to the bpf/ folder")
+        src = bpf_source("hc_pace.c")
         try:
             self.bpf = bcc.BPF(src_file=str(src).encode(), cflags=cflags(self.max_flows))
         except Exception as e:  # bcc raises a bare Exception on compile errors
@@ -394,10 +485,16 @@ class Pacer:
         except OSError as e:
             log.info("reading the burst ring buffer through bcc (%s)", e)
             self.bpf[b"hp_bursts"].open_ring_buffer(self._on_burst)
-        os.makedirs(self.pin_dir, mode=0o700, exist_ok=True)
-        bpfsys.obj_pin(self.fn.fd, os.path.join(self.pin_dir, PROG_NAME))
-        for n in MAP_NAMES:
-            bpfsys.obj_pin(self.bpf[n.encode()].map_fd, os.path.join(self.pin_dir, n))
+        if self.pin_dir is not None:
+            os.makedirs(self.pin_dir, mode=0o700, exist_ok=True)
+            for n in (PROG_NAME, *MAP_NAMES):  # a dead daemon's, left after a clean from a private /sys
+                if os.path.exists(stale := os.path.join(self.pin_dir, n)):
+                    log.warning("removing the stale pin %s", stale)
+                    os.unlink(stale)
+            bpfsys.obj_pin(self.fn.fd, os.path.join(self.pin_dir, PROG_NAME))
+            for n in MAP_NAMES:
+                bpfsys.obj_pin(self.bpf[n.encode()].map_fd, os.path.join(self.pin_dir, n))
+        self._write_owner(prog_id=bpfsys.prog_info(self.fn.fd)[0])  # before attaching: clean can find it
         self._cg_fd = os.open(self.cgroup, os.O_RDONLY | os.O_DIRECTORY)
         try:
             bpfsys.prog_attach(self._cg_fd, self.fn.fd, bpfsys.BPF_CGROUP_SOCK_OPS, bpfsys.BPF_F_ALLOW_MULTI)
@@ -583,62 +680,119 @@ def pinned_ctl(pin_dir: str) -> dict[str, int]:
         os.close(fd)
 
 
+def _flows_of(fd: int) -> list[FlowRecord]:
+    """The rows of an hp_flows map, by its fd."""
+    ksz, vsz = ctypes.sizeof(FlowKeyC), ctypes.sizeof(FlowC)
+    out = []
+    for kb in bpfsys.map_keys(fd, ksz):
+        vb = bpfsys.map_lookup(fd, kb, vsz)
+        if vb is not None:
+            out.append(_record(FlowKeyC.from_buffer_copy(kb), FlowC.from_buffer_copy(vb)))
+    return out
+
+
 def _pinned_flows(pin_dir: str) -> list[FlowRecord]:
     fd = bpfsys.obj_get(os.path.join(pin_dir, "hp_flows"))
     try:
-        ksz, vsz = ctypes.sizeof(FlowKeyC), ctypes.sizeof(FlowC)
-        out = []
-        for kb in bpfsys.map_keys(fd, ksz):
-            vb = bpfsys.map_lookup(fd, kb, vsz)
-            if vb is not None:
-                out.append(_record(FlowKeyC.from_buffer_copy(kb), FlowC.from_buffer_copy(vb)))
-        return out
+        return _flows_of(fd)
     finally:
         os.close(fd)
 
 
-def _set_release(pin_dir: str) -> None:
-    fd = bpfsys.obj_get(os.path.join(pin_dir, "hp_ctl"))
+def _set_release(ctl_fd: int) -> None:
+    key = HP_CTL_KEY_CONTROL.to_bytes(4, "little")
+    raw = bpfsys.map_lookup(ctl_fd, key, ctypes.sizeof(CtlC))
+    ctl = CtlC.from_buffer_copy(raw) if raw else CtlC()
+    ctl.flags |= HP_CTL_RELEASE
+    bpfsys.map_update(ctl_fd, key, bytes(ctl))
+
+
+def _open_objects(owner: dict) -> tuple[int, dict[str, int]]:
+    """fds of a pacer's program and maps (-1, {} when it is gone): from its pins, else by
+    the program id of its owner record (a pacer started in a private /sys has no pins; its
+    cgroup attachment keeps program and maps alive). The caller closes them."""
+    pin_dir = owner.get("pin_dir") and _host_path(owner["pin_dir"])
+    if pin_dir and os.path.exists(os.path.join(pin_dir, PROG_NAME)):
+        maps = {n: bpfsys.obj_get(os.path.join(pin_dir, n)) for n in MAP_NAMES
+                if os.path.exists(os.path.join(pin_dir, n))}
+        return bpfsys.obj_get(os.path.join(pin_dir, PROG_NAME)), maps
+    prog_id = int(owner.get("prog_id") or 0)
+    if not prog_id:
+        return -1, {}
     try:
-        key = HP_CTL_KEY_CONTROL.to_bytes(4, "little")
-        raw = bpfsys.map_lookup(fd, key, ctypes.sizeof(CtlC))
-        ctl = CtlC.from_buffer_copy(raw) if raw else CtlC()
-        ctl.flags |= HP_CTL_RELEASE
-        bpfsys.map_update(fd, key, bytes(ctl))
-    finally:
-        os.close(fd)
+        prog = bpfsys.prog_get_fd_by_id(prog_id)
+    except OSError:
+        return -1, {}  # not loaded any more (its cgroup was removed, or it was released)
+    _id, name, map_ids = bpfsys.prog_info(prog)
+    if name != PROG_NAME:  # the id was reused by another program
+        os.close(prog)
+        return -1, {}
+    maps: dict[str, int] = {}
+    for mid in map_ids:
+        try:
+            fd = bpfsys.map_get_fd_by_id(mid)
+        except OSError:
+            continue
+        if (n := bpfsys.map_name(fd)) in MAP_NAMES and n not in maps:
+            maps[n] = fd
+        else:
+            os.close(fd)
+    return prog, maps
+
+
+def _owner_cgroup(owner: dict) -> str | None:
+    """The owner's cgroup directory as seen from this mount namespace, or None if it is gone:
+    its path below the cgroup v2 root (the same in every mount namespace), checked by inode."""
+    candidates = [owner.get("cgroup")]
+    if owner.get("cgroup_rel"):
+        try:
+            candidates.insert(0, os.path.join(cgroup2_root(), owner["cgroup_rel"].lstrip("/")))
+        except ProbeError:
+            pass
+    for path in candidates:
+        try:
+            if path and os.path.isdir(path) and scope_id(path) == owner["scope"]:
+                return path
+        except OSError:
+            pass
+    return None
 
 
 def release_scope(owner: dict) -> str:
-    """Undo one pacer from its pins and owner record: release the flows, detach, unpin."""
+    """Undo one pacer from its pins (or program id) and owner record: release the flows,
+    detach, unpin."""
     from hostctl.datapath.sockreset import reset_rates
 
-    pin_dir, cgroup, scope = owner["pin_dir"], owner["cgroup"], owner["scope"]
-    if _in_private_sysfs():
-        raise ProbeError(f"cannot reach pacer {scope}: {NSENTER_HINT}")
+    scope = owner["scope"]
+    pin_dir = owner.get("pin_dir") and _host_path(owner["pin_dir"])
+    cgroup = _owner_cgroup(owner)
     parts = []
-    if os.path.isdir(pin_dir):
-        try:
-            _set_release(pin_dir)
-            stuck = {r.key: r.orig_rate_Bps for r in _pinned_flows(pin_dir) if r.throttled}
-            if stuck:
-                done, missing = reset_rates(stuck, cgroup_pids(cgroup) if os.path.isdir(cgroup) else [])
-                parts.append(f"released {done} throttled flow(s)" + (f", {len(missing)} gone" if missing else ""))
-        except OSError as e:
-            parts.append(f"could not release flows ({e.strerror})")
-        prog = os.path.join(pin_dir, PROG_NAME)
-        if os.path.exists(prog) and os.path.isdir(cgroup):
-            pfd = bpfsys.obj_get(prog)
+    prog, maps = _open_objects(owner)
+    try:
+        if "hp_ctl" in maps and "hp_flows" in maps:
+            try:
+                _set_release(maps["hp_ctl"])
+                stuck = {r.key: r.orig_rate_Bps for r in _flows_of(maps["hp_flows"]) if r.throttled}
+                if stuck:
+                    done, missing = reset_rates(stuck, cgroup_pids(cgroup) if cgroup else [])
+                    parts.append(f"released {done} throttled flow(s)" + (f", {len(missing)} gone" if missing else ""))
+            except OSError as e:
+                parts.append(f"could not release flows ({e.strerror})")
+        if prog >= 0 and cgroup is not None:
             cfd = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
             try:
-                bpfsys.prog_detach(cfd, pfd, bpfsys.BPF_CGROUP_SOCK_OPS)
+                bpfsys.prog_detach(cfd, prog, bpfsys.BPF_CGROUP_SOCK_OPS)
                 parts.append(f"detached from {cgroup}")
             except OSError as e:
-                if e.errno not in (2,):  # ENOENT: not attached any more
+                if e.errno not in (errno.ENOENT,):  # not attached any more
                     parts.append(f"detach failed ({e.strerror})")
             finally:
                 os.close(cfd)
-                os.close(pfd)
+    finally:
+        for fd in (prog, *maps.values()):
+            if fd >= 0:
+                os.close(fd)
+    if pin_dir and os.path.isdir(pin_dir):
         for n in (PROG_NAME, *MAP_NAMES):
             try:
                 os.unlink(os.path.join(pin_dir, n))
@@ -650,17 +804,21 @@ def release_scope(owner: dict) -> str:
             except OSError:
                 break
         parts.append("unpinned")
+    if owner.get("pin_dir") and not pin_dir:
+        # pinned in the host's bpffs, which this private /sys cannot reach: the record stays
+        # so that `hostctl clean` in the host's mount namespace removes the pins
+        parts.append(f"pins in {owner['pin_dir']} are not reachable from this mount namespace; "
+                     "run `hostctl clean` on the host (or with nsenter --net) to remove them")
+        return f"pacer {scope}: " + ", ".join(parts)
     try:
         os.unlink(owner_path(scope))
     except FileNotFoundError:
         pass
-    return f"pacer {scope}: " + (", ".join(parts) or "nothing pinned")
+    return f"pacer {scope}: " + (", ".join(parts) or "nothing attached or pinned")
 
 
 def clean_pacers(only_dead: bool = True) -> list[str]:
     """``hostctl clean``: release the pacers whose daemon is gone (all of them with only_dead=False)."""
     owners = [o for o in all_owners()
               if not only_dead or (int(o.get("pid", 0)) != os.getpid() and not owner_alive(o))]
-    if owners and _in_private_sysfs():
-        return [f"pacers of dead daemons ({len(owners)}): not reachable from here; {NSENTER_HINT}"]
     return [release_scope(o) for o in owners]

@@ -1,4 +1,4 @@
-"""The pacing datapath (bpf/hc_pace.c + hostctl/datapath/pacer.py) with real TCP flows.
+"""The pacing datapath (hostctl/bpf/hc_pace.c + hostctl/datapath/pacer.py) with real TCP flows.
 
 Every flow goes from a small Python app in the worker namespace ``wk`` (run inside the
 test's cgroup, which the pacer is attached to) to a receiver in ``ps`` (outside the

@@ -1,6 +1,7 @@
 """`hostctl start --policy cap` on real veths, cgroups and TCP: flows paced to the cap,
 status per flow, hints over the control socket, kill -9 failing open, `hostctl clean`
-after it, and two daemons in two namespaces and cgroups side by side."""
+after it, two daemons in two namespaces and cgroups side by side, and a daemon started
+with `ip netns exec` (a private /sys) that paces and is cleaned up after kill -9."""
 
 from __future__ import annotations
 
@@ -43,17 +44,19 @@ def mbit(res: dict, t0: float, t1: float) -> float:
     return sum(b) * 8 / (len(b) * res["bucket_s"]) / 1e6
 
 
-def start_cap(pair, host, cgroup, port, cap, *extra):
-    return start_paced(pair, host, cgroup, port, "--policy", "cap", "--cap", cap, *extra)
+def start_cap(pair, host, cgroup, port, cap, *extra, ip_netns_exec=False):
+    return start_paced(pair, host, cgroup, port, "--policy", "cap", "--cap", cap, *extra,
+                       ip_netns_exec=ip_netns_exec)
 
 
-def start_paced(pair, host, cgroup, port, *policy_args):
+def start_paced(pair, host, cgroup, port, *policy_args, ip_netns_exec=False):
     """A pacing daemon (policy_args: --policy cap|mlcc ...) on host's veth, 1 Gbit/s link rate,
-    serving `port`, pacing in `cgroup`; returns once its status lists a job and pacing."""
-    d = subprocess.Popen(host.nsenter(HOSTCTL, "start", *policy_args, "--iface", host.dev,
-                                      "--link-rate", "1gbit", "--ports", str(port), "--cgroup", cgroup,
-                                      "--rescan", "0.5"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    serving `port`, pacing in `cgroup`; returns once its status lists a job and pacing.
+    Entered with nsenter (the host's mounts), or with `ip netns exec` (a private /sys)."""
+    args = [HOSTCTL, "start", *policy_args, "--iface", host.dev, "--link-rate", "1gbit", "--ports", str(port),
+            "--cgroup", cgroup, "--rescan", "0.5"]
+    argv = ["ip", "netns", "exec", host.ns, *args] if ip_netns_exec else host.nsenter(*args)
+    d = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pair.procs.append(d)
 
     def ready():
@@ -127,21 +130,50 @@ def test_kill_9_fails_open_and_clean_removes_the_pacer(pair, cgroup):
     after = mbit(res, t_rel + 1.5, 6.0)  # lease 1 s + an RTT + measurement slack
     assert before == pytest.approx(20 * HEADER_FACTOR, rel=0.15), before
     assert after > 5 * before, (before, after)
-    # the dead daemon's pacer is still pinned and attached until clean
+    # the dead daemon's pacer is still pinned and attached until clean, which reaches the
+    # host's pins also from the private /sys of `ip netns exec`
     assert os.path.isdir(f"/sys/fs/bpf/hostctl/{scope}")
-    via_ip_netns = pair.ps.hostctl("clean", check=True).stdout
-    assert "nsenter" in via_ip_netns  # can't reach the host's bpffs from there: says how
-    out = subprocess.run(pair.ps.nsenter(HOSTCTL, "clean"), capture_output=True, text=True, check=True).stdout
+    out = pair.ps.hostctl("clean", check=True).stdout
     assert f"pacer {scope}" in out and "detached" in out
-    assert not os.path.exists(f"/sys/fs/bpf/hostctl/{scope}")
-    assert pacer.load_owner(scope) is None
+    assert_released(cgroup, scope)
+
+
+def attached(cgroup: str) -> list[int]:
+    from hostctl.datapath import bpfsys
+
     fd = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        from hostctl.datapath import bpfsys
-
-        assert bpfsys.prog_query(fd, bpfsys.BPF_CGROUP_SOCK_OPS) == []
+        return bpfsys.prog_query(fd, bpfsys.BPF_CGROUP_SOCK_OPS)
     finally:
         os.close(fd)
+
+
+def assert_released(cgroup: str, scope: str) -> None:
+    assert not os.path.exists(f"/sys/fs/bpf/hostctl/{scope}")
+    assert pacer.load_owner(scope) is None
+    assert attached(cgroup) == []
+
+
+def test_under_ip_netns_exec_the_daemon_paces_and_clean_releases_it_after_kill_9(pair, cgroup):
+    """`ip netns exec` gives the daemon a private /sys: it mounts cgroup2 there (the same
+    hierarchy), pins nothing (a private bpffs would vanish), records its program id; after
+    kill -9, `hostctl clean` in another private mount namespace finds it by that id."""
+    serve(pair, pair.ps, cgroup, 5201)
+    d = start_cap(pair, pair.ps, cgroup, 5201, "30mbit", ip_netns_exec=True)
+    scope = pacer.scope_id(cgroup)
+    owner = pacer.load_owner(scope)
+    assert owner["pid"] == d.pid and owner["pin_dir"] is None and owner["prog_id"] in attached(cgroup)
+    assert not os.path.exists(f"/sys/fs/bpf/hostctl/{scope}")
+    rx = recv(pair, pair.wk, pair.ps, 5201, 3)
+    wait_for(lambda: status(pair.ps)["pacing"]["flows"], 10, 0.1, "the flow in status")
+    got = mbit(result(rx), 1.0, 3.0)
+    assert got == pytest.approx(30 * HEADER_FACTOR, rel=0.1), got
+    d.send_signal(signal.SIGKILL)
+    d.wait(5)
+    assert attached(cgroup) == [owner["prog_id"]]  # the attachment outlives the daemon and its namespace
+    out = pair.ps.hostctl("clean", check=True).stdout
+    assert f"pacer {scope}: detached" in out, out
+    assert_released(cgroup, scope)
 
 
 def test_two_daemons_in_two_namespaces_and_cgroups(pair, make_cgroup):
@@ -229,3 +261,14 @@ def test_iterations_of_on_off_traffic_are_counted(pair, cgroup):
     assert done == n, row
     assert row["bytes_per_iter"] == pytest.approx(size, rel=0.05), row
     assert cli.wait(20) == 0 and int(cli.stdout.read()) == n * size
+
+
+def test_under_ip_netns_exec_stop_releases_everything(pair, cgroup):
+    serve(pair, pair.ps, cgroup, 5201)
+    d = start_cap(pair, pair.ps, cgroup, 5201, "30mbit", ip_netns_exec=True)
+    scope = pacer.scope_id(cgroup)
+    assert attached(cgroup) == [pacer.load_owner(scope)["prog_id"]]
+    pair.ps.hostctl("stop", check=True)
+    d.wait(10)
+    assert d.returncode == 0
+    assert_released(cgroup, scope)

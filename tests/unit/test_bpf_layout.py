@@ -1,4 +1,4 @@
-"""The ctypes mirrors in hostctl/datapath/pacer.py against the structs of bpf/hc_pace.c.
+"""The ctypes mirrors in hostctl/datapath/pacer.py against the structs of hostctl/bpf/hc_pace.c.
 
 The struct definitions are cut out of the C source with a regex and compiled by gcc
 into a tiny program that prints sizeof/offsetof/alignment of every struct and field;
@@ -14,7 +14,9 @@ field, to show that a change made on one side only is caught. No root needed.
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -23,10 +25,24 @@ from pathlib import Path
 import pytest
 
 from hostctl.datapath import pacer
+from hostctl.datapath.classifier import bpf_dir
 
-SRC = Path(__file__).resolve().parents[2] / "bpf" / "hc_pace.c"
+SRC = bpf_dir() / "hc_pace.c"  # the package's copy (hostctl/bpf), the one the daemon compiles
 GCC = shutil.which("gcc")
-needs_gcc = pytest.mark.skipif(GCC is None, reason="gcc is not installed (needed to compile the layout probe)")
+
+
+def needs_gcc(fn):
+    """gcc compiles the layout probe. Without it the test is skipped for a user without root;
+    as root (CI, where scripts/setup.sh installs gcc) a missing gcc is an error, not a skip."""
+
+    def run(*args, **kwargs):
+        if GCC is None:
+            if os.geteuid() == 0:
+                pytest.fail("gcc is not installed: run scripts/setup.sh (it installs gcc for this test)")
+            pytest.skip("gcc is not installed (needed to compile the layout probe)")
+        return fn(*args, **kwargs)
+
+    return functools.wraps(fn)(run)
 
 STRUCT_RE = re.compile(r"^struct\s+(\w+)\s*\{(.*?)^\};", re.S | re.M)
 FIELD_RE = re.compile(r"^\s*((?:struct\s+)?\w+)\s+(\w+)\s*((?:\[\s*\w+\s*\])*)\s*;\s*$")

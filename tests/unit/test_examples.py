@@ -1,6 +1,8 @@
 """The shipped examples stay valid: examples/hostctl.toml loads and documents every
 key; examples/hostctl.service passes `systemd-analyze verify` and keeps the
-settings hostctl depends on."""
+settings hostctl depends on; examples/k8s/hostctl-daemonset.yaml is a well-formed
+ConfigMap + DaemonSet with the namespaces, mounts and cleanup hostctl needs, and its
+config loads."""
 
 from __future__ import annotations
 
@@ -266,3 +268,110 @@ def test_example_switch_topology_parses_with_paths_through_agg():
     assert len(t.hosts) == 8 and sorted(t.switch_names()) == ["agg", "tor0", "tor1"]
     assert t.path_ids("gpu01", "gpu06") == ("gpu01>tor0", "tor0>agg", "agg>tor1", "tor1>gpu06")
     assert t.path_ids("10.0.1.11", "10.0.1.12") == ("gpu01>tor0", "tor0>gpu02")
+
+
+# ==========================================================================
+# examples/k8s: the DaemonSet and the image sketch
+
+K8S_YAML = ROOT / "examples" / "k8s" / "hostctl-daemonset.yaml"
+K8S_DOCKERFILE = ROOT / "examples" / "k8s" / "Dockerfile"
+
+
+@pytest.fixture(scope="module")
+def k8s():
+    yaml = pytest.importorskip("yaml")  # the dev extra pins PyYAML
+    docs = [d for d in yaml.safe_load_all(K8S_YAML.read_text()) if d is not None]
+    by_kind = {d["kind"]: d for d in docs}
+    assert sorted(by_kind) == ["ConfigMap", "DaemonSet"] and len(docs) == 2
+    for d in docs:
+        assert d["apiVersion"] == {"ConfigMap": "v1", "DaemonSet": "apps/v1"}[d["kind"]]
+        assert d["metadata"]["name"] and d["metadata"]["namespace"] == "kube-system"
+    return by_kind
+
+
+def _pod(k8s) -> dict:
+    return k8s["DaemonSet"]["spec"]["template"]["spec"]
+
+
+def _container(k8s) -> dict:
+    (c,) = _pod(k8s)["containers"]
+    return c
+
+
+def test_daemonset_selector_matches_its_pods(k8s):
+    spec = k8s["DaemonSet"]["spec"]
+    labels = spec["template"]["metadata"]["labels"]
+    assert spec["selector"]["matchLabels"].items() <= labels.items() and spec["selector"]["matchLabels"]
+
+
+def test_daemonset_runs_in_the_nodes_network_and_pid_namespaces(k8s):
+    pod = _pod(k8s)
+    assert pod["hostNetwork"] is True and pod["hostPID"] is True
+    assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert pod["tolerations"] and all(t["operator"] in ("Exists", "Equal") for t in pod["tolerations"])
+
+
+def test_daemonset_is_privileged_as_bidirectional_propagation_requires(k8s):
+    """Kubernetes accepts mountPropagation: Bidirectional only in privileged containers."""
+    pod = _pod(k8s)
+    for c in [*pod.get("initContainers", []), *pod["containers"]]:
+        bidir = [m for m in c["volumeMounts"] if m.get("mountPropagation") == "Bidirectional"]
+        if bidir:
+            assert c["securityContext"]["privileged"] is True, c["name"]
+
+
+def test_daemonset_mounts_what_hostctl_needs(k8s):
+    pod = _pod(k8s)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for c in [*pod.get("initContainers", []), *pod["containers"]]:
+        names = [m["name"] for m in c["volumeMounts"]]
+        assert len(names) == len(set(names)) and set(names) <= set(volumes), c["name"]
+    mounts = {m["mountPath"]: m for m in _container(k8s)["volumeMounts"]}
+
+    def host(path):
+        return volumes[mounts[path]["name"]].get("hostPath", {}).get("path")
+
+    assert host("/sys/fs/bpf") == "/sys/fs/bpf" and mounts["/sys/fs/bpf"]["mountPropagation"] == "Bidirectional"
+    assert host("/sys/fs/cgroup") == "/sys/fs/cgroup"
+    for ro in ("/lib/modules", "/usr/src"):  # bcc's kernel headers
+        assert host(ro) == ro and mounts[ro]["readOnly"] is True
+    assert host(consts.RUN_DIR) == consts.RUN_DIR and not mounts[consts.RUN_DIR].get("readOnly")
+    cfg = volumes[mounts["/etc/hostctl"]["name"]]
+    assert cfg["configMap"]["name"] == k8s["ConfigMap"]["metadata"]["name"]
+
+
+def test_daemonset_starts_hostctl_with_the_configmaps_config(k8s, tmp_path):
+    c = _container(k8s)
+    cmd = c["command"]
+    assert cmd[:2] == ["hostctl", "start"] and cmd[cmd.index("--config") + 1] == "/etc/hostctl/hostctl.toml"
+    data = k8s["ConfigMap"]["data"]
+    assert list(data) == ["hostctl.toml"]
+    path = tmp_path / "hostctl.toml"
+    path.write_text(data["hostctl.toml"])
+    cfg = build_config(str(path))
+    assert cfg.policy in ("one", "rr") and cfg.jobs
+
+
+def test_daemonset_restores_the_nic_when_a_pod_goes(k8s):
+    """preStop stops the daemon (it restores on exit) or cleans; an init container cleans
+    what a killed pod left before the daemon starts."""
+    c = _container(k8s)
+    pre = " ".join(c["lifecycle"]["preStop"]["exec"]["command"])
+    assert "hostctl stop" in pre and "hostctl clean" in pre
+    (init,) = _pod(k8s)["initContainers"]
+    assert init["command"] == ["hostctl", "clean"] and init["image"] == c["image"]
+    assert {m["mountPath"] for m in init["volumeMounts"]} >= {consts.RUN_DIR, "/sys/fs/bpf", "/sys/fs/cgroup"}
+    assert _pod(k8s)["terminationGracePeriodSeconds"] >= 10
+
+
+def test_daemonset_resources_have_a_memory_limit_and_no_cpu_limit(k8s):
+    res = _container(k8s)["resources"]
+    assert res["requests"]["cpu"] and res["requests"]["memory"] and res["limits"]["memory"]
+    assert "cpu" not in res["limits"]  # throttling would delay rotations and pacing slots
+
+
+def test_dockerfile_sketch_installs_bcc_and_the_wheel():
+    text = K8S_DOCKERFILE.read_text()
+    assert text.startswith("#") and "FROM debian:12" in text
+    assert "python3-bpfcc" in text and "--system-site-packages" in text and "hostctl-*.whl" in text
+    assert "pip install bcc" not in text  # the PyPI "bcc" is an unrelated package

@@ -129,14 +129,14 @@ def start(
         table = build_classifier(jobs, assignment)
         pacing = None
         if cfg.pacing:
-            from hostctl.core.pace import selectors
+            from hostctl.core.pace import selectors, watch_ports
             from hostctl.core.plan import MAX_JOB_SLOTS, allocate_slots
 
             slots, _ = allocate_slots([j.job_id for j in jobs], {}, MAX_JOB_SLOTS)
-            ports_sel, flows_sel = selectors(jobs, slots)
+            ports_sel, flows_sel, remotes_sel = selectors(jobs, slots, watch_ports=watch_ports(cfg.jobs))
             caps = cfg.job_caps_bps()
             pacing = {"cgroup": cfg.cgroup, "slot_s": cfg.slot_s, "slots": slots,
-                      "selectors": PaceTable(ports_sel, flows_sel).to_dict()}
+                      "selectors": PaceTable(ports_sel, flows_sel, remotes=remotes_sel).to_dict()}
             if cfg.policy == "cap":
                 pacing["caps_bps"] = {j.job_id: caps.get(j.job_id, cfg.cap_bps) for j in jobs}
             else:

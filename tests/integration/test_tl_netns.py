@@ -279,6 +279,17 @@ def start_worker_daemon(pair, policy, *extra):
     return d
 
 
+def wait_worker_banded(pair):
+    """The worker daemon's status once both jobs (found by remote port) are in their bands."""
+    want = {f"ps:10.77.0.1:{p}": band for band, p in enumerate(PORTS)}
+
+    def banded():
+        st = json.loads(pair.wk.hostctl("status", "--json", check=True).stdout)
+        return st if {j["job_id"]: j["band"] for j in st["jobs"]} == want else None
+
+    return wait_for(banded, 8, 0.1, "both worker-side jobs in their bands")
+
+
 def send(pair, port, seconds):
     return pair.start(pair.wk, PY, "-m", "hostctl.tools.bulk", "send", "--connect", f"{pair.ps.addr}:{port}",
                       "--seconds", str(seconds), "--bucket", "0.1")
@@ -296,12 +307,7 @@ def test_one_on_the_worker_side_gives_the_leader_the_uplink(pair):
     time.sleep(0.3)
     high = send(pair, PORTS[0], 10)
     ids = {p: f"ps:10.77.0.1:{p}" for p in PORTS}
-
-    def banded():
-        st = json.loads(pair.wk.hostctl("status", "--json", check=True).stdout)
-        return st if {j["job_id"]: j["band"] for j in st["jobs"]} == {ids[PORTS[0]]: 0, ids[PORTS[1]]: 1} else None
-
-    st = wait_for(banded, 8, 0.1, "both worker-side jobs in their bands")
+    st = wait_worker_banded(pair)
     t_ready = time.time()
     assert all(j["role"] == "client" and j["listen_ports"] == [] for j in st["jobs"]), st["jobs"]
     assert {j["job_id"]: j["remote_endpoints"] for j in st["jobs"]} == {ids[p]: [f"10.77.0.1:{p}"] for p in PORTS}
@@ -321,7 +327,8 @@ def test_one_on_the_worker_side_gives_the_leader_the_uplink(pair):
 def test_worker_side_job_ids_equal_the_ps_side_ids(pair):
     """`hostctl flows --ports` on the PS namespace and on the worker namespace name each job alike."""
     start_servers(pair, sinks=PORTS)
-    ups = [send(pair, p, 3) for p in PORTS]
+    for p in PORTS:
+        send(pair, p, 20)  # until the end of the test (the pair's finalizer ends them)
 
     def both(host):
         r = host.hostctl("flows", "--ports", ",".join(map(str, PORTS)), "--json", check=True)
@@ -333,5 +340,8 @@ def test_worker_side_job_ids_equal_the_ps_side_ids(pair):
     want = [f"ps:10.77.0.1:{p}" for p in PORTS]
     assert [r["job_id"] for r in ps_rows] == [r["job_id"] for r in wk_rows] == want
     assert [r["role"] for r in ps_rows] == ["server"] * 2 and [r["role"] for r in wk_rows] == ["client"] * 2
-    for p in ups:
-        result(p)
+    # --dry-run's classifier dump on the worker: one remote-endpoint entry per job, no 4-tuples needed
+    dry = json.loads(pair.wk.hostctl("start", "--dry-run", "--policy", "one", "--iface", pair.wk.dev, "--link-rate",
+                                     LINK, "--ports", ",".join(map(str, PORTS)), check=True).stdout)["classifier"]
+    assert dry["remotes"] == {f"10.77.0.1:{p}": dry["slots"][f"ps:10.77.0.1:{p}"] for p in PORTS}
+    assert dry["flows"] == {} and dry["ports"] == {}

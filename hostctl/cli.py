@@ -30,7 +30,7 @@ app = typer.Typer(
 
 PolicyOpt = typer.Option(None, "--policy", "-p", help="fifo, one (static priority), rr (rotating), cap (pace each job to --cap) or mlcc (plan every flow's rate per slot). Default rr.")
 IfaceOpt = typer.Option(None, "--iface", "-i", help="Egress interface. Default: the default route's.")
-PortsOpt = typer.Option(None, "--ports", help="DL listening ports, e.g. 9000-9005,9100: each port is one job.")
+PortsOpt = typer.Option(None, "--ports", help="DL ports, e.g. 9000-9005,9100: each port served here is one job, and so is each PS address:port that processes here connect to (worker hosts).")
 PidsOpt = typer.Option(None, "--pids", help="Process ids, e.g. 1234,5678: each with its children is one job.")
 MatchOpt = typer.Option(None, "--match", help="Regex on command lines, e.g. 'torchrun|horovodrun'.")
 ConfigOpt = typer.Option(None, "--config", "-c", help="TOML config file (flags win). See examples/hostctl.toml.")

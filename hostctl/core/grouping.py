@@ -412,7 +412,8 @@ def group_jobs(specs: Sequence[JobSpec], snap: Snapshot) -> list[Job]:
         had_sockets = bool(d.listen_ports or d.flows)
         ports = d.listen_ports - claimed_ports
         flows = {f for f in d.flows if f not in claimed_flows and f.lport not in claimed_ports}
-        remotes = {r for r in d.remotes if r not in claimed_remotes and any((f.raddr, f.rport) == r for f in flows)}
+        kept = {(f.raddr, f.rport) for f in flows} if d.remotes else set()
+        remotes = {r for r in d.remotes if r not in claimed_remotes and r in kept}
         if had_sockets and not (ports or flows):
             continue  # fully covered by an earlier job
         claimed_ports |= ports

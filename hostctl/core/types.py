@@ -64,7 +64,8 @@ class Job:
     ring_size: int | None = None  # ring all-reduce ranks, from the config
 
     def client_flows(self) -> tuple[FlowKey, ...]:
-        """Flows not covered by a listening-port match (need a 4-tuple entry)."""
+        """Flows not on one of the job's listening ports (a 4-tuple entry in the classifier and
+        the pacer, unless a remote-endpoint entry covers them)."""
         ports = set(self.listen_ports)
         return tuple(f for f in self.flows if f.lport not in ports)
 

@@ -156,6 +156,9 @@ class Daemon:
                 log.info("assignment: %s", describe(assignment, list(self.jobs)))
         if table.dropped_flows and table.dropped_flows != self.table.dropped_flows:
             log.warning("flow table full: %d flow(s) left in the default class", table.dropped_flows)
+        if table.dropped_remotes and table.dropped_remotes != self.table.dropped_remotes:
+            log.warning("remote-endpoint table full: %d endpoint(s) not matched (their known flows still are, "
+                        "by 4-tuple)", table.dropped_remotes)
         self.assignment = assignment
         self.table = table
         return True

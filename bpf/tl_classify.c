@@ -25,14 +25,15 @@
  *   hc_job_stats  array  __u32 job slot        -> struct hc_job_stats     MAX_JOB_SLOTS    daemon (written here)
  *   hc_ctl        array  __u32 0               -> struct hc_ctl           1                both (tl_redirect too)
  * hc_remotes (remote address + remote port) classifies a worker's connections to its
- * PS from their first packet, before a rescan learns the 4-tuple, and still does when the
- * worker sits in a container behind masquerading NAT (source address and port are
- * rewritten, the destination is not).
+ * PS from their first packet (the daemon writes no 4-tuple for them), and still does
+ * when the worker sits in a container behind masquerading NAT (source address and
+ * port are rewritten, the destination is not).
  * A rotation rewrites only hc_job_class entries (one 8-byte value per job, atomic
  * per entry): no packet is dropped and shaping never stops.
  *
  * Compile-time settings (cflags, built by classifier.cflags()): MAX_FLOW_ENTRIES,
- * MAX_PORT_ENTRIES, MAX_REMOTE_ENTRIES, MAX_JOB_SLOTS, L2_HLEN (14 on Ethernet/veth, 0 on L3 devices),
+ * MAX_PORT_ENTRIES, MAX_REMOTE_ENTRIES, MAX_JOB_SLOTS, L2_HLEN (14 on Ethernet/veth,
+ * 0 on L3 devices),
  * CONTROL_CLASSID (the class of TCP segments without data: control_class() below;
  * 0 = no control class: those of no job stay in the default class, a job's in its band).
  *
@@ -44,11 +45,11 @@
  * clsact ingress hook and redirects every packet to the IFB device whose index
  * is in hc_ctl.ifb_ifindex; the IFB carries an htb tree like the egress one, and
  * tl_classify classifies there with local and remote swapped (an ingress packet's
- * destination is the local end; so hc_remotes matches the source of a PS's packets
- * to a worker). Fail open: once the lease has expired (or
- * before ifb_ifindex is set) tl_redirect returns TC_ACT_OK and packets skip the
- * IFB, so a dead daemon leaves no ingress shaping behind. In this instance
- * hc_job_stats count received bytes (the field names say tx).
+ * destination is the local end, so hc_remotes matches the source of a PS's packets
+ * to a worker). Fail open: once the lease has expired (or before ifb_ifindex is
+ * set) tl_redirect returns TC_ACT_OK and packets skip the IFB, so a dead daemon
+ * leaves no ingress shaping behind. In this instance hc_job_stats count received
+ * bytes (the field names say tx).
  */
 #include <uapi/linux/bpf.h>
 #include <uapi/linux/pkt_cls.h>

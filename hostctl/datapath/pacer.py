@@ -124,8 +124,8 @@ class CtlC(ctypes.Structure):
                 ("bursts_lost", ctypes.c_uint64), ("setopt_errors", ctypes.c_uint64)]
 
 
-MIRRORS = {"hc_flow_key": FlowKeyC, "hc_remote_key": RemoteKeyC, "hp_port_key": PortKeyC, "hp_rate": RateC, "hp_flow": FlowC,
-           "hp_burst": BurstC, "hp_ctl": CtlC}
+MIRRORS = {"hc_flow_key": FlowKeyC, "hc_remote_key": RemoteKeyC, "hp_port_key": PortKeyC, "hp_rate": RateC,
+           "hp_flow": FlowC, "hp_burst": BurstC, "hp_ctl": CtlC}
 
 
 def cflags(max_flows: int = HP_MAX_FLOWS) -> list[str]:

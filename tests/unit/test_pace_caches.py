@@ -62,7 +62,8 @@ def test_selectors_are_cached_until_the_jobs_or_their_slots_change():
     jobs = {"a": Job("a", "config", listen_ports=(9000,), flows=(f1,))}
     _tick(pc, t, jobs)
     first = dp.tables[-1]
-    assert (first.ports, first.flows, first.remotes) == selectors(list(jobs.values()), pc.slots, watch_ports=pc.watch_ports)
+    want = selectors(list(jobs.values()), pc.slots, watch_ports=pc.watch_ports)
+    assert (first.ports, first.flows, first.remotes) == want
     _tick(pc, t, dict(jobs))  # a rescan that found the same jobs: the same selectors, not recomputed
     assert dp.tables[-1].flows is first.flows and dp.tables[-1].ports is first.ports
     # a job's flows change (rescan): recomputed
@@ -76,7 +77,8 @@ def test_selectors_are_cached_until_the_jobs_or_their_slots_change():
                                    (9000, "remote"): WATCH_SLOT}  # the config's port, watched
     jobs = {"b": jobs["b"]}
     _tick(pc, t, jobs)
-    assert (dp.tables[-1].ports, dp.tables[-1].flows, dp.tables[-1].remotes) == selectors(list(jobs.values()), pc.slots, watch_ports=pc.watch_ports)
+    want = selectors(list(jobs.values()), pc.slots, watch_ports=pc.watch_ports)
+    assert (dp.tables[-1].ports, dp.tables[-1].flows, dp.tables[-1].remotes) == want
     assert dp.tables[-1].flows == {}
 
 

@@ -30,7 +30,7 @@ app = typer.Typer(
 
 PolicyOpt = typer.Option(None, "--policy", "-p", help="fifo, one (static priority), rr (rotating), cap (pace each job to --cap) or mlcc (plan every flow's rate per slot). Default rr.")
 IfaceOpt = typer.Option(None, "--iface", "-i", help="Egress interface. Default: the default route's.")
-PortsOpt = typer.Option(None, "--ports", help="DL listening ports, e.g. 9000-9005,9100: each port is one job.")
+PortsOpt = typer.Option(None, "--ports", help="DL ports, e.g. 9000-9005,9100: each port served here is one job, and so is each PS address:port that processes here connect to (worker hosts).")
 PidsOpt = typer.Option(None, "--pids", help="Process ids, e.g. 1234,5678: each with its children is one job.")
 MatchOpt = typer.Option(None, "--match", help="Regex on command lines, e.g. 'torchrun|horovodrun'.")
 ConfigOpt = typer.Option(None, "--config", "-c", help="TOML config file (flags win). See examples/hostctl.toml.")
@@ -185,14 +185,14 @@ def start(
         table = build_classifier(jobs, assignment)
         pacing = None
         if cfg.pacing:
-            from hostctl.core.pace import selectors
+            from hostctl.core.pace import selectors, watch_ports
             from hostctl.core.plan import MAX_JOB_SLOTS, allocate_slots
 
             slots, _ = allocate_slots([j.job_id for j in jobs], {}, MAX_JOB_SLOTS)
-            ports_sel, flows_sel = selectors(jobs, slots)
+            ports_sel, flows_sel, remotes_sel = selectors(jobs, slots, watch_ports=watch_ports(cfg.jobs))
             caps = cfg.job_caps_bps()
             pacing = {"cgroup": cfg.cgroup, "slot_s": cfg.slot_s, "slots": slots,
-                      "selectors": PaceTable(ports_sel, flows_sel).to_dict()}
+                      "selectors": PaceTable(ports_sel, flows_sel, remotes=remotes_sel).to_dict()}
             if cfg.policy == "cap":
                 pacing["caps_bps"] = {j.job_id: caps.get(j.job_id, cfg.cap_bps) for j in jobs}
             else:
@@ -439,6 +439,7 @@ def flows(
 ) -> None:
     """Show the DL jobs and flows that the selection finds on this host, once."""
     from hostctl.config import build_config
+    from hostctl.core.plan import endpoint_str
     from hostctl.discovery import Discovery
     from hostctl.errors import ConfigError
 
@@ -448,6 +449,7 @@ def flows(
     jobs = Discovery(list(cfg.jobs), cfg.iface).scan()
     rows = [{"job_id": j.job_id, "source": j.source, "role": j.role, "pids": list(j.pids),
              "listen_ports": list(j.listen_ports), "flows": [str(f) for f in j.flows],
+             "remote_endpoints": [endpoint_str(e) for e in j.remote_endpoints],
              "model_bytes": j.model_bytes} for j in jobs]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
@@ -455,10 +457,11 @@ def flows(
     from rich.console import Console
     from rich.table import Table
 
-    t = Table("job", "role", "pids", "ports", "flows")
+    t = Table("job", "role", "pids", "ports", "connects to", "flows")
     for r in rows:
         t.add_row(r["job_id"], r["role"], ",".join(map(str, r["pids"])) or "-",
-                  ",".join(map(str, r["listen_ports"])) or "-", "\n".join(r["flows"]) or "-")
+                  ",".join(map(str, r["listen_ports"])) or "-", ",".join(r["remote_endpoints"]) or "-",
+                  "\n".join(r["flows"]) or "-")
     Console().print(t)
 
 

@@ -28,7 +28,7 @@ from hostctl.config import Config, reload_config
 from hostctl.core.bands import assign_bands, describe, next_rotation_s, rr_epoch
 from hostctl.core.hist import Histogram
 from hostctl.core.plan import (
-    DEFAULT_CLASSID, ClassifierTable, TcPlan, band_classid, build_classifier, fmt_handle,
+    DEFAULT_CLASSID, ClassifierTable, TcPlan, band_classid, build_classifier, endpoint_str, fmt_handle,
 )
 from hostctl.core.types import Job
 from hostctl.core.units import format_rate
@@ -136,8 +136,9 @@ class Daemon:
         self.stats.scans += 1
         for jid in sorted(found.keys() - self.jobs.keys()):
             j = found[jid]
-            log.info("job arrived: %s (%s, %d flow(s), ports %s)", jid, j.role, len(j.flows),
-                     ",".join(map(str, j.listen_ports)) or "-")
+            log.info("job arrived: %s (%s, %d flow(s), ports %s, connects to %s)", jid, j.role, len(j.flows),
+                     ",".join(map(str, j.listen_ports)) or "-",
+                     ",".join(endpoint_str(e) for e in j.remote_endpoints) or "-")
         for jid in sorted(self.jobs.keys() - found.keys()):
             log.info("job left: %s", jid)
         changed = found != self.jobs
@@ -175,6 +176,9 @@ class Daemon:
                 log.info("assignment: %s", describe(assignment, list(self.jobs)))
         if table.dropped_flows and table.dropped_flows != self.table.dropped_flows:
             log.warning("flow table full: %d flow(s) left in the default class", table.dropped_flows)
+        if table.dropped_remotes and table.dropped_remotes != self.table.dropped_remotes:
+            log.warning("remote-endpoint table full: %d endpoint(s) not matched (their known flows still are, "
+                        "by 4-tuple)", table.dropped_remotes)
         self.assignment = assignment
         self.table = table
         return True
@@ -214,6 +218,7 @@ class Daemon:
                 "classid": fmt_handle(band_classid(band) if band is not None else DEFAULT_CLASSID),
                 "role": job.role, "source": job.source, "pids": list(job.pids),
                 "listen_ports": list(job.listen_ports), "flows": [str(f) for f in job.flows],
+                "remote_endpoints": [endpoint_str(e) for e in job.remote_endpoints],
                 "model_bytes": job.model_bytes, "tx_bytes": tx, "rate_bps": max(rate, 0.0),
                 "last_burst_bytes": jc.last_burst_bytes if jc else 0, "bursts": jc.bursts if jc else 0,
                 "rx_bytes": counters.rx_jobs[slot].tx_bytes if slot in counters.rx_jobs else None,

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything hostctl needs on a Debian 12 host, as root. Idempotent:
 # the second run only checks and returns in about a second.
-#   - Debian packages: iproute2, python3-bpfcc (bcc), bpftool, iperf3, kernel headers, python3-venv,
-#     gcc (tests/unit/test_bpf_layout.py compiles a probe of hc_pace.c's struct layout)
+#   - Debian packages: iproute2, python3-bpfcc (bcc), bpftool, iperf3, nftables (the NAT tests), kernel headers,
+#     python3-venv, gcc (tests/unit/test_bpf_layout.py compiles a probe of hc_pace.c's struct layout)
 #   - the kernel-headers link bcc looks for (/lib/modules/$(uname -r)/{build,source})
 #   - a venv at .venv (with system site-packages, so Debian's bcc imports) with hostctl installed
 #     with the dev (tests) and lab (testbed, benchmarks, plots) extras, plus the torch extra
@@ -15,7 +15,7 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
-pkgs=(iproute2 python3-bpfcc bpftool iperf3 python3-venv linux-headers-amd64 gcc)
+pkgs=(iproute2 python3-bpfcc bpftool iperf3 nftables python3-venv linux-headers-amd64 gcc)
 command -v systemd-analyze >/dev/null 2>&1 || pkgs+=(systemd)
 missing=()
 for p in "${pkgs[@]}"; do

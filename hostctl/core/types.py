@@ -37,7 +37,7 @@ class JobSpec:
     """
 
     name: str | None = None  # config name: becomes the job id when given
-    ports: tuple[int, ...] = ()  # local listening ports of the job (its PS)
+    ports: tuple[int, ...] = ()  # ports of the job's PS: listened to here, or connected to (worker side)
     pids: tuple[int, ...] = ()  # root PIDs; children belong to the job too
     match: str | None = None  # regex on the process command line
     model_bytes: int | None = None  # model-update size, if known
@@ -56,12 +56,16 @@ class Job:
     listen_ports: tuple[int, ...] = ()  # egress with sport in here belongs to the job
     flows: tuple[FlowKey, ...] = ()  # established connections of the job on this host
     role: str = "server"  # "server" (serves a listening port), "client" (connects out) or "both"
+    # servers the job connects to (remote address, port): egress to them belongs to the job,
+    # whatever the local end (new connections, a source rewritten by NAT)
+    remote_endpoints: tuple[tuple[str, int], ...] = ()
     model_bytes: int | None = None  # from the config; None when unknown
     comm: str | None = None  # "ps", "ring" or None (unknown), from the config
     ring_size: int | None = None  # ring all-reduce ranks, from the config
 
     def client_flows(self) -> tuple[FlowKey, ...]:
-        """Flows not covered by a listening-port match (need a 4-tuple entry)."""
+        """Flows not on one of the job's listening ports (a 4-tuple entry in the classifier and
+        the pacer, unless a remote-endpoint entry covers them)."""
         ports = set(self.listen_ports)
         return tuple(f for f in self.flows if f.lport not in ports)
 

@@ -30,6 +30,8 @@ app = typer.Typer(
 
 PolicyOpt = typer.Option(None, "--policy", "-p", help="fifo, one (static priority), rr (rotating), cap (pace each job to --cap) or mlcc (plan every flow's rate per slot). Default rr.")
 IfaceOpt = typer.Option(None, "--iface", "-i", help="Egress interface. Default: the default route's.")
+ContainersOpt = typer.Option(None, "--containers/--no-containers", help="Find jobs in this host's containers too (network namespaces with a veth to this one: Docker, Kubernetes pods). Default on.")
+ContainerAddrOpt = typer.Option(None, "--container-addr", help="Address naming a container's listening port in job ids: pod (its own address; routed pod networks, default) or host (the --iface address; masquerading with hostPort = containerPort).")
 PortsOpt = typer.Option(None, "--ports", help="DL listening ports, e.g. 9000-9005,9100: each port is one job.")
 PidsOpt = typer.Option(None, "--pids", help="Process ids, e.g. 1234,5678: each with its children is one job.")
 MatchOpt = typer.Option(None, "--match", help="Regex on command lines, e.g. 'torchrun|horovodrun'.")
@@ -91,6 +93,8 @@ def start(
     plan_offset: Optional[float] = typer.Option(None, "--plan-offset", help="mlcc: seconds into each slot at which this host plans (default: from its host name, 0..35 ms)."),
     deps: Optional[bool] = typer.Option(None, "--deps/--no-deps", help="mlcc: Algorithm 2's dependency rules for jobs with a comm pattern in the config (switch mode; default on)."),
     job_order: Optional[str] = typer.Option(None, "--job-order", help="mlcc with --switch: order the jobs on the fabric's links, the same order on every host: none (default), fixed, or rotate (a new order every --rr-interval)."),
+    containers: Optional[bool] = ContainersOpt,
+    container_addr: Optional[str] = ContainerAddrOpt,
     metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help="Address for --metrics-port."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (qdisc, classes, classifier entries) and exit."),
     log_level: str = typer.Option("INFO", "--log-level"),
@@ -107,7 +111,8 @@ def start(
                        ports=ports, pids=pids, match=match, bands=bands, rr_interval=rr_interval,
                        rescan=rescan, lease=lease, metrics_port=metrics_port, cap=cap, cgroup=cgroup, slot=slot,
                        switch=switch, curve_keys=curve_keys, horizon=horizon, plan_offset=plan_offset,
-                       ingress_rate=ingress_rate, deps=deps, job_order=job_order)
+                       ingress_rate=ingress_rate, deps=deps, job_order=job_order, containers=containers,
+                       container_addr=container_addr)
     the_iface = _resolve_iface(cfg)
     from hostctl.datapath.linux import link_info
 
@@ -120,7 +125,7 @@ def start(
         from hostctl.datapath.pacer import resolve_cgroup
 
         resolve_cgroup(cfg.cgroup)  # a clear error before anything is touched
-    discovery = Discovery(list(cfg.jobs), the_iface)
+    discovery = Discovery(list(cfg.jobs), the_iface, containers=cfg.containers, container_addr=cfg.container_addr)
 
     if dry_run:
         jobs = discovery.scan()
@@ -372,16 +377,21 @@ def clean(iface: Optional[str] = typer.Option(None, "--iface", "-i", help="Only 
 def flows(
     ports: Optional[str] = PortsOpt, pids: Optional[str] = PidsOpt, match: Optional[str] = MatchOpt,
     config: Optional[str] = ConfigOpt, iface: Optional[str] = IfaceOpt, as_json: bool = JsonOpt,
+    containers: Optional[bool] = ContainersOpt, container_addr: Optional[str] = ContainerAddrOpt,
 ) -> None:
     """Show the DL jobs and flows that the selection finds on this host, once."""
     from hostctl.config import build_config
+    from hostctl.datapath.linux import default_route_iface
     from hostctl.discovery import Discovery
     from hostctl.errors import ConfigError
 
-    cfg = build_config(config, policy="fifo", ports=ports, pids=pids, match=match, iface=iface)
+    cfg = build_config(config, policy="fifo", ports=ports, pids=pids, match=match, iface=iface,
+                       containers=containers, container_addr=container_addr)
     if not cfg.jobs:
         raise ConfigError("give --ports, --pids, --match or a --config with [[jobs]]")
-    jobs = Discovery(list(cfg.jobs), cfg.iface).scan()
+    # the interface `start` would control: its address names wildcard listeners, its peer is no container
+    jobs = Discovery(list(cfg.jobs), cfg.iface or default_route_iface(), containers=cfg.containers,
+                     container_addr=cfg.container_addr).scan()
     rows = [{"job_id": j.job_id, "source": j.source, "role": j.role, "pids": list(j.pids),
              "listen_ports": list(j.listen_ports), "flows": [str(f) for f in j.flows],
              "model_bytes": j.model_bytes} for j in jobs]

@@ -23,9 +23,10 @@ from hostctl.errors import ConfigError
 TOP_KEYS = {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
             "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot", "phase_gap",
             "switch", "curve_keys", "horizon", "plan_offset", "ingress_rate", "deps",
-            "job_order"}
+            "job_order", "containers", "container_addr"}
 JOB_KEYS = {"name", "ports", "pids", "match", "model_size", "cap", "comm", "ring_size"}
 COMM_PATTERNS = ("ps", "ring")  # [[jobs]] comm: parameter server, ring all-reduce
+CONTAINER_ADDRS = ("pod", "host")  # = hostctl.discovery.CONTAINER_ADDRS
 PACING_POLICIES = ("cap", "mlcc")  # policies that run the sock_ops pacing datapath and the slot loop
 _ENDPOINT = re.compile(r"(tcp://[^\s,]+:\d{1,5}|ipc://[^\s,]+)")
 ALL_POLICIES = (*POLICIES, *PACING_POLICIES)
@@ -54,6 +55,8 @@ class Config:
     ingress_rate: str | None = None  # ingress bands: "97%" of the link rate or a rate; None: off
     deps: bool = True  # mlcc: Algorithm 2's dependency rules for jobs with a comm (switch mode)
     job_order: str = "none"  # mlcc: fabric-wide job order through the switches: none, fixed or rotate
+    containers: bool = True  # find jobs in this host's containers (network namespaces with a veth to this one)
+    container_addr: str = "pod"  # a container's listener in job ids: "pod" (its own address) or "host"
 
     @property
     def pacing(self) -> bool:
@@ -128,6 +131,9 @@ class Config:
                               f"got {self.plan_offset_s}")
         if not 1 <= self.horizon <= 64:
             raise ConfigError(f"horizon must be within 1..64 slots (MLCC uses 10), got {self.horizon}")
+        if self.container_addr not in CONTAINER_ADDRS:
+            raise ConfigError(f"unknown container_addr {self.container_addr!r}: choose pod (routed pod networks) "
+                              "or host (masquerading, hostPort = containerPort)")
         if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics_port must be within 1..65535, got {self.metrics_port}")
         if self.iface is not None and not re.fullmatch(r"[^/\s]{1,15}", self.iface):
@@ -302,10 +308,13 @@ def load_file(path: str) -> dict[str, Any]:
         kw["ingress_rate"] = _str(data, "ingress_rate", path)
     if "job_order" in data:
         kw["job_order"] = _str(data, "job_order", path)
-    if "deps" in data:
-        if not isinstance(data["deps"], bool):
-            raise ConfigError(f"{path}: deps must be true or false, got {data['deps']!r}")
-        kw["deps"] = data["deps"]
+    for key in ("deps", "containers"):
+        if key in data:
+            if not isinstance(data[key], bool):
+                raise ConfigError(f"{path}: {key} must be true or false, got {data[key]!r}")
+            kw[key] = data[key]
+    if "container_addr" in data:
+        kw["container_addr"] = _str(data, "container_addr", path)
     specs: list[JobSpec] = []
     if "ports" in data:
         specs.append(JobSpec(ports=_ports_value(data["ports"], path)))

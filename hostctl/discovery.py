@@ -1,5 +1,6 @@
 """Flow discovery, the I/O side: snapshot processes and TCP sockets of this
-network namespace, then group them into jobs with hostctl.core.grouping.
+network namespace and of its containers, then group them into jobs with
+hostctl.core.grouping.
 
 Two ways to take a snapshot:
 
@@ -13,6 +14,15 @@ Two ways to take a snapshot:
   those processes, not of the whole machine (psutil.net_connections() walks every
   /proc/<pid>/fd; it remains the fallback without sock_diag). As root every owner is
   visible; otherwise only the caller's own processes are.
+
+Containers (``containers=True``, the default; hostctl.containers says which namespaces
+count): their processes are listed with this namespace's, and their sockets are read with
+sock_diag from inside their namespace. A listener of a container on the wildcard address is
+reported with the address a peer reaches it at: the container's own (``container_addr =
+"pod"``: routed pod networks) or the host's address on the egress interface (``"host"``:
+masquerading with hostPort = containerPort). Established sockets keep the container-side
+addresses, the ones its traffic has on the host's NIC when routed and the ones the sock_ops
+pacer sees in every case.
 
 Processes and sockets that vanish mid-scan are normal and skipped silently.
 IPv4-mapped IPv6 addresses (::ffff:a.b.c.d, IPv4 traffic on a dual-stack socket)
@@ -36,11 +46,14 @@ from hostctl.core.grouping import (
     LAUNCHER_ENV_KEYS,
     LISTEN,
     group_jobs,
+    is_wildcard,
     normalize_addr,
     pids_needing_env,
 )
+from hostctl.containers import ContainerNs, call_in_netns, container_namespaces, netns_inode, veth_peer_nsids
 from hostctl.core.types import Job, JobSpec, ProcInfo, Snapshot, SockInfo
 from hostctl.datapath.rtnl_raw import RawNetlink
+from hostctl.errors import ConfigError
 from hostctl.datapath.sockreset import socket_fds
 
 # What a process or socket that disappears between two reads can raise.
@@ -53,6 +66,7 @@ _VANISHED: tuple[type[BaseException], ...] = (
     PermissionError,
 )
 
+CONTAINER_ADDRS = ("pod", "host")  # what names a container's wildcard listener in job ids
 PROC_NET_TCP = ("/proc/net/tcp", "/proc/net/tcp6")
 # /proc/net/tcp "st" column (include/net/tcp_states.h); other states are ignored.
 _PROC_STATES = {"01": ESTABLISHED, "0A": LISTEN}
@@ -216,10 +230,17 @@ def take_socket_snapshot(iface: str | None = None) -> Snapshot:
 
 
 def _netns_inode(pid: int | str) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}/ns/net").st_ino
-    except OSError:
-        return None
+    return netns_inode(pid)
+
+
+def _pids_by_netns() -> dict[int, list[int]]:
+    """nsfs inode of each network namespace -> the pids in it (one stat per process)."""
+    out: dict[int, list[int]] = {}
+    for pid in psutil.pids():
+        ino = _netns_inode(pid)
+        if ino is not None:
+            out.setdefault(ino, []).append(pid)
+    return out
 
 
 def _read_proc(pid: int) -> ProcInfo | None:
@@ -237,21 +258,72 @@ def _read_proc(pid: int) -> ProcInfo | None:
     return ProcInfo(pid=pid, ppid=ppid, cmdline=" ".join(a.decode("utf-8", "replace") for a in args))
 
 
-def _list_procs() -> list[ProcInfo]:
-    """The processes of this network namespace (pid, ppid, command line; env empty).
-    Processes of other namespaces (containers, emulated hosts) can't send on this
-    namespace's interfaces, so they are no jobs here. The namespace is checked first
-    (one stat) and only this namespace's processes are read: reading every process of the
+def _list_procs(containers: bool = False, iface: str | None = None) -> tuple[list[ProcInfo], list[ContainerNs]]:
+    """The processes of this network namespace (pid, ppid, command line; env empty) and,
+    with ``containers``, of its containers (hostctl.containers; ``iface`` is the egress
+    interface, whose peer is no container), with those containers. Processes of other
+    namespaces (emulated hosts, unrelated namespaces) can't send on this namespace's
+    interfaces, so they are no jobs here. Namespaces are told apart first (one stat per
+    process) and only the kept namespaces' processes are read: reading every process of the
     machine cost a testbed host's daemon most of its CPU."""
-    procs: list[ProcInfo] = []
     own = _netns_inode("self")
-    for pid in psutil.pids():
-        if own is not None and _netns_inode(pid) != own:
-            continue
+    by_ns = _pids_by_netns()
+    pods = find_containers(iface, by_ns) if containers else []
+    keep = [own, *(c.inode for c in pods)] if own is not None else list(by_ns)
+    procs: list[ProcInfo] = []
+    for pid in sorted(p for ino in keep for p in by_ns.get(ino, ())):
         p = _read_proc(pid)
         if p is not None:
             procs.append(p)
-    return procs
+    return procs, pods
+
+
+def find_containers(iface: str | None, by_ns: dict[int, list[int]] | None = None) -> list[ContainerNs]:
+    """The containers of this host (hostctl.containers); ``iface`` is the egress interface,
+    whose peer is no container. ``by_ns`` (_pids_by_netns()) is taken only when this
+    namespace has a veth to another one: a host without containers pays one link dump."""
+    peers = veth_peer_nsids(iface)
+    if not peers:
+        return []
+    own = _netns_inode("self")
+    by_ns = _pids_by_netns() if by_ns is None else by_ns
+    return container_namespaces({i: p for i, p in by_ns.items() if i != own}, peers)
+
+
+def _pod_addr() -> str:
+    """The first IPv4 address of this thread's namespace other than loopback ("" if none)."""
+    for _name, addrs in sorted(psutil.net_if_addrs().items()):
+        for a in addrs:
+            if a.family == socket.AF_INET and a.address and not a.address.startswith("127."):
+                return str(a.address)
+    return ""
+
+
+def container_sockets(pods: Iterable[ContainerNs], established: bool = True, addr: str = "pod",
+                      host_addr: str = "") -> list[tuple[SockInfo, int]]:
+    """The LISTEN (and ESTABLISHED) TCP sockets of the containers ``pods`` with their inodes,
+    read with sock_diag inside each one's namespace. A listener's address becomes what a peer
+    reaches it at (module doc): with ``addr`` "pod" a wildcard listener gets the container's
+    address; with "host" every listener but a loopback one gets ``host_addr`` (when known).
+    A container that vanished, or whose namespace cannot be read, is skipped."""
+
+    def read() -> tuple[list[tuple[SockInfo, int]] | None, str]:
+        return _diag_sockets(established), _pod_addr() if addr == "pod" else ""
+
+    out: list[tuple[SockInfo, int]] = []
+    for pod in pods:
+        try:
+            socks, pod_addr = call_in_netns(pod.path, read)
+        except (OSError, TimeoutError):
+            continue
+        for s, inode in socks or ():
+            if s.state == LISTEN:
+                if addr == "host" and host_addr and not s.laddr.startswith("127.") and s.laddr != "::1":
+                    s = dataclasses.replace(s, laddr=host_addr)
+                elif addr == "pod" and pod_addr and is_wildcard(s.laddr):
+                    s = dataclasses.replace(s, laddr=pod_addr)
+            out.append((s, inode))
+    return out
 
 
 def _launcher_env(pid: int) -> dict[str, str]:
@@ -308,15 +380,19 @@ def _socket_owners(pids: Iterable[int]) -> dict[int, list[int]]:
     return owners
 
 
-def owned_sockets(pids: Iterable[int]) -> list[SockInfo]:
-    """LISTEN/ESTABLISHED TCP sockets of this network namespace, one entry per owner among
-    `pids` (pid None for a socket none of them holds). Sockets come from sock_diag with their
-    inodes, owners from the fds of `pids` only: psutil.net_connections() walks the fds of every
-    process on the machine, which in a testbed of emulated hosts, or on a host with containers,
-    are mostly processes of other namespaces. Falls back to psutil without sock_diag."""
+def owned_sockets(pids: Iterable[int], pods: Sequence[ContainerNs] = (), container_addr: str = "pod",
+                  host_addr: str = "") -> list[SockInfo]:
+    """LISTEN/ESTABLISHED TCP sockets of this network namespace and of the containers `pods`,
+    one entry per owner among `pids` (pid None for a socket none of them holds). Sockets come
+    from sock_diag with their inodes, owners from the fds of `pids` only: psutil.net_connections()
+    walks the fds of every process on the machine, which in a testbed of emulated hosts, or on a
+    host with containers, are mostly processes of other namespaces. Falls back to psutil without
+    sock_diag (this namespace's sockets only). Container listeners' addresses as in
+    container_sockets()."""
     socks = _diag_sockets()
     if socks is None:
         return _psutil_sockets()
+    socks += container_sockets(pods, addr=container_addr, host_addr=host_addr)
     owners = _socket_owners(pids)
     out: list[SockInfo] = []
     for s, inode in socks:
@@ -329,19 +405,22 @@ def owned_sockets(pids: Iterable[int]) -> list[SockInfo]:
 
 
 def take_snapshot(pids_of_interest: set[int] | None = None, want_env: bool = True,
-                  iface: str | None = None) -> Snapshot:
-    """Processes and TCP sockets (with owners) of this network namespace.
+                  iface: str | None = None, containers: bool = False, container_addr: str = "pod") -> Snapshot:
+    """Processes and TCP sockets (with owners) of this network namespace, and of its
+    containers when `containers` (`iface`, the egress interface, is no container's).
 
     Launcher env (TORCHELASTIC_RUN_ID, MASTER_ADDR, MASTER_PORT only) is read
     when `want_env`, for `pids_of_interest` only when given, else for every
     process (slower: one /proc/<pid>/environ read per process).
     host_addr is the first IPv4 address of `iface` ("" without iface).
     """
-    procs = _list_procs()
+    procs, pods = _list_procs(containers, iface)
     if want_env:
         procs = _with_env(procs, pids_of_interest)
-    return Snapshot(procs=tuple(procs), socks=tuple(owned_sockets(p.pid for p in procs)),
-                    host_addr=host_addr_of(iface))
+    host_addr = host_addr_of(iface)
+    return Snapshot(procs=tuple(procs), socks=tuple(owned_sockets((p.pid for p in procs), pods, container_addr,
+                                                                  host_addr)),
+                    host_addr=host_addr)
 
 
 # --------------------------------------------------------------------------
@@ -356,9 +435,17 @@ class Discovery:
     vanish while it runs.
     """
 
-    def __init__(self, specs: Sequence[JobSpec], iface: str | None = None, flows_every: int = 5) -> None:
+    def __init__(self, specs: Sequence[JobSpec], iface: str | None = None, flows_every: int = 5,
+                 containers: bool = True, container_addr: str = "pod") -> None:
+        """containers: find jobs in this host's containers too (module doc); container_addr:
+        what names a container's listener in job ids, "pod" or "host"."""
+        if container_addr not in CONTAINER_ADDRS:
+            raise ConfigError(f"container_addr must be one of {', '.join(CONTAINER_ADDRS)}, got {container_addr!r}")
         self.specs: tuple[JobSpec, ...] = tuple(specs)
         self.iface = iface
+        self.containers = containers
+        self.container_addr = container_addr
+        self._pods: list[ContainerNs] = []
         group_jobs(self.specs, Snapshot(procs=(), socks=()))  # validate now, not at the first scan
         self.port_only = all(spec.ports for spec in self.specs)
         self.any_port = any(spec.ports for spec in self.specs)
@@ -374,23 +461,32 @@ class Discovery:
         decide which jobs exist and how packets are classified (by source port);
         the established connections, which only feed `status` and the job ids of
         wildcard listeners, are re-read every ``flows_every`` scans, in the same
-        dump as that scan's listeners (every scan where sock_diag is missing)."""
+        dump as that scan's listeners (every scan where sock_diag is missing).
+        The containers are looked for at each full read; in between, their
+        listeners are read in the containers found then."""
         if self.port_only:
             full_due = self._full is None or self._scans % self.flows_every == 0
             self._scans += 1
             listeners = None if full_due else read_diag_listeners()
             if listeners is None:  # the full read is due, or there is no sock_diag: one read gives both
-                self._full = take_socket_snapshot(self.iface)
+                full = take_socket_snapshot(self.iface)
+                self._pods = find_containers(self.iface) if self.containers else []
+                pod_socks = [s for s, _ in container_sockets(self._pods, True, self.container_addr, full.host_addr)]
+                self._full = dataclasses.replace(full, socks=full.socks + tuple(pod_socks))
                 listeners = [s for s in self._full.socks if s.state == LISTEN]
+            elif self._pods:
+                listeners += [s for s, _ in container_sockets(self._pods, False, self.container_addr,
+                                                               self._full.host_addr)]
             established = tuple(s for s in self._full.socks if s.state == ESTABLISHED)
             return Snapshot(procs=(), socks=tuple(listeners) + established, host_addr=self._full.host_addr)
-        procs = _list_procs()
+        procs, pods = _list_procs(self.containers, self.iface)
         trees = pids_needing_env(self.specs, procs)  # the processes pid and match specs select
         procs = _with_env(procs, trees)
         # whose sockets: a port spec's job takes the owners of its port's sockets, whoever they are
         owners_of = [p.pid for p in procs] if self.any_port else trees
-        return Snapshot(procs=tuple(procs), socks=tuple(owned_sockets(owners_of)),
-                        host_addr=host_addr_of(self.iface))
+        host_addr = host_addr_of(self.iface)
+        return Snapshot(procs=tuple(procs), socks=tuple(owned_sockets(owners_of, pods, self.container_addr, host_addr)),
+                        host_addr=host_addr)
 
     def scan(self) -> list[Job]:
         """Jobs present now, sorted by job_id."""

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything hostctl needs on a Debian 12 host, as root. Idempotent:
 # the second run only checks and returns in about a second.
-#   - Debian packages: iproute2, python3-bpfcc (bcc), bpftool, iperf3, kernel headers, python3-venv
+#   - Debian packages: iproute2, python3-bpfcc (bcc), bpftool, iperf3, kernel headers, python3-venv,
+#     nftables (the container tests masquerade pods)
 #   - the kernel-headers link bcc looks for (/lib/modules/$(uname -r)/{build,source})
 #   - a venv at .venv (with system site-packages, so Debian's bcc imports) with hostctl installed,
 #     plus the torch extra when the CPU wheel of torch 2.13.0 is on local disk
@@ -13,7 +14,7 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
-pkgs=(iproute2 python3-bpfcc bpftool iperf3 python3-venv linux-headers-amd64)
+pkgs=(iproute2 python3-bpfcc bpftool iperf3 python3-venv linux-headers-amd64 nftables)
 command -v systemd-analyze >/dev/null 2>&1 || pkgs+=(systemd)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -247,3 +247,114 @@ def test_flows_finds_pod_clients_by_match(pods):
         pod, port = want[r["job_id"]]
         assert r["role"] == "client"
         assert all(f.startswith(f"{pod.addr}:") and f.endswith(f"->{pods.remote.addr}:{port}") for f in r["flows"])
+
+
+# ------------------------------------------------------------------------------------
+# bands at the host's uplink
+
+
+def leader_share(lead: dict, low: dict) -> float:
+    """The leader's share while both run: from 1 s after the leader started to its end."""
+    t0, t1 = lead["start"] + 1.0, lead["start"] + lead["seconds"]
+    h, lo = window_bytes(lead, t0, t1), window_bytes(low, t0, t1)
+    return h / (h + lo)
+
+
+@pytest.mark.bpf
+def test_one_bands_pod_servers(pods):
+    """Two PS-like servers in two pods serve the remote side; under `one` the leading job
+    (the smaller id) gets >= 90% of the uplink while both send. Masqueraded, the published
+    port (hostPort = containerPort) keeps the source port that the classifier's port entry
+    matches."""
+    p0, p1 = free_ports()
+    for pod, port in zip(pods.pods, (p0, p1)):
+        serve(pods, pod, port)
+    start_daemon(pods, "--policy", "one", "--ports", f"{p0},{p1}", *id_args(pods))
+    st = json.loads(pods.host.run(HOSTCTL, "status", "--json").stdout)
+    want = {expected_ps_id(pods, pod, port): i for i, (pod, port) in enumerate(zip(pods.pods, (p0, p1)))}
+    assert {j["job_id"]: j["band"] for j in st["jobs"]} == want  # ids sort as (pod0, p0) < (pod1, p1)
+    low = recv(pods, pods.pods[1], p1, 7)
+    time.sleep(0.5)
+    high = recv(pods, pods.pods[0], p0, 4)
+    hi, lo = result(high), result(low)
+    share = leader_share(hi, lo)
+    print(f"{pods.mode} pod servers under one: leader share {share:.3f}")
+    assert share >= 0.90, f"leader share {share:.2f}"
+    total = (window_bytes(hi, hi["start"] + 1, hi["start"] + 4) + window_bytes(lo, hi["start"] + 1, hi["start"] + 4))
+    assert total * 8 / 3 >= 0.8 * 200e6, f"uplink {total * 8 / 3e6:.0f} Mbit/s"  # work-conserving at the link
+
+
+@pytest.mark.bpf
+def test_one_bands_pod_clients(pods):
+    """Workers in two pods upload to the remote side (their jobs found by command line,
+    classified by 4-tuple at the uplink); under `one` the leading job gets >= 90%.
+    Routed only: masquerading rewrites the source before the egress qdisc, so the pod-side
+    4-tuple that discovery reads does not match there."""
+    if pods.mode == "masq":
+        pytest.skip("a NAT'ed client flow needs the classifier's remote-endpoint lookup")
+    p0, p1 = free_ports()
+    for port in (p0, p1):
+        pods.start(pods.remote.argv(PY, "-m", "hostctl.tools.bulk", "serve", "--sink", "--port", str(port)))
+    marker = rf"bulk send --connect {re.escape(pods.remote.addr)}:({p0}|{p1})\b"
+    start_daemon(pods, "--policy", "one", "--match", marker, jobs=0)
+
+    def send(i: int, seconds: float) -> subprocess.Popen:
+        env = {**os.environ, "MASTER_ADDR": pods.remote.addr, "MASTER_PORT": str(29500 + i)}
+        return pods.start(pods.pods[i].argv(PY, "-m", "hostctl.tools.bulk", "send", "--connect",
+                                            f"{pods.remote.addr}:{(p0, p1)[i]}", "--seconds", str(seconds)), env=env)
+
+    low = send(1, 9)
+
+    def classified(n: int):
+        st = json.loads(pods.host.run(HOSTCTL, "status", "--json").stdout)
+        return st if len(st["jobs"]) == n and all(j["flows"] for j in st["jobs"]) else None
+
+    wait_for(lambda: classified(1), 10, 0.2, "the first job and its flow")
+    high = send(0, 5)
+    st = wait_for(lambda: classified(2), 10, 0.2, "both jobs and their flows")
+    assert {j["job_id"]: j["band"] for j in st["jobs"]} == {f"master:{pods.remote.addr}:29500": 0,
+                                                             f"master:{pods.remote.addr}:29501": 1}
+    hi, lo = result(high), result(low)
+    # the sender counts bytes handed to TCP; skip the time the new flow waits for a rescan
+    t0, t1 = hi["start"] + 1.5, hi["start"] + 5
+    h, l_ = window_bytes(hi, t0, t1), window_bytes(lo, t0, t1)
+    print(f"{pods.mode} pod clients under one: leader share {h / (h + l_):.3f}")
+    assert h / (h + l_) >= 0.90, f"leader share {h / (h + l_):.2f}"
+
+
+# ------------------------------------------------------------------------------------
+# pacing (sock_ops on the daemon's cgroup; the pods' processes in a child cgroup)
+
+
+@pytest.mark.bpf
+def test_cap_paces_a_pod_flow(pods, cgroup):
+    """`--policy cap --cap 50mbit`: a pod's server flow is held near the cap. The pacer is
+    attached to the daemon's cgroup and the pod's process runs in a child cgroup of it (as a
+    container's cgroup is below the host's); sock_ops sees the pod-side tuple, the one
+    discovery read inside the pod, masqueraded or not."""
+    port = free_ports()[0]
+    child = os.path.join(cgroup, "pod0")
+    os.makedirs(child)
+    pod = pods.pods[0]
+    pods.start(["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', child,
+                *pod.argv(PY, "-m", "hostctl.tools.bulk", "serve", "--port", str(port))])
+    if pods.mode == "masq":
+        pods.publish(pod, port)
+    target = pods.addr_of(pod)
+    wait_for(lambda: pods.remote.run("bash", "-c", f"echo > /dev/tcp/{target}/{port}", check=False).returncode == 0,
+             10, 0.1, "the pod's server")
+    start_daemon(pods, "--policy", "cap", "--cap", "50mbit", "--ports", str(port), "--cgroup", cgroup,
+                 *id_args(pods), jobs=1)
+    rx = recv(pods, pod, port, 5)
+
+    def paced():
+        st = json.loads(pods.host.run(HOSTCTL, "status", "--json").stdout)
+        rows = (st.get("pacing") or {}).get("flows") or []
+        return rows if rows and rows[0]["applied_bps"] == 50_000_000 else None
+
+    (row,) = wait_for(paced, 10, 0.2, "the pod's flow paced")
+    assert row["flow"].startswith(f"{pod.addr}:{port}->"), row  # the pod-side tuple
+    res = result(rx)
+    got = window_bytes(res, res["start"] + 1.5, res["start"] + 5) * 8 / 3.5e6
+    print(f"{pods.mode} pod flow capped at 50 Mbit/s: {got:.1f} Mbit/s")
+    assert got == pytest.approx(50, rel=0.10), f"{got:.1f} Mbit/s"

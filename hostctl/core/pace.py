@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hostctl.core.types import FlowKey, Job
+from hostctl.core.types import FlowKey, Job, shared_ports
 
 SIDES = ("local", "remote")
 
@@ -44,23 +44,25 @@ def selectors(jobs: Sequence[Job], slots: Mapping[str, int], *, remote_ports: Ma
               ) -> tuple[dict[tuple[int, str], int], dict[FlowKey, int]]:
     """Port and 4-tuple selectors for the jobs that have a slot.
 
-    A job's served ports select its flows at connection time (no 4-tuple needed); the
+    A job's served ports select its flows at connection time (no 4-tuple needed), except a
+    port several jobs serve (shared_ports), whose flows are selected by 4-tuple; the
     flows that are not on a served port (the job connects out) are selected by 4-tuple,
     plus by remote port when the caller knows the ports the job connects to. At most
     max_flows / max_ports entries (the kernel maps' sizes): later ones are left out."""
     ports: dict[tuple[int, str], int] = {}
     flows: dict[FlowKey, int] = {}
+    shared = shared_ports(jobs)
     for job in sorted(jobs, key=lambda j: j.job_id):
         slot = slots.get(job.job_id)
         if slot is None:
             continue
         for p in job.listen_ports:
-            if len(ports) < max_ports:
+            if len(ports) < max_ports and p not in shared:
                 ports.setdefault((p, "local"), slot)
         for p in remote_ports.get(job.job_id, ()):
             if len(ports) < max_ports:
                 ports.setdefault((p, "remote"), slot)
-        for f in job.client_flows():
+        for f in job.client_flows(shared):
             if len(flows) < max_flows:  # beyond: not selected (the maps are full), like the classifier
                 flows.setdefault(f, slot)
     return ports, flows

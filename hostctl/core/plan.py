@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from hostctl.core.types import FlowKey, Job
+from hostctl.core.types import FlowKey, Job, shared_ports
 
 QDISC_MAJOR = 0x6863
 QDISC_HANDLE = QDISC_MAJOR << 16
@@ -155,7 +155,8 @@ class ClassifierTable:
 
     slots: job id -> job slot (index into the job-class array), stable while the job lives.
     slot_classid: slot -> htb classid (0: the job's traffic goes to the default class).
-    ports: local TCP port -> slot (egress with that source port: a served listening port).
+    ports: local TCP port -> slot (egress with that source port: a served listening port;
+    none for a port several jobs serve, whose flows are 4-tuple entries).
     flows: connection -> slot (egress of connections the job opened).
     """
 
@@ -217,14 +218,15 @@ def build_classifier(
     ports: dict[int, int] = {}
     flows: dict[FlowKey, int] = {}
     dropped_flows = 0
+    shared = shared_ports(jobs)
     for job in sorted(jobs, key=lambda j: j.job_id):
         slot = slots.get(job.job_id)
         if slot is None:
             continue
         for p in job.listen_ports:
-            if len(ports) < max_ports:
+            if len(ports) < max_ports and p not in shared:
                 ports.setdefault(p, slot)
-        for f in job.client_flows():
+        for f in job.client_flows(shared):
             if f in flows:
                 continue
             if len(flows) >= max_flows:

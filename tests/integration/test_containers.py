@@ -358,3 +358,33 @@ def test_cap_paces_a_pod_flow(pods, cgroup):
     got = window_bytes(res, res["start"] + 1.5, res["start"] + 5) * 8 / 3.5e6
     print(f"{pods.mode} pod flow capped at 50 Mbit/s: {got:.1f} Mbit/s")
     assert got == pytest.approx(50, rel=0.10), f"{got:.1f} Mbit/s"
+
+
+@pytest.mark.bpf
+def test_one_bands_pods_serving_the_same_port(pods):
+    """Two pods serve the same port (one image, two jobs): two jobs, named by the pods'
+    addresses, classified by 4-tuple (a port entry cannot tell them apart); the leader gets
+    >= 90%. Routed only: masqueraded, two pods cannot publish the same host port."""
+    if pods.mode == "masq":
+        pytest.skip("two pods cannot publish the same host port")
+    port = free_ports()[0]
+    for pod in pods.pods:
+        serve(pods, pod, port)
+    start_daemon(pods, "--policy", "one", "--ports", str(port))
+    low = recv(pods, pods.pods[1], port, 8)
+
+    def both_flows():
+        st = json.loads(pods.host.run(HOSTCTL, "status", "--json").stdout)
+        return st if all(j["flows"] for j in st["jobs"]) else None
+
+    wait_for(lambda: json.loads(pods.host.run(HOSTCTL, "status", "--json").stdout)["jobs"][1]["flows"], 10, 0.2,
+             "the second job's flow")
+    high = recv(pods, pods.pods[0], port, 5)
+    st = wait_for(both_flows, 10, 0.2, "both jobs' flows")
+    assert {j["job_id"]: j["band"] for j in st["jobs"]} == {f"ps:{pods.pods[0].addr}:{port}": 0,
+                                                             f"ps:{pods.pods[1].addr}:{port}": 1}
+    hi, lo = result(high), result(low)
+    t0, t1 = hi["start"] + 1.5, hi["start"] + 5  # a new flow waits for a rescan (0.5 s) to get its entry
+    h, l_ = window_bytes(hi, t0, t1), window_bytes(lo, t0, t1)
+    print(f"{pods.mode} pods on one port under one: leader share {h / (h + l_):.3f}")
+    assert h / (h + l_) >= 0.90, f"leader share {h / (h + l_):.2f}"

@@ -78,3 +78,13 @@ def test_fifo_has_no_ingress_bands_and_ingress_guarantees_fit():
     assert p.ingress_rate_bps == 0 and p.ingress_classes == ()
     with pytest.raises(ValueError):
         build_tc_plan("eth0", 10**9, 6, 10**8, True, ingress_rate_bps=10**8)
+
+
+def test_port_served_by_several_jobs_classifies_by_4_tuple():
+    """Two containers serving port 9000 at their own addresses are two jobs: a port entry
+    could not tell them apart, so their flows get 4-tuple entries and the port none."""
+    fa, fb = FlowKey("10.1.0.2", 9000, "10.9.0.1", 40000), FlowKey("10.1.0.3", 9000, "10.9.0.1", 40001)
+    jobs = [_job("ps:10.1.0.2:9000", 9000, [fa]), _job("ps:10.1.0.3:9000", 9000, [fb]), _job("c", 9100)]
+    t = build_classifier(jobs, {"ps:10.1.0.2:9000": 0, "ps:10.1.0.3:9000": 1, "c": 2})
+    assert t.ports == {9100: t.slots["c"]}
+    assert t.flows == {fa: t.slots["ps:10.1.0.2:9000"], fb: t.slots["ps:10.1.0.3:9000"]}

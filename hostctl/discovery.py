@@ -51,7 +51,7 @@ from hostctl.core.grouping import (
     pids_needing_env,
 )
 from hostctl.containers import ContainerNs, call_in_netns, container_namespaces, netns_inode, veth_peer_nsids
-from hostctl.core.types import Job, JobSpec, ProcInfo, Snapshot, SockInfo
+from hostctl.core.types import Job, JobSpec, ProcInfo, Snapshot, SockInfo, shared_ports
 from hostctl.datapath.rtnl_raw import RawNetlink
 from hostctl.errors import ConfigError
 from hostctl.datapath.sockreset import socket_fds
@@ -446,6 +446,7 @@ class Discovery:
         self.containers = containers
         self.container_addr = container_addr
         self._pods: list[ContainerNs] = []
+        self._shared = False  # the last scan found a port served by several jobs
         group_jobs(self.specs, Snapshot(procs=(), socks=()))  # validate now, not at the first scan
         self.port_only = all(spec.ports for spec in self.specs)
         self.any_port = any(spec.ports for spec in self.specs)
@@ -463,9 +464,11 @@ class Discovery:
         wildcard listeners, are re-read every ``flows_every`` scans, in the same
         dump as that scan's listeners (every scan where sock_diag is missing).
         The containers are looked for at each full read; in between, their
-        listeners are read in the containers found then."""
+        listeners are read in the containers found then. While a port is served by
+        several jobs (containers serving the same port), every read is full: those
+        jobs' flows are classified by 4-tuple, so a new one must be seen at once."""
         if self.port_only:
-            full_due = self._full is None or self._scans % self.flows_every == 0
+            full_due = self._full is None or self._scans % self.flows_every == 0 or self._shared
             self._scans += 1
             listeners = None if full_due else read_diag_listeners()
             if listeners is None:  # the full read is due, or there is no sock_diag: one read gives both
@@ -492,4 +495,6 @@ class Discovery:
         """Jobs present now, sorted by job_id."""
         if not self.specs:
             return []
-        return group_jobs(self.specs, self.snapshot())
+        jobs = group_jobs(self.specs, self.snapshot())
+        self._shared = bool(shared_ports(jobs))
+        return jobs

@@ -201,14 +201,19 @@ def test_flows_finds_pod_servers_with_their_ids(pods):
     p0, p1 = free_ports()
     for pod, port in zip(pods.pods, (p0, p1)):
         serve(pods, pod, port)
-    rx = [recv(pods, pod, port, 3) for pod, port in zip(pods.pods, (p0, p1))]
+    rx = [recv(pods, pod, port, 8) for pod, port in zip(pods.pods, (p0, p1))]
     want = {expected_ps_id(pods, pod, port): port for pod, port in zip(pods.pods, (p0, p1))}
+    seen = []
 
     def found():
         rows = flows(pods, "--ports", f"{p0},{p1}", *id_args(pods))
+        seen.append(rows)
         return rows if {r["job_id"] for r in rows} == set(want) and all(r["flows"] for r in rows) else None
 
-    rows = wait_for(found, 10, 0.3, f"jobs {sorted(want)}")
+    try:
+        rows = wait_for(found, 8, 0.3, f"jobs {sorted(want)}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; last seen {seen[-1:]}") from None
     for r in rows:
         assert r["listen_ports"] == [want[r["job_id"]]] and r["role"] == "server"
     # the full path (a --match spec beside the ports) finds the same jobs, with the pods' pids

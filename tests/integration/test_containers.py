@@ -47,6 +47,7 @@ class Pods:
     host: Ns
     pods: list[Ns]
     remote: Ns
+    other: Ns  # a namespace linked to remote only: another host, not a container of this one
     uplink: str  # the host's uplink veth (--iface)
     procs: list[subprocess.Popen] = field(default_factory=list)
 
@@ -82,8 +83,9 @@ def pods(request) -> Pods:
     host = Ns(f"hct-{tag}-host", f"{up}.1")
     pods_ = [Ns(f"hct-{tag}-pod{i}", f"{net}.{i + 2}") for i in range(2)]
     remote = Ns(f"hct-{tag}-rem", f"{up}.2")
-    env = Pods(mode, host, pods_, remote, f"hu{tag}")
-    all_ns = [host, *pods_, remote]
+    other = Ns(f"hct-{tag}-oth", f"{up}.3")
+    env = Pods(mode, host, pods_, remote, other, f"hu{tag}")
+    all_ns = [host, *pods_, remote, other]
 
     def fin():
         for p in reversed(env.procs):
@@ -118,6 +120,17 @@ def pods(request) -> Pods:
     host.run("ip", "link", "set", env.uplink, "up")
     remote.run("ip", "addr", "add", f"{remote.addr}/24", "dev", f"ru{tag}")
     remote.run("ip", "link", "set", f"ru{tag}", "up")
+    remote.run("ip", "link", "add", f"rb{tag}", "type", "bridge")
+    remote.run("ip", "link", "set", f"ru{tag}", "master", f"rb{tag}")
+    remote.run("ip", "addr", "del", f"{remote.addr}/24", "dev", f"ru{tag}")
+    remote.run("ip", "addr", "add", f"{remote.addr}/24", "dev", f"rb{tag}")
+    remote.run("ip", "link", "set", f"rb{tag}", "up")
+    sh(["ip", "link", "add", f"ro{tag}", "netns", remote.name, "type", "veth", "peer", "name", f"oo{tag}",
+        "netns", other.name])
+    remote.run("ip", "link", "set", f"ro{tag}", "master", f"rb{tag}")
+    remote.run("ip", "link", "set", f"ro{tag}", "up")
+    other.run("ip", "addr", "add", f"{other.addr}/24", "dev", f"oo{tag}")
+    other.run("ip", "link", "set", f"oo{tag}", "up")
     host.run("sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
     if mode == "routed":
         remote.run("ip", "route", "add", f"{net}.0/24", "via", host.addr)
@@ -201,6 +214,10 @@ def test_flows_finds_pod_servers_with_their_ids(pods):
     p0, p1 = free_ports()
     for pod, port in zip(pods.pods, (p0, p1)):
         serve(pods, pod, port)
+    # another host on the remote side serving the same port: no container of this host
+    pods.start(pods.other.argv(PY, "-m", "hostctl.tools.bulk", "serve", "--port", str(p0)))
+    wait_for(lambda: pods.remote.run("bash", "-c", f"echo > /dev/tcp/{pods.other.addr}/{p0}", check=False)
+             .returncode == 0, 10, 0.1, "the other host's server")
     rx = [recv(pods, pod, port, 8) for pod, port in zip(pods.pods, (p0, p1))]
     want = {expected_ps_id(pods, pod, port): port for pod, port in zip(pods.pods, (p0, p1))}
     seen = []

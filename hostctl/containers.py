@@ -18,9 +18,9 @@ How: one RTM_GETLINK dump of the daemon's namespace lists its veths and the name
 (IFLA_LINK_NETNSID) of each one's peer; processes are grouped by the inode of
 /proc/<pid>/ns/net, and RTM_GETNSID with that file's fd tells which id a namespace has here.
 With no such veth (a bare-metal host, an emulated host) nothing more is done: no walk, no
-cost. Reading inside a namespace (``call_in_netns``) happens on a short-lived thread that
-joined it with setns(2): sockets opened there belong to it, the daemon's threads stay where
-they are.
+cost. Reading inside the containers (``call_in_each_netns``) happens on a short-lived thread
+that joins each in turn with setns(2): sockets opened there belong to it, the daemon's
+threads stay where they are.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import os
 import socket
 import struct
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -88,16 +88,20 @@ def veth_peer_nsids(exclude_iface: str | None = None) -> set[int]:
     return out
 
 
-def nsid_of(ns_path: str) -> int | None:
+def nsid_of(ns_path: str, nl: RawNetlink | None = None) -> int | None:
     """This namespace's id for the namespace at ``ns_path`` (a /proc/<pid>/ns/net file),
-    or None when it has none (no link between the two) or the file is gone."""
+    or None when it has none (no link between the two) or the file is gone. ``nl``: an
+    open rtnetlink socket of this namespace to reuse."""
     try:
         fd = os.open(ns_path, os.O_RDONLY)
     except OSError:
         return None
     try:
         body = _RTGENMSG.pack(socket.AF_UNSPEC) + struct.pack("=HHI", 8, NETNSA_FD, fd)
-        with RawNetlink() as nl:
+        if nl is None:
+            with RawNetlink() as own:
+                replies = own.request(RTM_GETNSID, NLM_F_REQUEST, body)
+        else:
             replies = nl.request(RTM_GETNSID, NLM_F_REQUEST, body)
     except OSError:
         return None
@@ -123,42 +127,51 @@ def container_namespaces(by_ns: Mapping[int, Iterable[int]], peers: set[int]) ->
     daemon's own namespace left out by the caller): those whose id here is in ``peers``
     (veth_peer_nsids()), sorted by inode."""
     out = []
-    for inode, pids in sorted(by_ns.items()):
-        for pid in sorted(pids):  # the first pid whose namespace file still opens
-            nsid = nsid_of(f"/proc/{pid}/ns/net")
-            if nsid is None and netns_inode(pid) == inode:
-                break  # alive, but no id here: not linked to this namespace
-            if nsid is not None:
-                if nsid in peers:
-                    out.append(ContainerNs(inode, pid, nsid))
-                break
+    try:
+        nl = RawNetlink()
+    except OSError:
+        return out
+    with nl:
+        for inode, pids in sorted(by_ns.items()):
+            for pid in sorted(pids):  # the first pid whose namespace file still opens
+                nsid = nsid_of(f"/proc/{pid}/ns/net", nl)
+                if nsid is None and netns_inode(pid) == inode:
+                    break  # alive, but no id here: not linked to this namespace
+                if nsid is not None:
+                    if nsid in peers:
+                        out.append(ContainerNs(inode, pid, nsid))
+                    break
     return out
 
 
-def call_in_netns(ns_path: str, fn: Callable[[], T], timeout_s: float = 5.0) -> T:
-    """fn() on a thread that joined the network namespace at ``ns_path``; sockets fn opens
-    live there. Raises OSError when the namespace is gone or cannot be entered, TimeoutError
-    when fn does not return in time."""
-    box: dict = {}
+def call_in_each_netns(ns_paths: Sequence[str], fn: Callable[[], T], timeout_s: float = 5.0
+                       ) -> dict[str, T | BaseException]:
+    """fn() in each network namespace of ``ns_paths``, in turn, on one thread that joins
+    each with setns(2) (one thread, not one per namespace: cheaper with many containers).
+    Returns path -> fn's value, or the exception it raised (OSError when the namespace is
+    gone or cannot be entered). Raises TimeoutError when the whole visit takes longer than
+    ``timeout_s``."""
+    box: dict[str, T | BaseException] = {}
 
     def target() -> None:
-        try:
-            fd = os.open(ns_path, os.O_RDONLY)
+        for path in ns_paths:
             try:
-                if _libc.setns(fd, CLONE_NEWNET) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, f"setns into {ns_path}: {os.strerror(err)}")
-            finally:
-                os.close(fd)
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller
-            box["error"] = e
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    if _libc.setns(fd, CLONE_NEWNET) != 0:
+                        err = ctypes.get_errno()
+                        raise OSError(err, f"setns into {path}: {os.strerror(err)}")
+                finally:
+                    os.close(fd)
+                box[path] = fn()
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                box[path] = e
 
+    if not ns_paths:
+        return {}
     t = threading.Thread(target=target, daemon=True, name="hostctl-netns")
     t.start()
     t.join(timeout_s)
     if t.is_alive():
-        raise TimeoutError(f"reading network namespace {ns_path} took more than {timeout_s:g} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+        raise TimeoutError(f"reading {len(ns_paths)} network namespace(s) took more than {timeout_s:g} s")
+    return dict(box)

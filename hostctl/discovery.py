@@ -50,7 +50,7 @@ from hostctl.core.grouping import (
     normalize_addr,
     pids_needing_env,
 )
-from hostctl.containers import ContainerNs, call_in_netns, container_namespaces, netns_inode, veth_peer_nsids
+from hostctl.containers import ContainerNs, call_in_each_netns, container_namespaces, netns_inode, veth_peer_nsids
 from hostctl.core.types import Job, JobSpec, ProcInfo, Snapshot, SockInfo, shared_ports
 from hostctl.datapath.rtnl_raw import RawNetlink
 from hostctl.errors import ConfigError
@@ -311,11 +311,16 @@ def container_sockets(pods: Iterable[ContainerNs], established: bool = True, add
         return _diag_sockets(established), _pod_addr() if addr == "pod" else ""
 
     out: list[tuple[SockInfo, int]] = []
-    for pod in pods:
-        try:
-            socks, pod_addr = call_in_netns(pod.path, read)
-        except (OSError, TimeoutError):
-            continue
+    try:
+        got = call_in_each_netns([pod.path for pod in pods], read)
+    except TimeoutError:
+        return out
+    for value in got.values():
+        if isinstance(value, BaseException):
+            if isinstance(value, OSError):
+                continue
+            raise value
+        socks, pod_addr = value
         for s, inode in socks or ():
             if s.state == LISTEN:
                 if addr == "host" and host_addr and not s.laddr.startswith("127.") and s.laddr != "::1":

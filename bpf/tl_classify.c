@@ -2,7 +2,8 @@
  * egress htb qdisc that hostctl installs (handle 6863:).
  *
  * For every egress packet: find the DL job that owns it (by connection 4-tuple,
- * else by local source port = a served listening port), count it for that job,
+ * else by local source port = a served listening port, else by remote endpoint =
+ * the address and port of a server the job's workers connect to), count it for that job,
  * and return the job's band classid (classic cls_bpf: the return value is the
  * classid). Packets of no job, and all packets once the daemon's heartbeat is
  * older than the lease (daemon dead or stuck: fail open), return 0 (no match),
@@ -19,18 +20,23 @@
  *   name          type   key                   -> value                  max_entries      reader
  *   hc_flows      hash   struct hc_flow_key    -> __u32 job slot          MAX_FLOW_ENTRIES this program
  *   hc_ports      hash   __u32 local port      -> __u32 job slot          MAX_PORT_ENTRIES this program
+ *   hc_remotes    hash   struct hc_remote_key  -> __u32 job slot          MAX_REMOTE_ENTRIES this program
  *   hc_job_class  array  __u32 job slot        -> struct hc_job_class     MAX_JOB_SLOTS    this program
  *   hc_job_stats  array  __u32 job slot        -> struct hc_job_stats     MAX_JOB_SLOTS    daemon (written here)
  *   hc_ctl        array  __u32 0               -> struct hc_ctl           1                both (tl_redirect too)
+ * hc_remotes (remote address + remote port) classifies a worker's connections to its
+ * PS from their first packet, before a rescan learns the 4-tuple, and still does when the
+ * worker sits in a container behind masquerading NAT (source address and port are
+ * rewritten, the destination is not).
  * A rotation rewrites only hc_job_class entries (one 8-byte value per job, atomic
  * per entry): no packet is dropped and shaping never stops.
  *
  * Compile-time settings (cflags, built by classifier.cflags()): MAX_FLOW_ENTRIES,
- * MAX_PORT_ENTRIES, MAX_JOB_SLOTS, L2_HLEN (14 on Ethernet/veth, 0 on L3 devices),
+ * MAX_PORT_ENTRIES, MAX_REMOTE_ENTRIES, MAX_JOB_SLOTS, L2_HLEN (14 on Ethernet/veth, 0 on L3 devices),
  * CONTROL_CLASSID (the class of TCP segments without data: control_class() below;
  * 0 = no control class: those of no job stay in the default class, a job's in its band).
  *
- * Overhead: two hash lookups and three array lookups per egress packet, plus
+ * Overhead: at most three hash lookups and three array lookups per egress packet, plus
  * four bpf_skb_load_bytes calls; no per-packet allocation.
  *
  * Ingress bands (compiled with -DHC_INGRESS=1, a second instance with its own
@@ -38,7 +44,8 @@
  * clsact ingress hook and redirects every packet to the IFB device whose index
  * is in hc_ctl.ifb_ifindex; the IFB carries an htb tree like the egress one, and
  * tl_classify classifies there with local and remote swapped (an ingress packet's
- * destination is the local end). Fail open: once the lease has expired (or
+ * destination is the local end; so hc_remotes matches the source of a PS's packets
+ * to a worker). Fail open: once the lease has expired (or
  * before ifb_ifindex is set) tl_redirect returns TC_ACT_OK and packets skip the
  * IFB, so a dead daemon leaves no ingress shaping behind. In this instance
  * hc_job_stats count received bytes (the field names say tx).
@@ -55,6 +62,9 @@
 #endif
 #ifndef MAX_PORT_ENTRIES
 #define MAX_PORT_ENTRIES 4096
+#endif
+#ifndef MAX_REMOTE_ENTRIES
+#define MAX_REMOTE_ENTRIES 4096
 #endif
 #ifndef MAX_JOB_SLOTS
 #define MAX_JOB_SLOTS 1024
@@ -90,6 +100,12 @@ struct hc_flow_key {
     __u32 pad;
 };
 
+struct hc_remote_key {
+    __u8 raddr[16];  /* remote address; IPv4 as ::ffff:a.b.c.d */
+    __u16 rport;     /* host byte order */
+    __u16 pad;
+};
+
 struct hc_job_class {
     __u32 classid;   /* htb classid (major<<16|minor); 0 = default class */
     __u32 pad;
@@ -115,6 +131,7 @@ struct hc_ctl {
 
 BPF_HASH(hc_flows, struct hc_flow_key, __u32, MAX_FLOW_ENTRIES);
 BPF_HASH(hc_ports, __u32, __u32, MAX_PORT_ENTRIES);
+BPF_HASH(hc_remotes, struct hc_remote_key, __u32, MAX_REMOTE_ENTRIES);
 BPF_ARRAY(hc_job_class, struct hc_job_class, MAX_JOB_SLOTS);
 BPF_ARRAY(hc_job_stats, struct hc_job_stats, MAX_JOB_SLOTS);
 BPF_ARRAY(hc_ctl, struct hc_ctl, 1);
@@ -189,6 +206,12 @@ int tl_classify(struct __sk_buff *skb)
     if (!slotp) {
         __u32 port = key.lport;
         slotp = hc_ports.lookup(&port);
+    }
+    if (!slotp) {
+        struct hc_remote_key rkey = {};
+        __builtin_memcpy(rkey.raddr, key.raddr, 16);
+        rkey.rport = key.rport;
+        slotp = hc_remotes.lookup(&rkey);
         if (!slotp)
             return control_class(skb, l4, l3_payload);
     }

@@ -381,6 +381,7 @@ def flows(
 ) -> None:
     """Show the DL jobs and flows that the selection finds on this host, once."""
     from hostctl.config import build_config
+    from hostctl.core.plan import endpoint_str
     from hostctl.datapath.linux import default_route_iface
     from hostctl.discovery import Discovery
     from hostctl.errors import ConfigError
@@ -394,6 +395,7 @@ def flows(
                      container_addr=cfg.container_addr).scan()
     rows = [{"job_id": j.job_id, "source": j.source, "role": j.role, "pids": list(j.pids),
              "listen_ports": list(j.listen_ports), "flows": [str(f) for f in j.flows],
+             "remote_endpoints": [endpoint_str(e) for e in j.remote_endpoints],
              "model_bytes": j.model_bytes} for j in jobs]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
@@ -401,10 +403,11 @@ def flows(
     from rich.console import Console
     from rich.table import Table
 
-    t = Table("job", "role", "pids", "ports", "flows")
+    t = Table("job", "role", "pids", "ports", "connects to", "flows")
     for r in rows:
         t.add_row(r["job_id"], r["role"], ",".join(map(str, r["pids"])) or "-",
-                  ",".join(map(str, r["listen_ports"])) or "-", "\n".join(r["flows"]) or "-")
+                  ",".join(map(str, r["listen_ports"])) or "-", ",".join(r["remote_endpoints"]) or "-",
+                  "\n".join(r["flows"]) or "-")
     Console().print(t)
 
 

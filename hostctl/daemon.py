@@ -19,7 +19,7 @@ from hostctl import consts
 from hostctl.config import Config
 from hostctl.core.bands import assign_bands, describe, next_rotation_s, rr_epoch
 from hostctl.core.plan import (
-    DEFAULT_CLASSID, ClassifierTable, TcPlan, band_classid, build_classifier, fmt_handle,
+    DEFAULT_CLASSID, ClassifierTable, TcPlan, band_classid, build_classifier, endpoint_str, fmt_handle,
 )
 from hostctl.core.types import Job
 from hostctl.core.units import format_rate
@@ -194,6 +194,7 @@ class Daemon:
                 "classid": fmt_handle(band_classid(band) if band is not None else DEFAULT_CLASSID),
                 "role": job.role, "source": job.source, "pids": list(job.pids),
                 "listen_ports": list(job.listen_ports), "flows": [str(f) for f in job.flows],
+                "remote_endpoints": [endpoint_str(e) for e in job.remote_endpoints],
                 "model_bytes": job.model_bytes, "tx_bytes": tx, "rate_bps": max(rate, 0.0),
                 "last_burst_bytes": jc.last_burst_bytes if jc else 0, "bursts": jc.bursts if jc else 0,
                 "rx_bytes": counters.rx_jobs[slot].tx_bytes if slot in counters.rx_jobs else None,

@@ -6,11 +6,22 @@ No I/O, no clocks, no system libraries: the input is a `Snapshot` taken by
 
 Selectors (one per `JobSpec`):
 
-* ``ports``: each listed port with a LISTEN socket is one job (a parameter
-  server). Its flows are the ESTABLISHED sockets whose local port is that port.
-  Where a port is listened on at several specific addresses (containers of one
-  host, each serving the same port at its own address), each address is one job,
-  with the flows whose local address is that one.
+* ``ports``: a listed port selects flows by local OR remote port, so the same
+  spec works on a parameter-server host and on its workers' hosts:
+
+  - each listed port with a LISTEN socket is one job (a parameter server, role
+    "server"). Its flows are the ESTABLISHED sockets whose local port is that port.
+    Where a port is listened on at several specific addresses (containers of one
+    host, each serving the same port at its own address), each address is one job,
+    with the flows whose local address is that one.
+  - each remote endpoint (address, listed port) that ESTABLISHED sockets of this
+    host connect to is one job (the workers of a remote parameter server, role
+    "client"), unless the endpoint is served locally (the other end of the
+    connection is a socket of this snapshot, or a listener here has that address and
+    port: a loopback connection to a local PS belongs to the PS's job only). Its
+    flows are those sockets; ``Job.remote_endpoints`` holds the endpoint, which the
+    classifier matches for new connections too, and behind NAT. A host that serves
+    9400 and is the worker of another host's 9400 has both jobs.
 * ``pids``: each listed pid (present in the snapshot) plus all its descendants
   is one job. A listed pid that descends from another listed pid of the same
   spec is part of that ancestor's job.
@@ -22,7 +33,10 @@ Selectors (one per `JobSpec`):
 Job ids (the same on every host carrying the job, whenever the inputs allow it):
 
 * port jobs: the spec name (``name:port`` if the spec lists several ports),
-  else ``ps:<addr>:<port>``;
+  else ``ps:<addr>:<port>``; for a remote endpoint, ``<addr>`` is the remote
+  address, which is the id the PS host gives its listener when it listens on that
+  address or that address is its host_addr (a named spec's jobs for a port, on
+  this host and on other hosts, all have the one name);
 * pid/match jobs: the spec name (``name:<n>``, n = 0, 1, ... in order of the
   unnamed ids when one named spec yields several jobs), else
   ``torchelastic:<run id>``, ``master:<addr>:<port>``, ``ps:<addr>:<port>`` of
@@ -35,13 +49,13 @@ host_addr is empty, else ``0.0.0.0``. IPv6 addresses are bracketed
 
 Jobs that end up with the same id (e.g. a ``--ports`` spec and a ``--match``
 spec that find the same PS) are merged. Then a listening endpoint (address and
-port, the address "*" for a wildcard listener) or a flow claimed by several jobs
-stays with the first job in job_id order only; a flow whose local endpoint is a
-listening endpoint of an earlier job (or whose local port is that job's wildcard
-listener's) is claimed by that job too. A job left with neither
+port, the address "*" for a wildcard listener), a remote endpoint or a flow claimed
+by several jobs stays with the first job in job_id order only; a flow whose local
+endpoint is a listening endpoint of an earlier job (or whose local port is that
+job's wildcard listener's) is claimed by that job too. A job left with neither
 listening ports nor flows by this de-duplication is dropped, because it was
 fully covered by an earlier job; a pid/match job that had no sockets to begin
-with is kept.
+with is kept. A remote endpoint stays with a job only while the job keeps one of its flows.
 """
 
 from __future__ import annotations
@@ -137,6 +151,8 @@ class _Index:
             kids.sort()
         self.listeners: dict[int, list[SockInfo]] = {}  # port -> LISTEN sockets
         self.est_by_lport: dict[int, list[SockInfo]] = {}
+        self.est_by_rport: dict[int, list[SockInfo]] = {}
+        self.est_keys: set[FlowKey] = set()  # every established socket's flow (for "served locally")
         self.listen_by_pid: dict[int, list[SockInfo]] = {}
         self.est_by_pid: dict[int, list[SockInfo]] = {}
         for s in snap.socks:
@@ -146,8 +162,23 @@ class _Index:
                     self.listen_by_pid.setdefault(s.pid, []).append(s)
             elif s.state == ESTABLISHED:
                 self.est_by_lport.setdefault(s.lport, []).append(s)
+                self.est_by_rport.setdefault(s.rport, []).append(s)
+                self.est_keys.add(_flow(s))
                 if s.pid is not None:
                     self.est_by_pid.setdefault(s.pid, []).append(s)
+
+    def served_locally(self, flow: FlowKey) -> bool:
+        """The remote end of `flow` is this host: its socket is in the snapshot, or a listener
+        here has the remote address (or is a wildcard listener and the address is loopback or
+        host_addr) and port."""
+        if FlowKey(flow.raddr, flow.rport, flow.laddr, flow.lport) in self.est_keys:
+            return True
+        for s in self.listeners.get(flow.rport, ()):
+            addr = normalize_addr(s.laddr)
+            if addr == flow.raddr or (is_wildcard(addr) and (
+                    flow.raddr == self.host_addr or flow.raddr.startswith("127.") or flow.raddr == "::1")):
+                return True
+        return False
 
     def tree(self, root: int) -> set[int]:
         """`root` and all its descendants (by ppid) present in the snapshot."""
@@ -221,6 +252,7 @@ class _Draft:
     listen_ports: set[int] = field(default_factory=set)
     flows: set[FlowKey] = field(default_factory=set)
     listen_eps: set[tuple[str, int]] = field(default_factory=set)  # (address or "*", port) of its listeners
+    remotes: set[tuple[str, int]] = field(default_factory=set)  # remote endpoints (worker side)
     model_bytes: int | None = None
     comm: str | None = None
     ring_size: int | None = None
@@ -230,6 +262,7 @@ class _Draft:
         self.listen_ports |= other.listen_ports
         self.listen_eps |= other.listen_eps
         self.flows |= other.flows
+        self.remotes |= other.remotes
         for name in ("model_bytes", "comm", "ring_size"):
             if getattr(self, name) is None:
                 setattr(self, name, getattr(other, name))
@@ -262,19 +295,31 @@ def _by_address(listeners: list[SockInfo], established: list[SockInfo]
 def _port_drafts(spec: JobSpec, idx: _Index, source: str) -> list[_Draft]:
     ports = sorted(set(spec.ports))
     out: list[_Draft] = []
+
+    def draft(job_id: str, socks: list[SockInfo], flows: set[FlowKey], **kw) -> _Draft:
+        pids = {s.pid for s in socks if s.pid is not None}
+        return _Draft(job_id, source, pids=pids, flows=flows, model_bytes=spec.model_bytes, comm=spec.comm,
+                      ring_size=spec.ring_size, **kw)
+
     for port in ports:
+        named = (spec.name if len(ports) == 1 else f"{spec.name}:{port}") if spec.name else None
         for listeners, established in _by_address(idx.listeners.get(port, []), idx.est_by_lport.get(port, [])):
             if not listeners:
-                continue  # listed but not listening (yet): simply absent
+                continue  # not served here (or not yet)
+            # this host serves the port (a PS; one per address when containers share the port)
             flows = {_flow(s) for s in established}
-            pids = {s.pid for s in [*listeners, *established] if s.pid is not None}
-            if spec.name:
-                job_id = spec.name if len(ports) == 1 else f"{spec.name}:{port}"
-            else:
-                job_id = ps_job_id(idx.listen_addr(port, listeners, flows), port)
-            out.append(_Draft(job_id, source, pids=pids, listen_ports={port}, flows=flows,
-                              listen_eps={_ep(s) for s in listeners},
-                              model_bytes=spec.model_bytes, comm=spec.comm, ring_size=spec.ring_size))
+            job_id = named or ps_job_id(idx.listen_addr(port, listeners, flows), port)
+            out.append(draft(job_id, [*listeners, *established], flows, listen_ports={port},
+                             listen_eps={_ep(s) for s in listeners}))
+        # this host connects to the port elsewhere (a PS's workers): one job per remote endpoint
+        by_remote: dict[tuple[str, int], list[SockInfo]] = {}
+        for s in idx.est_by_rport.get(port, ()):
+            f = _flow(s)
+            if f.lport != port and not idx.served_locally(f):
+                by_remote.setdefault((f.raddr, port), []).append(s)
+        for (raddr, _port), socks in sorted(by_remote.items()):
+            out.append(draft(named or ps_job_id(raddr, port), socks, {_flow(s) for s in socks},
+                             remotes={(raddr, port)}))
     return out
 
 
@@ -393,6 +438,7 @@ def group_jobs(specs: Sequence[JobSpec], snap: Snapshot) -> list[Job]:
     # Each listening endpoint and flow goes to the first job in job_id order.
     claimed_eps: set[tuple[str, int]] = set()
     claimed_flows: set[FlowKey] = set()
+    claimed_remotes: set[tuple[str, int]] = set()
     jobs: list[Job] = []
     for job_id in sorted(by_id):
         d = by_id[job_id]
@@ -401,10 +447,12 @@ def group_jobs(specs: Sequence[JobSpec], snap: Snapshot) -> list[Job]:
         ports = {p for _a, p in eps}
         flows = {f for f in d.flows if f not in claimed_flows and (f.laddr, f.lport) not in claimed_eps
                  and ("*", f.lport) not in claimed_eps}
+        remotes = {r for r in d.remotes if r not in claimed_remotes and any((f.raddr, f.rport) == r for f in flows)}
         if had_sockets and not (ports or flows):
             continue  # fully covered by an earlier job
         claimed_eps |= eps
         claimed_flows |= flows
+        claimed_remotes |= remotes
         jobs.append(Job(
             job_id=job_id,
             source=d.source,
@@ -412,6 +460,7 @@ def group_jobs(specs: Sequence[JobSpec], snap: Snapshot) -> list[Job]:
             listen_ports=tuple(sorted(ports)),
             flows=tuple(sorted(flows)),
             role=_role(ports, flows),
+            remote_endpoints=tuple(sorted(remotes)),
             model_bytes=d.model_bytes,
             comm=d.comm,
             ring_size=d.ring_size,

@@ -53,6 +53,7 @@ FILTER_PRIO = 1
 MAX_JOB_SLOTS = 1024
 MAX_PORT_ENTRIES = 4096
 MAX_FLOW_ENTRIES = 16384
+MAX_REMOTE_ENTRIES = 4096
 
 
 def band_classid(band: int) -> int:
@@ -158,14 +159,31 @@ class ClassifierTable:
     ports: local TCP port -> slot (egress with that source port: a served listening port;
     none for a port several jobs serve, whose flows are 4-tuple entries).
     flows: connection -> slot (egress of connections the job opened).
+    remotes: remote endpoint (address, port) -> slot (egress to a server the job connects to:
+        a worker's connections to its PS, new ones and NATed ones included).
+
+    ``lookup`` is the program's decision for one packet, in its order: 4-tuple, then local
+    port, then remote endpoint. The ingress instance looks up the same table with the packet's
+    destination as the local end, so its remote end is the source.
     """
 
     slots: Mapping[str, int] = field(default_factory=dict)
     slot_classid: Mapping[int, int] = field(default_factory=dict)
     ports: Mapping[int, int] = field(default_factory=dict)
     flows: Mapping[FlowKey, int] = field(default_factory=dict)
+    remotes: Mapping[tuple[str, int], int] = field(default_factory=dict)
     dropped_flows: int = 0  # flows beyond MAX_FLOW_ENTRIES (classified as default)
     dropped_jobs: int = 0  # jobs beyond MAX_JOB_SLOTS
+    dropped_remotes: int = 0  # remote endpoints beyond MAX_REMOTE_ENTRIES (their flows' 4-tuples still match)
+
+    def lookup(self, flow: FlowKey) -> int | None:
+        """The slot a packet of ``flow`` (local end first) is counted for, or None (no job)."""
+        slot = self.flows.get(flow)
+        if slot is None:
+            slot = self.ports.get(flow.lport)
+        if slot is None:
+            slot = self.remotes.get((flow.raddr, flow.rport))
+        return slot
 
     def to_dict(self) -> dict:
         return {
@@ -173,9 +191,17 @@ class ClassifierTable:
             "slot_classid": {s: fmt_handle(c) if c else "default" for s, c in self.slot_classid.items()},
             "ports": dict(self.ports),
             "flows": {str(k): v for k, v in self.flows.items()},
+            "remotes": {endpoint_str(e): v for e, v in sorted(self.remotes.items())},
             "dropped_flows": self.dropped_flows,
             "dropped_jobs": self.dropped_jobs,
+            "dropped_remotes": self.dropped_remotes,
         }
+
+
+def endpoint_str(endpoint: tuple[str, int]) -> str:
+    """('10.0.0.1', 9400) -> '10.0.0.1:9400'; IPv6 bracketed."""
+    addr, port = endpoint
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
 
 def allocate_slots(job_ids: Sequence[str], previous: Mapping[str, int], capacity: int) -> tuple[dict[str, int], int]:
@@ -205,11 +231,14 @@ def build_classifier(
     max_slots: int = MAX_JOB_SLOTS,
     max_ports: int = MAX_PORT_ENTRIES,
     max_flows: int = MAX_FLOW_ENTRIES,
+    max_remotes: int = MAX_REMOTE_ENTRIES,
 ) -> ClassifierTable:
     """Map entries for ``jobs`` under a band ``assignment`` (job id -> band).
 
     Jobs without a band (fifo, a single job, or not assigned) keep their slot but
-    point at classid 0, so their packets fall to the default class.
+    point at classid 0, so their packets fall to the default class. A flow gets a
+    4-tuple entry only where the port and remote-endpoint entries would not give its
+    packets the job's slot already (a worker's flows to its PS need none).
     """
     slots, dropped_jobs = allocate_slots([j.job_id for j in jobs], previous_slots or {}, max_slots)
     slot_classid = {
@@ -217,20 +246,30 @@ def build_classifier(
     }
     ports: dict[int, int] = {}
     flows: dict[FlowKey, int] = {}
-    dropped_flows = 0
+    remotes: dict[tuple[str, int], int] = {}
+    dropped_flows = dropped_remotes = 0
     shared = shared_ports(jobs)
-    for job in sorted(jobs, key=lambda j: j.job_id):
-        slot = slots.get(job.job_id)
-        if slot is None:
-            continue
+    ordered = [(job, slots[job.job_id]) for job in sorted(jobs, key=lambda j: j.job_id) if job.job_id in slots]
+    for job, slot in ordered:
         for p in job.listen_ports:
             if len(ports) < max_ports and p not in shared:
                 ports.setdefault(p, slot)
+        for e in job.remote_endpoints:
+            if e in remotes:
+                continue
+            if len(remotes) >= max_remotes:
+                dropped_remotes += 1
+                continue
+            remotes[e] = slot
+    for job, slot in ordered:
         for f in job.client_flows(shared):
             if f in flows:
                 continue
+            by_port = ports.get(f.lport)
+            if (by_port if by_port is not None else remotes.get((f.raddr, f.rport))) == slot:
+                continue  # the port or endpoint entry classifies it already
             if len(flows) >= max_flows:
                 dropped_flows += 1
                 continue
             flows[f] = slot
-    return ClassifierTable(slots, slot_classid, ports, flows, dropped_flows, dropped_jobs)
+    return ClassifierTable(slots, slot_classid, ports, flows, remotes, dropped_flows, dropped_jobs, dropped_remotes)

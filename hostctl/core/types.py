@@ -38,7 +38,7 @@ class JobSpec:
     """
 
     name: str | None = None  # config name: becomes the job id when given
-    ports: tuple[int, ...] = ()  # local listening ports of the job (its PS)
+    ports: tuple[int, ...] = ()  # ports of the job's PS: listened to here, or connected to (worker side)
     pids: tuple[int, ...] = ()  # root PIDs; children belong to the job too
     match: str | None = None  # regex on the process command line
     model_bytes: int | None = None  # model-update size, if known
@@ -57,6 +57,9 @@ class Job:
     listen_ports: tuple[int, ...] = ()  # egress with sport in here belongs to the job
     flows: tuple[FlowKey, ...] = ()  # established connections of the job on this host
     role: str = "server"  # "server" (serves a listening port), "client" (connects out) or "both"
+    # servers the job connects to (remote address, port): egress to them belongs to the job,
+    # whatever the local end (new connections, a source rewritten by NAT)
+    remote_endpoints: tuple[tuple[str, int], ...] = ()
     model_bytes: int | None = None  # from the config; None when unknown
     comm: str | None = None  # "ps", "ring" or None (unknown), from the config
     ring_size: int | None = None  # ring all-reduce ranks, from the config

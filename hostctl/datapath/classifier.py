@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hostctl import consts
 from hostctl.core.plan import (
-    CONTROL_CLASSID, MAX_FLOW_ENTRIES, MAX_JOB_SLOTS, MAX_PORT_ENTRIES, ClassifierTable,
+    CONTROL_CLASSID, MAX_FLOW_ENTRIES, MAX_JOB_SLOTS, MAX_PORT_ENTRIES, MAX_REMOTE_ENTRIES, ClassifierTable,
 )
 from hostctl.core.types import FlowKey
 from hostctl.datapath import JobCounters
@@ -33,6 +33,7 @@ def cflags(l2_hlen: int = 14, ingress: bool = False) -> list[str]:
     return ["-DHC_INGRESS=1"] * ingress + [
         f"-DMAX_FLOW_ENTRIES={MAX_FLOW_ENTRIES}",
         f"-DMAX_PORT_ENTRIES={MAX_PORT_ENTRIES}",
+        f"-DMAX_REMOTE_ENTRIES={MAX_REMOTE_ENTRIES}",
         f"-DMAX_JOB_SLOTS={MAX_JOB_SLOTS}",
         f"-DL2_HLEN={l2_hlen}",
         f"-DCONTROL_CLASSID={CONTROL_CLASSID:#x}",
@@ -83,6 +84,7 @@ class Classifier:
         self.ifb_ifindex = 0
         self.flows = self.bpf[b"hc_flows"]
         self.ports = self.bpf[b"hc_ports"]
+        self.remotes = self.bpf[b"hc_remotes"]
         self.job_class = self.bpf[b"hc_job_class"]
         self.job_stats = self.bpf[b"hc_job_stats"]
         self.ctl = self.bpf[b"hc_ctl"]
@@ -124,6 +126,12 @@ class Classifier:
         k.rport = f.rport
         return k
 
+    def _remote_key(self, endpoint: tuple[str, int]):
+        k = self.remotes.Key()
+        ctypes.memmove(k.raddr, addr16(endpoint[0]), 16)
+        k.rport = endpoint[1]
+        return k
+
     def apply(self, table: ClassifierTable) -> int:
         """Diff against what is loaded and write only the changes.
 
@@ -139,6 +147,10 @@ class Classifier:
             if cur.ports.get(port) != slot:
                 self.ports[self.ports.Key(port)] = self.ports.Leaf(slot)
                 writes += 1
+        for endpoint, slot in table.remotes.items():
+            if cur.remotes.get(endpoint) != slot:
+                self.remotes[self._remote_key(endpoint)] = self.remotes.Leaf(slot)
+                writes += 1
         for flow, slot in table.flows.items():
             if cur.flows.get(flow) != slot:
                 self.flows[self._flow_key(flow)] = self.flows.Leaf(slot)
@@ -146,6 +158,12 @@ class Classifier:
         for flow in cur.flows.keys() - table.flows.keys():
             try:
                 del self.flows[self._flow_key(flow)]
+            except KeyError:
+                pass
+            writes += 1
+        for endpoint in cur.remotes.keys() - table.remotes.keys():
+            try:
+                del self.remotes[self._remote_key(endpoint)]
             except KeyError:
                 pass
             writes += 1

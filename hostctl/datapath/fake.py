@@ -54,7 +54,9 @@ class FakeDatapath:
         writes = sum(1 for s, c in table.slot_classid.items() if cur.slot_classid.get(s) != c)
         writes += sum(1 for p, s in table.ports.items() if cur.ports.get(p) != s)
         writes += sum(1 for f, s in table.flows.items() if cur.flows.get(f) != s)
+        writes += sum(1 for e, s in table.remotes.items() if cur.remotes.get(e) != s)
         writes += len(cur.flows.keys() - table.flows.keys()) + len(cur.ports.keys() - table.ports.keys())
+        writes += len(cur.remotes.keys() - table.remotes.keys())
         writes += len(cur.slot_classid.keys() - table.slot_classid.keys())
         self.table = table
         self.applies.append(table)
@@ -62,6 +64,13 @@ class FakeDatapath:
 
     def heartbeat(self) -> None:
         self.heartbeats += 1
+
+    def classify(self, flow: FlowKey) -> int:
+        """The class an egress data packet of ``flow`` goes to, as the classifier decides it
+        (4-tuple, local port, remote endpoint; no job or no band: the default class)."""
+        assert self.plan is not None
+        slot = self.table.lookup(flow)
+        return (self.table.slot_classid.get(slot) if slot is not None else None) or self.plan.default_classid
 
     def send(self, job_id: str, nbytes: int) -> None:
         """Pretend the job sent ``nbytes``: counted for the job and its class."""

@@ -245,11 +245,10 @@ def test_flows_finds_pod_servers_with_their_ids(pods):
         result(p)
 
 
-def test_flows_finds_pod_clients_by_match(pods):
+def test_flows_finds_pod_clients(pods):
     """Workers in pods (connecting out) are found by their command line, with their
-    launcher ids; routed, their flows keep the pod's address."""
-    if pods.mode == "masq":
-        pytest.skip("the same discovery as routed; classification of NAT'ed client flows is not covered here")
+    launcher ids, and by the port they connect to, with the id their PS's host gives
+    (ps:<PS address>:<port>), masqueraded or not; their flows keep the pod's address."""
     p0, p1 = free_ports()
     for port in (p0, p1):
         pods.start(pods.remote.argv(PY, "-m", "hostctl.tools.bulk", "serve", "--sink", "--port", str(port)))
@@ -257,18 +256,20 @@ def test_flows_finds_pod_clients_by_match(pods):
     for i, (pod, port) in enumerate(zip(pods.pods, (p0, p1))):
         env = {**os.environ, "MASTER_ADDR": pods.remote.addr, "MASTER_PORT": str(29500 + i)}
         pods.start(pod.argv(PY, "-m", "hostctl.tools.bulk", "send", "--connect", f"{pods.remote.addr}:{port}",
-                            "--seconds", "8"), env=env)
-    want = {f"master:{pods.remote.addr}:{29500 + i}": (pod, port) for i, (pod, port) in enumerate(zip(pods.pods, (p0, p1)))}
+                            "--seconds", "10"), env=env)
+    for args, ids in ((("--match", marker), [f"master:{pods.remote.addr}:{29500 + i}" for i in range(2)]),
+                      (("--ports", f"{p0},{p1}"), [f"ps:{pods.remote.addr}:{p}" for p in (p0, p1)])):
+        want = dict(zip(ids, zip(pods.pods, (p0, p1))))
 
-    def found():
-        rows = flows(pods, "--match", marker)
-        return rows if {r["job_id"] for r in rows} == set(want) and all(r["flows"] for r in rows) else None
+        def found():
+            rows = flows(pods, *args)
+            return rows if {r["job_id"] for r in rows} == set(want) and all(r["flows"] for r in rows) else None
 
-    rows = wait_for(found, 10, 0.3, f"jobs {sorted(want)}")
-    for r in rows:
-        pod, port = want[r["job_id"]]
-        assert r["role"] == "client"
-        assert all(f.startswith(f"{pod.addr}:") and f.endswith(f"->{pods.remote.addr}:{port}") for f in r["flows"])
+        rows = wait_for(found, 8, 0.3, f"jobs {sorted(want)}")
+        for r in rows:
+            pod, port = want[r["job_id"]]
+            assert r["role"] == "client"
+            assert all(f.startswith(f"{pod.addr}:") and f.endswith(f"->{pods.remote.addr}:{port}") for f in r["flows"])
 
 
 # ------------------------------------------------------------------------------------
@@ -307,18 +308,23 @@ def test_one_bands_pod_servers(pods):
 
 
 @pytest.mark.bpf
-def test_one_bands_pod_clients(pods):
-    """Workers in two pods upload to the remote side (their jobs found by command line,
-    classified by 4-tuple at the uplink); under `one` the leading job gets >= 90%.
-    Routed only: masquerading rewrites the source before the egress qdisc, so the pod-side
-    4-tuple that discovery reads does not match there."""
-    if pods.mode == "masq":
-        pytest.skip("a NAT'ed client flow needs the classifier's remote-endpoint lookup")
+@pytest.mark.parametrize("select", ["ports", "match"])
+def test_one_bands_pod_clients(pods, select):
+    """Workers in two pods upload to the remote side; under `one` the leading job gets >= 90%.
+    By --ports (the port connected to) the classifier matches the remote endpoint, which
+    masquerading leaves alone; by --match the jobs' flows are 4-tuple entries, which match
+    routed traffic only (masquerading rewrites the source before the egress qdisc)."""
+    if pods.mode == "masq" and select == "match":
+        pytest.skip("a NAT'ed flow's 4-tuple is rewritten before the uplink's classifier")
     p0, p1 = free_ports()
     for port in (p0, p1):
         pods.start(pods.remote.argv(PY, "-m", "hostctl.tools.bulk", "serve", "--sink", "--port", str(port)))
-    marker = rf"bulk send --connect {re.escape(pods.remote.addr)}:({p0}|{p1})\b"
-    start_daemon(pods, "--policy", "one", "--match", marker, jobs=0)
+    if select == "ports":
+        sel, ids = ("--ports", f"{p0},{p1}"), [f"ps:{pods.remote.addr}:{p}" for p in (p0, p1)]
+    else:
+        sel = ("--match", rf"bulk send --connect {re.escape(pods.remote.addr)}:({p0}|{p1})\b")
+        ids = [f"master:{pods.remote.addr}:{29500 + i}" for i in range(2)]
+    start_daemon(pods, "--policy", "one", *sel, jobs=0)
 
     def send(i: int, seconds: float) -> subprocess.Popen:
         env = {**os.environ, "MASTER_ADDR": pods.remote.addr, "MASTER_PORT": str(29500 + i)}
@@ -334,13 +340,12 @@ def test_one_bands_pod_clients(pods):
     wait_for(lambda: classified(1), 10, 0.2, "the first job and its flow")
     high = send(0, 5)
     st = wait_for(lambda: classified(2), 10, 0.2, "both jobs and their flows")
-    assert {j["job_id"]: j["band"] for j in st["jobs"]} == {f"master:{pods.remote.addr}:29500": 0,
-                                                             f"master:{pods.remote.addr}:29501": 1}
+    assert {j["job_id"]: j["band"] for j in st["jobs"]} == {ids[0]: 0, ids[1]: 1}
     hi, lo = result(high), result(low)
     # the sender counts bytes handed to TCP; skip the time the new flow waits for a rescan
     t0, t1 = hi["start"] + 1.5, hi["start"] + 5
     h, l_ = window_bytes(hi, t0, t1), window_bytes(lo, t0, t1)
-    print(f"{pods.mode} pod clients under one: leader share {h / (h + l_):.3f}")
+    print(f"{pods.mode} pod clients by {select} under one: leader share {h / (h + l_):.3f}")
     assert h / (h + l_) >= 0.90, f"leader share {h / (h + l_):.2f}"
 
 

@@ -3,7 +3,9 @@
 import socket
 
 from hostctl.core.types import JobSpec
-from hostctl.discovery import Discovery, read_diag_listeners, read_diag_sockets, read_proc_sockets, take_socket_snapshot
+from hostctl.discovery import (
+    Discovery, port_bytecode, read_diag_listeners, read_diag_sockets, read_proc_sockets, take_socket_snapshot,
+)
 
 
 def _listen(family, addr):
@@ -39,11 +41,17 @@ def test_port_discovery_sees_flows_and_new_listeners():
     cli = socket.create_connection(("127.0.0.1", port))
     conn, _ = srv.accept()
     try:
-        d = Discovery([JobSpec(ports=(port, port + 1))], flows_every=3)
+        d = Discovery([JobSpec(ports=(port, port + 1))])
         jobs = d.scan()
         assert [j.listen_ports for j in jobs] == [(port,)] and len(jobs[0].flows) == 1
-        for _ in range(4):  # flows come from the cached full snapshot between refreshes
+        for _ in range(4):
             assert d.scan()[0].flows == jobs[0].flows
+        # a new connection is seen at the next scan
+        cli2 = socket.create_connection(("127.0.0.1", port))
+        conn2, _ = srv.accept()
+        assert len(d.scan()[0].flows) == 2
+        for s in (cli2, conn2):
+            s.close()
     finally:
         for s in (conn, cli, srv):
             s.close()
@@ -83,4 +91,29 @@ def test_diag_sockets_match_proc_with_established_and_v4_mapped():
         assert mine(take_socket_snapshot().socks) == got
     finally:
         for s in accepted + [c for c, _ in pairs] + [srv] + ([dual] if dual else []):
+            s.close()
+
+
+def test_port_filter_in_the_kernel_keeps_local_and_remote_ports():
+    """read_diag_sockets(ports=...) gives exactly the sockets whose local or remote port is listed:
+    the listener of a listed port, the accepted end (local port) and the client end (remote port)
+    of its connections; not the sockets of an unlisted listener, whatever their ephemeral ports."""
+    a, b = _listen(socket.AF_INET, "127.0.0.1"), _listen(socket.AF_INET, "127.0.0.1")
+    pa, pb = a.getsockname()[1], b.getsockname()[1]
+    clients = [socket.create_connection(("127.0.0.1", p)) for p in (pa, pa, pb)]
+    accepted = [a.accept()[0], a.accept()[0], b.accept()[0]]
+    try:
+        def mine(socks):
+            return {s for s in socks if pa in (s.lport, s.rport) or pb in (s.lport, s.rport)}
+
+        got = read_diag_sockets(ports=[pa])
+        assert got is not None
+        want = {s for s in mine(read_diag_sockets()) if pa in (s.lport, s.rport)}
+        assert mine(got) == want and len(want) == 5  # listener + 2 accepted + 2 clients
+        assert {s for s in got if pb in (s.lport, s.rport)} == set()
+        assert mine(read_diag_sockets(ports=[pa, pb, 1])) == mine(read_diag_sockets())
+        assert read_diag_sockets(ports=[]) == []
+        assert len(port_bytecode([pa, pb])) == 4 * 8 + 3 * 4  # four tests, three jumps
+    finally:
+        for s in clients + accepted + [a, b]:
             s.close()

@@ -258,3 +258,80 @@ def test_acks_of_a_low_band_job_do_not_wait_behind_higher_bands(pair):
     assert up_bps >= 3 * LINK_BPS, f"upload {up_bps / 1e6:.0f} Mbit/s; classes {delta}"
     assert delta["6863:11"] >= 10**5, delta  # its ACKs went to the control class
     assert delta["6863:21"] < 0.01 * delta["6863:11"], delta  # not to band 1
+
+
+# --------------------------------------------------------------------------
+# The worker side: the same --ports, on the host that connects out to the PS
+
+
+def start_worker_daemon(pair, policy, *extra):
+    """hostctl on the worker namespace (wk), shaping its egress (the uploads) to LINK; returns once
+    its control socket answers (its jobs exist only once the uploads connect)."""
+    d = pair.start(pair.wk, HOSTCTL, "start", "--policy", policy, "--iface", pair.wk.dev, "--link-rate", LINK,
+                   "--ports", ",".join(map(str, PORTS)), "--rescan", "0.5", *extra)
+
+    def up():
+        if d.poll() is not None:
+            raise AssertionError(f"daemon exited: {d.stderr.read()}")
+        return pair.wk.hostctl("status", "--json").returncode == 0
+
+    wait_for(up, 30, 0.2, "worker daemon up")
+    return d
+
+
+def send(pair, port, seconds):
+    return pair.start(pair.wk, PY, "-m", "hostctl.tools.bulk", "send", "--connect", f"{pair.ps.addr}:{port}",
+                      "--seconds", str(seconds), "--bucket", "0.1")
+
+
+def test_one_on_the_worker_side_gives_the_leader_the_uplink(pair):
+    """Two jobs' workers upload to PS 10.77.0.1:5201 and :5202 (sinks); `hostctl start --policy one
+    --ports 5201,5202` runs in the WORKER namespace, whose egress is the shared 200 Mbit/s uplink. The
+    jobs are found by remote port (ps:10.77.0.1:5201 leads) and the leader gets >= 90% of the uplink
+    while both upload; the classes' counters show both bands carrying their job's data."""
+    ns, dev = pair.wk.ns, pair.wk.dev
+    start_servers(pair, sinks=PORTS)
+    start_worker_daemon(pair, "one")
+    low = send(pair, PORTS[1], 12)
+    time.sleep(0.3)
+    high = send(pair, PORTS[0], 10)
+    ids = {p: f"ps:10.77.0.1:{p}" for p in PORTS}
+
+    def banded():
+        st = json.loads(pair.wk.hostctl("status", "--json", check=True).stdout)
+        return st if {j["job_id"]: j["band"] for j in st["jobs"]} == {ids[PORTS[0]]: 0, ids[PORTS[1]]: 1} else None
+
+    st = wait_for(banded, 8, 0.1, "both worker-side jobs in their bands")
+    t_ready = time.time()
+    assert all(j["role"] == "client" and j["listen_ports"] == [] for j in st["jobs"]), st["jobs"]
+    assert {j["job_id"]: j["remote_endpoints"] for j in st["jobs"]} == {ids[p]: [f"10.77.0.1:{p}"] for p in PORTS}
+    before = oracle.class_bytes(ns, dev)
+    time.sleep(3.0)
+    after = oracle.class_bytes(ns, dev)
+    hi, lo = result(high), result(low)
+    t0, t1 = t_ready + 0.5, t_ready + 3.0
+    h, l = window_bytes(hi, t0, t1), window_bytes(lo, t0, t1)
+    assert h / (h + l) >= 0.90, f"leader share {h / (h + l):.2f} ({h} vs {l} bytes)"
+    delta = {c: after[c] - before.get(c, 0) for c in after}
+    assert delta["6863:20"] >= 0.8 * LINK_BPS / 8 * 3.0 * 0.9, delta  # the leader's data, in band 0
+    assert delta["6863:20"] >= 9 * delta["6863:21"], delta
+    assert delta["6863:10"] < 0.01 * delta["6863:20"], delta  # not in the default class
+
+
+def test_worker_side_job_ids_equal_the_ps_side_ids(pair):
+    """`hostctl flows --ports` on the PS namespace and on the worker namespace name each job alike."""
+    start_servers(pair, sinks=PORTS)
+    ups = [send(pair, p, 3) for p in PORTS]
+
+    def both(host):
+        r = host.hostctl("flows", "--ports", ",".join(map(str, PORTS)), "--json", check=True)
+        rows = json.loads(r.stdout)
+        return rows if len(rows) == 2 and all(r["flows"] for r in rows) else None
+
+    ps_rows = wait_for(lambda: both(pair.ps), 5, 0.1, "both jobs on the PS side")
+    wk_rows = wait_for(lambda: both(pair.wk), 5, 0.1, "both jobs on the worker side")
+    want = [f"ps:10.77.0.1:{p}" for p in PORTS]
+    assert [r["job_id"] for r in ps_rows] == [r["job_id"] for r in wk_rows] == want
+    assert [r["role"] for r in ps_rows] == ["server"] * 2 and [r["role"] for r in wk_rows] == ["client"] * 2
+    for p in ups:
+        result(p)

@@ -58,7 +58,8 @@ PS_HOST = snap(
 
 def test_port_spec_one_job_per_listening_port() -> None:
     jobs = group_jobs([JobSpec(ports=(9000,))], PS_HOST)
-    assert len(jobs) == 1
+    # the local PS's job, and the job of the remote PS 10.0.0.9:9000 that 200 connects to
+    assert ids(jobs) == ["ps:10.0.0.1:9000", "ps:10.0.0.9:9000"]
     j = jobs[0]
     assert j.job_id == "ps:10.0.0.1:9000"
     assert j.source == "port"
@@ -416,7 +417,7 @@ def test_listen_port_of_earlier_job_claims_flows_of_later_job() -> None:
 
 def test_same_id_from_two_specs_merged() -> None:
     jobs = group_jobs([JobSpec(ports=(9000,)), JobSpec(pids=(100,), model_bytes=3)], PS_HOST)
-    assert ids(jobs) == ["ps:10.0.0.1:9000"]
+    assert ids(jobs) == ["ps:10.0.0.1:9000", "ps:10.0.0.9:9000"]  # the second: worker 200's remote PS
     j = jobs[0]
     assert j.source == "port"  # first spec wins
     assert j.model_bytes == 3
@@ -469,3 +470,100 @@ def test_same_listener_found_twice_is_still_one_job() -> None:
              host_addr="10.1.0.2")
     jobs = group_jobs([JobSpec(ports=(9000,)), JobSpec(name="zz", match="ps-server")], s)
     assert ids(jobs) == ["ps:10.1.0.2:9000"]
+
+
+# --------------------------------------------------------------------------
+# ports on a worker host: flows selected by remote port
+
+# A worker host 10.0.0.5: process 300 uploads to two PS (10.0.0.1:9400, 10.0.0.2:9401) with two
+# connections to the first; 301 connects to an unlisted port; 302 talks to a local PS on 9500.
+WORKER_HOST = snap(
+    procs=[proc(1, 0, "/sbin/init"), proc(300, 1, "python worker.py"), proc(301, 1, "ssh"),
+           proc(302, 1, "python local.py")],
+    socks=[
+        est("10.0.0.5", 40000, "10.0.0.1", 9400, 300),
+        est("10.0.0.5", 40001, "10.0.0.1", 9400, 300),
+        est("10.0.0.5", 40002, "10.0.0.2", 9401, 300),
+        est("10.0.0.5", 40003, "10.0.0.7", 22, 301),
+        SockInfo(state="SYN_SENT", laddr="10.0.0.5", lport=40004, raddr="10.0.0.3", rport=9400, pid=300),
+    ],
+)
+
+
+def test_worker_host_one_client_job_per_remote_endpoint() -> None:
+    jobs = group_jobs([JobSpec(ports=(9400, 9401))], WORKER_HOST)
+    assert ids(jobs) == ["ps:10.0.0.1:9400", "ps:10.0.0.2:9401"]
+    a, b = jobs
+    assert a.role == "client" and a.source == "port" and a.listen_ports == ()
+    assert a.flows == (FlowKey("10.0.0.5", 40000, "10.0.0.1", 9400), FlowKey("10.0.0.5", 40001, "10.0.0.1", 9400))
+    assert a.remote_endpoints == (("10.0.0.1", 9400),) and a.pids == (300,)
+    assert b.flows == (FlowKey("10.0.0.5", 40002, "10.0.0.2", 9401),) and b.remote_endpoints == (("10.0.0.2", 9401),)
+    assert a.client_flows() == a.flows  # no listening port covers them
+
+
+def test_worker_job_id_equals_the_ps_hosts_job_id() -> None:
+    """The PS host (10.0.0.1, wildcard listener, host_addr from its interface) and the worker host
+    name the job alike, by the PS's address."""
+    ps = snap(socks=[listen("0.0.0.0", 9400), est("10.0.0.1", 9400, "10.0.0.5", 40000)], host_addr="10.0.0.1")
+    wk = snap(socks=[est("10.0.0.5", 40000, "10.0.0.1", 9400)], host_addr="10.0.0.5")
+    spec = [JobSpec(ports=(9400,))]
+    assert ids(group_jobs(spec, ps)) == ids(group_jobs(spec, wk)) == ["ps:10.0.0.1:9400"]
+    # the same with a named spec: the name on both sides
+    named = [JobSpec(name="resnet", ports=(9400,))]
+    assert ids(group_jobs(named, ps)) == ids(group_jobs(named, wk)) == ["resnet"]
+    two = [JobSpec(name="resnet", ports=(9400, 9401))]
+    assert ids(group_jobs(two, ps)) == ids(group_jobs(two, wk)) == ["resnet:9400"]
+
+
+def test_worker_ipv6_and_mapped_endpoints() -> None:
+    s = snap(socks=[est("fd00::5", 40000, "fd00::1", 9400), est("::ffff:10.0.0.5", 40001, "::ffff:10.0.0.2", 9400)])
+    jobs = group_jobs([JobSpec(ports=(9400,))], s)
+    assert ids(jobs) == ["ps:10.0.0.2:9400", "ps:[fd00::1]:9400"]
+    assert jobs[0].remote_endpoints == (("10.0.0.2", 9400),)
+    assert jobs[1].remote_endpoints == (("fd00::1", 9400),)
+
+
+def test_host_that_is_ps_and_worker_of_the_same_port_has_two_jobs() -> None:
+    s = snap(socks=[listen("10.0.0.5", 9400), est("10.0.0.5", 9400, "10.0.0.8", 50000),
+                    est("10.0.0.5", 40000, "10.0.0.1", 9400)])
+    jobs = group_jobs([JobSpec(ports=(9400,))], s)
+    assert ids(jobs) == ["ps:10.0.0.1:9400", "ps:10.0.0.5:9400"]
+    client, server = jobs
+    assert (client.role, client.listen_ports, client.remote_endpoints) == ("client", (), (("10.0.0.1", 9400),))
+    assert (server.role, server.listen_ports, server.remote_endpoints) == ("server", (9400,), ())
+    assert server.flows == (FlowKey("10.0.0.5", 9400, "10.0.0.8", 50000),)
+    # a named spec names both: one job, serving 9400 and connecting to the other PS
+    (j,) = group_jobs([JobSpec(name="a", ports=(9400,))], s)
+    assert j.job_id == "a" and j.role == "both" and j.listen_ports == (9400,)
+    assert j.remote_endpoints == (("10.0.0.1", 9400),) and len(j.flows) == 2
+
+
+def test_connections_to_a_local_ps_are_the_local_ps_job_only() -> None:
+    s = snap(socks=[
+        listen("0.0.0.0", 9400), listen("10.0.0.5", 9401),
+        # a local worker on loopback and on the host address: both ends are in the snapshot
+        est("127.0.0.1", 40000, "127.0.0.1", 9400), est("127.0.0.1", 9400, "127.0.0.1", 40000),
+        est("10.0.0.5", 40001, "10.0.0.5", 9401), est("10.0.0.5", 9401, "10.0.0.5", 40001),
+        # the client end only (the server end not seen yet): the listener's address tells
+        est("10.0.0.5", 40002, "10.0.0.5", 9401), est("127.0.0.1", 40003, "127.0.0.1", 9400),
+    ], host_addr="10.0.0.5")
+    jobs = group_jobs([JobSpec(ports=(9400, 9401))], s)
+    assert ids(jobs) == ["ps:10.0.0.5:9400", "ps:10.0.0.5:9401"]
+    assert all(j.role == "server" and j.remote_endpoints == () for j in jobs)
+
+
+def test_worker_flows_of_unlisted_ports_and_other_states_are_ignored() -> None:
+    assert group_jobs([JobSpec(ports=(22,))], WORKER_HOST)[0].remote_endpoints == (("10.0.0.7", 22),)
+    assert group_jobs([JobSpec(ports=(9402,))], WORKER_HOST) == []  # the SYN_SENT to 10.0.0.3 is no job
+
+
+def test_remote_endpoint_claimed_by_the_first_job() -> None:
+    # the worker process is also found by --match: "master:..." sorts first and takes the flows,
+    # the port job is covered and dropped with its endpoint
+    procs = [proc(1, 0), proc(300, 1, "python worker.py", MASTER_ADDR="10.0.0.1", MASTER_PORT="29500")]
+    s = snap(procs=procs, socks=[est("10.0.0.5", 40000, "10.0.0.1", 9400, 300)])
+    jobs = group_jobs([JobSpec(match="worker"), JobSpec(ports=(9400,))], s)
+    assert ids(jobs) == ["master:10.0.0.1:29500"]
+    # with a name sorting first, the port spec's job keeps flows and endpoint
+    jobs = group_jobs([JobSpec(match="worker"), JobSpec(name="a", ports=(9400,))], s)
+    assert ids(jobs) == ["a"] and jobs[0].remote_endpoints == (("10.0.0.1", 9400),)

@@ -88,3 +88,41 @@ def test_port_served_by_several_jobs_classifies_by_4_tuple():
     t = build_classifier(jobs, {"ps:10.1.0.2:9000": 0, "ps:10.1.0.3:9000": 1, "c": 2})
     assert t.ports == {9100: t.slots["c"]}
     assert t.flows == {fa: t.slots["ps:10.1.0.2:9000"], fb: t.slots["ps:10.1.0.3:9000"]}
+
+
+def test_remote_endpoints_classify_a_workers_flows_new_and_natted():
+    """A worker host's two jobs (connecting to PS 10.0.0.1:9400 and 10.0.0.2:9401): one remote-endpoint
+    entry each; their flows need no 4-tuple entry, a new connection and a NATed one (other source
+    address and port) match the endpoint; a host that is PS for 9400 itself keeps its port entry first."""
+    a = Job("ps:10.0.0.1:9400", "port", flows=(FlowKey("10.0.0.5", 40000, "10.0.0.1", 9400),), role="client",
+            remote_endpoints=(("10.0.0.1", 9400),))
+    b = Job("ps:10.0.0.2:9401", "port", flows=(FlowKey("10.0.0.5", 40001, "10.0.0.2", 9401),), role="client",
+            remote_endpoints=(("10.0.0.2", 9401),))
+    ps = Job("ps:10.0.0.5:9400", "port", listen_ports=(9400,), flows=(FlowKey("10.0.0.5", 9400, "10.0.0.8", 5000),))
+    t = build_classifier([a, b, ps], {a.job_id: 0, b.job_id: 1, ps.job_id: 2})
+    sa, sb, sp = (t.slots[j.job_id] for j in (a, b, ps))
+    assert t.remotes == {("10.0.0.1", 9400): sa, ("10.0.0.2", 9401): sb}
+    assert t.flows == {} and t.ports == {9400: sp}
+    assert t.lookup(a.flows[0]) == sa
+    assert t.lookup(FlowKey("10.0.0.5", 40999, "10.0.0.1", 9400)) == sa  # a new connection
+    assert t.lookup(FlowKey("192.168.1.9", 61000, "10.0.0.2", 9401)) == sb  # source rewritten by NAT
+    assert t.lookup(FlowKey("10.0.0.5", 9400, "10.0.0.8", 5000)) == sp  # the local PS: by its port
+    assert t.lookup(FlowKey("10.0.0.5", 40002, "10.0.0.3", 9400)) is None  # another PS: no job yet
+    d = t.to_dict()
+    assert d["remotes"] == {"10.0.0.1:9400": sa, "10.0.0.2:9401": sb} and d["dropped_remotes"] == 0
+
+
+def test_remote_endpoint_of_an_earlier_job_keeps_4tuple_entries_of_another_job():
+    # "a" holds the endpoint; a flow to the same endpoint claimed by "b" needs its 4-tuple entry
+    f1, f2 = FlowKey("10.0.0.5", 40000, "10.0.0.1", 9400), FlowKey("10.0.0.5", 40001, "10.0.0.1", 9400)
+    a = Job("a", "port", flows=(f1,), role="client", remote_endpoints=(("10.0.0.1", 9400),))
+    b = Job("b", "pid", flows=(f2,), role="client")
+    t = build_classifier([a, b], {"a": 0, "b": 1})
+    assert t.flows == {f2: t.slots["b"]}
+    assert t.lookup(f1) == t.slots["a"] and t.lookup(f2) == t.slots["b"]
+
+
+def test_remote_endpoints_limit():
+    jobs = [Job(f"j{i}", "port", remote_endpoints=((f"10.0.0.{i}", 9400),), role="client") for i in range(5)]
+    t = build_classifier(jobs, {}, max_remotes=3)
+    assert len(t.remotes) == 3 and t.dropped_remotes == 2

@@ -310,8 +310,10 @@ def _list_procs(containers: bool = False, iface: str | None = None) -> tuple[lis
 def find_containers(iface: str | None, by_ns: dict[int, list[int]] | None = None) -> list[ContainerNs]:
     """The containers of this host (hostctl.containers); ``iface`` is the egress interface,
     whose peer is no container. ``by_ns`` (_pids_by_netns()) is taken only when this
-    namespace has a veth to another one: a host without containers pays one link dump."""
-    peers = veth_peer_nsids(iface)
+    namespace has a veth to another one: a host without containers pays one link dump.
+    Without an egress interface there are none: the namespace at the other end of a veth
+    could as well be the network (an emulated host's uplink) as a container."""
+    peers = veth_peer_nsids(iface) if iface else set()
     if not peers:
         return []
     own = _netns_inode("self")
@@ -489,12 +491,13 @@ class Discovery:
         self.ports = frozenset(p for spec in self.specs for p in spec.ports)
 
     def pods(self) -> list[ContainerNs]:
-        """The containers of this host (none with containers off). The namespace walk (one stat
+        """The containers of this host (none with containers off or without an egress
+        interface: find_containers). The namespace walk (one stat
         per process) is redone only when this namespace's veths lead to other namespaces than
         at the last walk (a container that comes or goes adds or removes its veth), when the
         process it was entered through has left it (one stat per container), or while a veth
         leads to a namespace in which no process was found (it may start one at any time)."""
-        if not self.containers:
+        if not self.containers or not self.iface:
             return []
         peers = veth_peer_nsids(self.iface)
         if (peers != self._peers or any(_netns_inode(c.pid) != c.inode for c in self._pods)

@@ -26,7 +26,6 @@ TOP_KEYS = {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval"
             "job_order", "containers", "container_addr"}
 JOB_KEYS = {"name", "ports", "pids", "match", "model_size", "cap", "comm", "ring_size"}
 COMM_PATTERNS = ("ps", "ring")  # [[jobs]] comm: parameter server, ring all-reduce
-CONTAINER_ADDRS = ("pod", "host")  # = hostctl.discovery.CONTAINER_ADDRS
 PACING_POLICIES = ("cap", "mlcc")  # policies that run the sock_ops pacing datapath and the slot loop
 _ENDPOINT = re.compile(r"(tcp://[^\s,]+:\d{1,5}|ipc://[^\s,]+)")
 ALL_POLICIES = (*POLICIES, *PACING_POLICIES)
@@ -131,7 +130,7 @@ class Config:
                               f"got {self.plan_offset_s}")
         if not 1 <= self.horizon <= 64:
             raise ConfigError(f"horizon must be within 1..64 slots (MLCC uses 10), got {self.horizon}")
-        if self.container_addr not in CONTAINER_ADDRS:
+        if self.container_addr not in consts.CONTAINER_ADDRS:
             raise ConfigError(f"unknown container_addr {self.container_addr!r}: choose pod (routed pod networks) "
                               "or host (masquerading, hostPort = containerPort)")
         if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:

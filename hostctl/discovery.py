@@ -42,6 +42,7 @@ from collections.abc import Iterable, Sequence
 
 import psutil
 
+from hostctl.containers import ContainerNs, call_in_each_netns, container_namespaces, netns_inode, veth_peer_nsids
 from hostctl.core.grouping import (
     ESTABLISHED,
     LAUNCHER_ENV_KEYS,
@@ -51,11 +52,11 @@ from hostctl.core.grouping import (
     normalize_addr,
     pids_needing_env,
 )
-from hostctl.containers import ContainerNs, call_in_each_netns, container_namespaces, netns_inode, veth_peer_nsids
 from hostctl.core.types import Job, JobSpec, ProcInfo, Snapshot, SockInfo
 from hostctl.datapath.rtnl_raw import RawNetlink, _rta
-from hostctl.errors import ConfigError
 from hostctl.datapath.sockreset import socket_fds
+from hostctl.consts import CONTAINER_ADDRS
+from hostctl.errors import ConfigError
 
 # What a process or socket that disappears between two reads can raise.
 _VANISHED: tuple[type[BaseException], ...] = (
@@ -67,7 +68,6 @@ _VANISHED: tuple[type[BaseException], ...] = (
     PermissionError,
 )
 
-CONTAINER_ADDRS = ("pod", "host")  # what names a container's wildcard listener in job ids
 PROC_NET_TCP = ("/proc/net/tcp", "/proc/net/tcp6")
 # /proc/net/tcp "st" column (include/net/tcp_states.h); other states are ignored.
 _PROC_STATES = {"01": ESTABLISHED, "0A": LISTEN}
@@ -307,13 +307,16 @@ def _list_procs(containers: bool = False, iface: str | None = None) -> tuple[lis
     return procs, pods
 
 
-def find_containers(iface: str | None, by_ns: dict[int, list[int]] | None = None) -> list[ContainerNs]:
+def find_containers(iface: str | None, by_ns: dict[int, list[int]] | None = None,
+                    peers: set[int] | None = None) -> list[ContainerNs]:
     """The containers of this host (hostctl.containers); ``iface`` is the egress interface,
     whose peer is no container. ``by_ns`` (_pids_by_netns()) is taken only when this
     namespace has a veth to another one: a host without containers pays one link dump.
     Without an egress interface there are none: the namespace at the other end of a veth
-    could as well be the network (an emulated host's uplink) as a container."""
-    peers = veth_peer_nsids(iface) if iface else set()
+    could as well be the network (an emulated host's uplink) as a container. ``peers``:
+    veth_peer_nsids(iface) when the caller has it."""
+    if peers is None:
+        peers = veth_peer_nsids(iface) if iface else set()
     if not peers:
         return []
     own = _netns_inode("self")
@@ -478,7 +481,7 @@ class Discovery:
         """containers: find jobs in this host's containers too (module doc); container_addr:
         what names a container's listener in job ids, "pod" or "host"."""
         if container_addr not in CONTAINER_ADDRS:
-            raise ConfigError(f"container_addr must be one of {', '.join(CONTAINER_ADDRS)}, got {container_addr!r}")
+            raise ConfigError(f"unknown container_addr {container_addr!r}: choose one of {', '.join(CONTAINER_ADDRS)}")
         self.specs: tuple[JobSpec, ...] = tuple(specs)
         self.iface = iface
         self.containers = containers
@@ -492,17 +495,17 @@ class Discovery:
 
     def pods(self) -> list[ContainerNs]:
         """The containers of this host (none with containers off or without an egress
-        interface: find_containers). The namespace walk (one stat
-        per process) is redone only when this namespace's veths lead to other namespaces than
-        at the last walk (a container that comes or goes adds or removes its veth), when the
-        process it was entered through has left it (one stat per container), or while a veth
-        leads to a namespace in which no process was found (it may start one at any time)."""
+        interface: find_containers). The namespace walk (one stat per process) is redone only
+        when this namespace's veths lead to other namespaces than at the last walk (a
+        container that comes or goes adds or removes its veth), when the process it was
+        entered through has left it (one stat per container), or while a veth leads to a
+        namespace in which no process was found (it may start one at any time)."""
         if not self.containers or not self.iface:
             return []
         peers = veth_peer_nsids(self.iface)
         if (peers != self._peers or any(_netns_inode(c.pid) != c.inode for c in self._pods)
                 or peers - {c.nsid for c in self._pods}):
-            self._pods = find_containers(self.iface) if peers else []
+            self._pods = find_containers(self.iface, peers=peers) if peers else []
             self._peers = peers
         return self._pods
 

@@ -292,7 +292,7 @@ def test_one_bands_pod_servers(pods):
     p0, p1 = free_ports()
     for pod, port in zip(pods.pods, (p0, p1)):
         serve(pods, pod, port)
-    start_daemon(pods, "--policy", "one", "--ports", f"{p0},{p1}", *id_args(pods))
+    d = start_daemon(pods, "--policy", "one", "--ports", f"{p0},{p1}", *id_args(pods))
     st = json.loads(pods.host.run(HOSTCTL, "status", "--json").stdout)
     want = {expected_ps_id(pods, pod, port): i for i, (pod, port) in enumerate(zip(pods.pods, (p0, p1)))}
     assert {j["job_id"]: j["band"] for j in st["jobs"]} == want  # ids sort as (pod0, p0) < (pod1, p1)
@@ -305,6 +305,9 @@ def test_one_bands_pod_servers(pods):
     assert share >= 0.90, f"leader share {share:.2f}"
     total = (window_bytes(hi, hi["start"] + 1, hi["start"] + 4) + window_bytes(lo, hi["start"] + 1, hi["start"] + 4))
     assert total * 8 / 3 >= 0.8 * 200e6, f"uplink {total * 8 / 3e6:.0f} Mbit/s"  # work-conserving at the link
+    assert pods.host.run(HOSTCTL, "stop", check=False).returncode == 0
+    _out, log = d.communicate(timeout=15)
+    assert "discovery failed" not in log and "Traceback" not in log, log
 
 
 @pytest.mark.bpf

@@ -2,7 +2,7 @@
  *
  * Attached to the cgroup of the daemon's scope (the v2 root on a real host, an
  * emulated host's cgroup in the testbed). For the TCP flows the daemon selected
- * (by local or remote port, or by 4-tuple) it
+ * (by local port, remote endpoint, remote port, or by 4-tuple) it
  *   - counts bytes acked and sent, and records srtt, cwnd, retransmits, last activity;
  *   - cuts the flow's ACK progress into bursts (no progress for gap_ns, or for two ACK
  *     steps at the applied pacing rate if longer, ends one) and reports each completed
@@ -11,7 +11,8 @@
  *     TCP's internal pacing then enforces it, no fq qdisc needed (ENVIRONMENT.md).
  * A flow that matches no selector is never touched: no pacing, no map entry.
  *
- * The program runs only on sock_ops callbacks. At ESTABLISHED it checks the selectors;
+ * The program runs only on sock_ops callbacks. At ESTABLISHED it checks the selectors
+ * (4-tuple, then local port, then remote endpoint = remote address + port, then remote port);
  * a selected flow gets RTT and STATE callbacks (every state change; RTT about once per
  * round trip: the kernel calls it from tcp_rtt_estimator only when snd_una has passed
  * the snd_nxt of its previous call, NOT on every ACK), and on each one the counters are
@@ -22,8 +23,11 @@
  * bytes are cut at bytes_sent, not at the ACK that happens to come next (see below).
  * With HP_CTL_TRACK_ALL set (the daemon selects flows by 4-tuple, learnt after the
  * connection exists), every flow of the cgroup gets RTT callbacks so that it can be
- * selected later; unselected flows then cost four hash lookups per callback and are
- * otherwise untouched.
+ * selected later; unselected flows then cost five hash lookups per callback and are
+ * otherwise untouched. A remote-port selector whose slot is HP_SLOT_WATCH selects nothing
+ * but asks for those callbacks for the flows to that port only: a worker's first
+ * connection to a PS is what makes the daemon's job (and its remote-endpoint selector),
+ * so it must be selectable after it is established, without TRACK_ALL's cost on every flow.
  *
  * Fail open: the daemon refreshes hp_ctl.heartbeat_ns every slot. When
  * now - heartbeat_ns > lease_ns (daemon killed or stuck), or HP_CTL_RELEASE is set
@@ -39,6 +43,7 @@
  *   hp_rates       hash     struct hc_flow_key    -> struct hp_rate       HP_MAX_FLOWS      daemon
  *   hp_sel_flows   hash     struct hc_flow_key    -> __u32 job slot       HP_MAX_FLOWS      daemon
  *   hp_sel_ports   hash     struct hp_port_key    -> __u32 job slot       HP_MAX_PORTS      daemon
+ *   hp_sel_remotes hash     struct hc_remote_key  -> __u32 job slot       HP_MAX_REMOTES    daemon
  *   hp_slot_rate   array    __u32 job slot        -> struct hp_rate       HP_MAX_SLOTS      daemon (a job-wide default rate)
  *   hp_ctl         array    __u32 0 or 1          -> struct hp_ctl        2                 0: daemon, 1: this program
  *   hp_bursts      ringbuf  struct hp_burst records                       HP_RINGBUF_PAGES  this program
@@ -54,7 +59,7 @@
  * Flow map full: the flow is not paced and not counted, its callbacks are switched
  * off, and hp_ctl.flows_full counts it (once per flow).
  * Compile-time settings (cflags from pacer.cflags()): HP_MAX_FLOWS, HP_MAX_PORTS,
- * HP_MAX_SLOTS, HP_RINGBUF_PAGES.
+ * HP_MAX_REMOTES, HP_MAX_SLOTS, HP_RINGBUF_PAGES.
  */
 #include <uapi/linux/bpf.h>
 #include <uapi/linux/tcp.h>
@@ -66,6 +71,9 @@
 #ifndef HP_MAX_PORTS
 #define HP_MAX_PORTS 4096
 #endif
+#ifndef HP_MAX_REMOTES
+#define HP_MAX_REMOTES 4096
+#endif
 #ifndef HP_MAX_SLOTS
 #define HP_MAX_SLOTS 1024
 #endif
@@ -74,6 +82,7 @@
 #endif
 
 #define HP_UNLIMITED 0xffffffffU
+#define HP_SLOT_WATCH 0xffffffffU  /* hp_sel_ports value: no slot, only callbacks (see the top) */
 #define HP_TCP_CLOSE 7
 
 /* hp_port_key.side */
@@ -98,6 +107,12 @@ struct hc_flow_key {
     __u16 lport;     /* host byte order */
     __u16 rport;     /* host byte order */
     __u32 pad;
+};
+
+struct hc_remote_key {
+    __u8 raddr[16];  /* remote address; IPv4 as ::ffff:a.b.c.d */
+    __u16 rport;     /* host byte order */
+    __u16 pad;
 };
 
 struct hp_port_key {
@@ -156,6 +171,7 @@ BPF_HASH(hp_flows, struct hc_flow_key, struct hp_flow, HP_MAX_FLOWS);
 BPF_HASH(hp_rates, struct hc_flow_key, struct hp_rate, HP_MAX_FLOWS);
 BPF_HASH(hp_sel_flows, struct hc_flow_key, __u32, HP_MAX_FLOWS);
 BPF_HASH(hp_sel_ports, struct hp_port_key, __u32, HP_MAX_PORTS);
+BPF_HASH(hp_sel_remotes, struct hc_remote_key, __u32, HP_MAX_REMOTES);
 BPF_ARRAY(hp_slot_rate, struct hp_rate, HP_MAX_SLOTS);
 BPF_ARRAY(hp_ctl, struct hp_ctl, 2);
 BPF_RINGBUF_OUTPUT(hp_bursts, HP_RINGBUF_PAGES);
@@ -188,12 +204,20 @@ static __always_inline int flow_key(struct bpf_sock_ops *skops, struct hc_flow_k
     return 0;
 }
 
+/* 1: selected (*slot set); 2: not selected but watched (a remote port with HP_SLOT_WATCH);
+ * 0: neither. */
 static __always_inline int select_slot(struct hc_flow_key *k, __u32 *slot)
 {
     __u32 *s = hp_sel_flows.lookup(k);
     if (!s) {
         struct hp_port_key pk = {.port = k->lport, .side = HP_SIDE_LOCAL};
         s = hp_sel_ports.lookup(&pk);
+        if (!s) {
+            struct hc_remote_key rk = {};
+            __builtin_memcpy(rk.raddr, k->raddr, 16);
+            rk.rport = k->rport;
+            s = hp_sel_remotes.lookup(&rk);
+        }
         if (!s) {
             pk.port = k->rport;
             pk.side = HP_SIDE_REMOTE;
@@ -202,6 +226,8 @@ static __always_inline int select_slot(struct hc_flow_key *k, __u32 *slot)
     }
     if (!s)
         return 0;
+    if (*s == HP_SLOT_WATCH)
+        return 2;
     *slot = *s;
     return 1;
 }
@@ -249,8 +275,9 @@ int hc_pace(struct bpf_sock_ops *skops)
         if (op == BPF_SOCK_OPS_STATE_CB)
             return 1;
         __u32 slot;
-        if (!select_slot(&key, &slot)) {
-            if (op != BPF_SOCK_OPS_RTT_CB && (ctl->flags & HP_CTL_TRACK_ALL))
+        int sel = select_slot(&key, &slot);
+        if (sel != 1) {
+            if (op != BPF_SOCK_OPS_RTT_CB && (sel == 2 || (ctl->flags & HP_CTL_TRACK_ALL)))
                 bpf_sock_ops_cb_flags_set(skops, BPF_SOCK_OPS_RTT_CB_FLAG);
             return 1;
         }

@@ -32,7 +32,7 @@ PolicyOpt = typer.Option(None, "--policy", "-p", help="fifo, one (static priorit
 IfaceOpt = typer.Option(None, "--iface", "-i", help="Egress interface. Default: the default route's.")
 ContainersOpt = typer.Option(None, "--containers/--no-containers", help="Find jobs in this host's containers too (network namespaces with a veth to this one: Docker, Kubernetes pods). Default on.")
 ContainerAddrOpt = typer.Option(None, "--container-addr", help="Address naming a container's listening port in job ids: pod (its own address; routed pod networks, default) or host (the --iface address; masquerading with hostPort = containerPort).")
-PortsOpt = typer.Option(None, "--ports", help="DL listening ports, e.g. 9000-9005,9100: each port is one job.")
+PortsOpt = typer.Option(None, "--ports", help="DL ports, e.g. 9000-9005,9100: each port served here is one job, and so is each PS address:port that processes here connect to (worker hosts).")
 PidsOpt = typer.Option(None, "--pids", help="Process ids, e.g. 1234,5678: each with its children is one job.")
 MatchOpt = typer.Option(None, "--match", help="Regex on command lines, e.g. 'torchrun|horovodrun'.")
 ConfigOpt = typer.Option(None, "--config", "-c", help="TOML config file (flags win). See examples/hostctl.toml.")
@@ -134,14 +134,14 @@ def start(
         table = build_classifier(jobs, assignment)
         pacing = None
         if cfg.pacing:
-            from hostctl.core.pace import selectors
+            from hostctl.core.pace import selectors, watch_ports
             from hostctl.core.plan import MAX_JOB_SLOTS, allocate_slots
 
             slots, _ = allocate_slots([j.job_id for j in jobs], {}, MAX_JOB_SLOTS)
-            ports_sel, flows_sel = selectors(jobs, slots)
+            ports_sel, flows_sel, remotes_sel = selectors(jobs, slots, watch_ports=watch_ports(cfg.jobs))
             caps = cfg.job_caps_bps()
             pacing = {"cgroup": cfg.cgroup, "slot_s": cfg.slot_s, "slots": slots,
-                      "selectors": PaceTable(ports_sel, flows_sel).to_dict()}
+                      "selectors": PaceTable(ports_sel, flows_sel, remotes=remotes_sel).to_dict()}
             if cfg.policy == "cap":
                 pacing["caps_bps"] = {j.job_id: caps.get(j.job_id, cfg.cap_bps) for j in jobs}
             else:

@@ -116,8 +116,9 @@ class Daemon:
         self.stats.scans += 1
         for jid in sorted(found.keys() - self.jobs.keys()):
             j = found[jid]
-            log.info("job arrived: %s (%s, %d flow(s), ports %s)", jid, j.role, len(j.flows),
-                     ",".join(map(str, j.listen_ports)) or "-")
+            log.info("job arrived: %s (%s, %d flow(s), ports %s, connects to %s)", jid, j.role, len(j.flows),
+                     ",".join(map(str, j.listen_ports)) or "-",
+                     ",".join(endpoint_str(e) for e in j.remote_endpoints) or "-")
         for jid in sorted(self.jobs.keys() - found.keys()):
             log.info("job left: %s", jid)
         changed = found != self.jobs

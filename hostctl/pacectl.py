@@ -25,7 +25,7 @@ import numpy as np
 from hostctl.config import Config
 from hostctl.core.deps import JobComm
 from hostctl.core.monitor import FlowMonitor, MonitorParams
-from hostctl.core.pace import PaceTable, cap_rates, selectors
+from hostctl.core.pace import PaceTable, cap_rates, selectors, watch_ports
 from hostctl.core.plan import MAX_JOB_SLOTS, allocate_slots
 from hostctl.core.types import FlowKey, Job
 from hostctl.datapath import UNLIMITED_BPS_BYTES, BurstBatch, FlowRecord
@@ -61,7 +61,9 @@ class PaceControl:
         self._flow_job: dict[FlowKey, str] = {}
         # selectors() of the last (jobs, slots): jobs change at rescans only (every 0.5-1 s), not per slot
         self._sel_key: tuple | None = None
-        self._sel: tuple[dict, dict] = ({}, {})
+        self._sel: tuple[dict, dict, dict] = ({}, {}, {})
+        # the ports of port specs: a worker's connection to one is watched until its job exists
+        self.watch_ports = watch_ports(config.jobs)
         # the flows in key order, kept while the flow set does not change: sorting 100 keys every
         # slot costs more than comparing the sets
         self._sorted_keys: list[FlowKey] = []
@@ -161,12 +163,12 @@ class PaceControl:
 
     def plan(self, jobs: Mapping[str, Job]) -> PaceTable:
         """Selectors for every job; rates from the policy (cap or mlcc)."""
-        ports, flows = self._selectors(jobs)
+        ports, flows, remotes = self._selectors(jobs)
         stats = self.monitor.flow_stats()
         if self.mlcc is not None:
             comms = {jid: JobComm(j.comm, frozenset(j.listen_ports), j.ring_size)
                      for jid, j in jobs.items() if j.comm} if self.mlcc.wants_comms else None
-            return PaceTable(ports, flows, self.mlcc.tick(self._mlcc_flows(stats), comms), {})
+            return PaceTable(ports, flows, self.mlcc.tick(self._mlcc_flows(stats), comms), {}, remotes)
         recent = {int(i) for i, r in zip(stats.flow_id, stats.max_rate_Bps) if r > 0}
         job_flows: dict[str, list[FlowKey]] = {}
         for key, job in self._flow_job.items():
@@ -175,14 +177,14 @@ class PaceControl:
         active = {k for k in self._flow_job if self._ids.get(k) in recent}
         flow_rates, job_rates = cap_rates(self.caps_Bps(jobs), job_flows, active)
         slot_rates = {self.slots[j]: r for j, r in job_rates.items() if j in self.slots}
-        return PaceTable(ports, flows, flow_rates, slot_rates)
+        return PaceTable(ports, flows, flow_rates, slot_rates, remotes)
 
-    def _selectors(self, jobs: Mapping[str, Job]) -> tuple[dict, dict]:
+    def _selectors(self, jobs: Mapping[str, Job]) -> tuple[dict, dict, dict]:
         """selectors() of the jobs and their slots, recomputed only when either changed (the
         tables share the dicts: nobody mutates a PaceTable's maps)."""
         key = (tuple(jobs.values()), dict(self.slots))  # a copy: the slots may change in place
         if key != self._sel_key:
-            self._sel = selectors(list(key[0]), self.slots)
+            self._sel = selectors(list(key[0]), self.slots, watch_ports=self.watch_ports)
             self._sel_key = key
         return self._sel
 

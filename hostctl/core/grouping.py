@@ -447,7 +447,8 @@ def group_jobs(specs: Sequence[JobSpec], snap: Snapshot) -> list[Job]:
         ports = {p for _a, p in eps}
         flows = {f for f in d.flows if f not in claimed_flows and (f.laddr, f.lport) not in claimed_eps
                  and ("*", f.lport) not in claimed_eps}
-        remotes = {r for r in d.remotes if r not in claimed_remotes and any((f.raddr, f.rport) == r for f in flows)}
+        kept = {(f.raddr, f.rport) for f in flows} if d.remotes else set()
+        remotes = {r for r in d.remotes if r not in claimed_remotes and r in kept}
         if had_sockets and not (ports or flows):
             continue  # fully covered by an earlier job
         claimed_eps |= eps

@@ -4,19 +4,25 @@
 daemon computes it, ``hostctl start --dry-run`` prints it, the Linux pacer diffs it
 into the maps and the fake records it.
 
-Selectors say which flows are DL flows of which job slot: a served port (``local``),
-a port connected to (``remote``), or an exact 4-tuple. Rates are bytes/s: a per-flow
-rate wins over its job slot's rate; a flow with neither is counted but not paced.
+Selectors say which flows are DL flows of which job slot: an exact 4-tuple, a served port
+(``local``), a server connected to (remote endpoint: address and port), or a port connected
+to (``remote``), checked in that order when the flow is established. Rates are bytes/s: a
+per-flow rate wins over its job slot's rate; a flow with neither is counted but not paced.
+
+A ``remote`` port selector with slot ``WATCH_SLOT`` selects nothing: the flows to that port
+get the callbacks that let a selector written later (the endpoint, once discovery has made
+the job from the flow itself) select them, as a worker's first connection to its PS needs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hostctl.core.types import FlowKey, Job, shared_ports
+from hostctl.core.types import FlowKey, Job, JobSpec, shared_ports
 
 SIDES = ("local", "remote")
+WATCH_SLOT = 0xFFFFFFFF  # = HP_SLOT_WATCH in bpf/hc_pace.c
 
 
 @dataclass(frozen=True)
@@ -25,10 +31,14 @@ class PaceTable:
     flows: Mapping[FlowKey, int] = field(default_factory=dict)  # 4-tuple -> slot
     flow_rates: Mapping[FlowKey, int] = field(default_factory=dict)  # bytes/s
     slot_rates: Mapping[int, int] = field(default_factory=dict)  # bytes/s, job-wide default
+    remotes: Mapping[tuple[str, int], int] = field(default_factory=dict)  # (remote addr, port) -> slot
 
     def to_dict(self) -> dict:
         return {
-            "ports": [{"port": p, "side": s, "slot": slot} for (p, s), slot in sorted(self.ports.items())],
+            "ports": [{"port": p, "side": s, "slot": "watch" if slot == WATCH_SLOT else slot}
+                      for (p, s), slot in sorted(self.ports.items())],
+            "remotes": [{"remote": f"[{a}]:{p}" if ":" in a else f"{a}:{p}", "slot": s}
+                        for (a, p), s in sorted(self.remotes.items())],
             "flows": [{"flow": str(f), "slot": s} for f, s in sorted(self.flows.items())],
             "flow_rates_Bps": {str(f): r for f, r in sorted(self.flow_rates.items())},
             "slot_rates_Bps": dict(sorted(self.slot_rates.items())),
@@ -37,35 +47,52 @@ class PaceTable:
 
 MAX_FLOW_SELECTORS = 16384  # = HP_MAX_FLOWS: hp_sel_flows holds no more
 MAX_PORT_SELECTORS = 4096  # = HP_MAX_PORTS
+MAX_REMOTE_SELECTORS = 4096  # = HP_MAX_REMOTES
 
 
-def selectors(jobs: Sequence[Job], slots: Mapping[str, int], *, remote_ports: Mapping[str, Sequence[int]] = {},
+def selectors(jobs: Sequence[Job], slots: Mapping[str, int], *, watch_ports: Iterable[int] = (),
               max_flows: int = MAX_FLOW_SELECTORS, max_ports: int = MAX_PORT_SELECTORS,
-              ) -> tuple[dict[tuple[int, str], int], dict[FlowKey, int]]:
-    """Port and 4-tuple selectors for the jobs that have a slot.
+              max_remotes: int = MAX_REMOTE_SELECTORS,
+              ) -> tuple[dict[tuple[int, str], int], dict[FlowKey, int], dict[tuple[str, int], int]]:
+    """Port, 4-tuple and remote-endpoint selectors for the jobs that have a slot.
 
-    A job's served ports select its flows at connection time (no 4-tuple needed), except a
-    port several jobs serve (shared_ports), whose flows are selected by 4-tuple; the
-    flows that are not on a served port (the job connects out) are selected by 4-tuple,
-    plus by remote port when the caller knows the ports the job connects to. At most
-    max_flows / max_ports entries (the kernel maps' sizes): later ones are left out."""
+    A job's served ports and the servers it connects to (``Job.remote_endpoints``, a
+    worker's PS) select its flows at connection time, except a port several jobs serve
+    (shared_ports: containers serving the same port), whose flows are selected by 4-tuple;
+    its other flows (it connects out, found by pid or command line) are selected by 4-tuple
+    once discovery has seen them.
+    ``watch_ports``: the ports of the port specs, watched on the remote side (WATCH_SLOT),
+    so that a worker's connection made before its job existed can still be selected. At
+    most max_flows / max_ports / max_remotes entries (the kernel maps' sizes): later ones
+    are left out. Returns (ports, flows, remotes)."""
     ports: dict[tuple[int, str], int] = {}
     flows: dict[FlowKey, int] = {}
+    remotes: dict[tuple[str, int], int] = {}
     shared = shared_ports(jobs)
-    for job in sorted(jobs, key=lambda j: j.job_id):
-        slot = slots.get(job.job_id)
-        if slot is None:
-            continue
+    ordered = [(job, slots[job.job_id]) for job in sorted(jobs, key=lambda j: j.job_id) if job.job_id in slots]
+    for job, slot in ordered:
         for p in job.listen_ports:
             if len(ports) < max_ports and p not in shared:
                 ports.setdefault((p, "local"), slot)
-        for p in remote_ports.get(job.job_id, ()):
-            if len(ports) < max_ports:
-                ports.setdefault((p, "remote"), slot)
+        for e in job.remote_endpoints:
+            if len(remotes) < max_remotes:
+                remotes.setdefault(e, slot)
+    for p in sorted(set(watch_ports)):
+        if len(ports) < max_ports:
+            ports.setdefault((p, "remote"), WATCH_SLOT)
+    for job, slot in ordered:
         for f in job.client_flows(shared):
+            by_port = ports.get((f.lport, "local"))
+            if (by_port if by_port is not None else remotes.get((f.raddr, f.rport))) == slot:
+                continue  # selected at connection time already
             if len(flows) < max_flows:  # beyond: not selected (the maps are full), like the classifier
                 flows.setdefault(f, slot)
-    return ports, flows
+    return ports, flows, remotes
+
+
+def watch_ports(specs: Iterable[JobSpec]) -> frozenset[int]:
+    """The ports of the port specs (selectors' watch_ports)."""
+    return frozenset(p for spec in specs for p in spec.ports)
 
 
 def split_cap(cap_Bps: int, flows: Sequence[FlowKey]) -> dict[FlowKey, int]:

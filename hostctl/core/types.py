@@ -65,8 +65,9 @@ class Job:
     ring_size: int | None = None  # ring all-reduce ranks, from the config
 
     def client_flows(self, shared: frozenset[int] | set[int] = frozenset()) -> tuple[FlowKey, ...]:
-        """Flows not covered by a listening-port match (need a 4-tuple entry). A port in
-        ``shared`` (served by several jobs, see shared_ports) matches nothing by port."""
+        """Flows not on one of the job's listening ports (a 4-tuple entry in the classifier and
+        the pacer, unless a remote-endpoint entry covers them). A port in ``shared`` (served by
+        several jobs, see shared_ports) has no port entry, so its flows are in here too."""
         ports = set(self.listen_ports) - set(shared)
         return tuple(f for f in self.flows if f.lport not in ports)
 

@@ -8,7 +8,7 @@ counters grow with the traffic a test injects with ``send``.
 from __future__ import annotations
 
 
-from hostctl.core.pace import PaceTable
+from hostctl.core.pace import WATCH_SLOT, PaceTable
 from hostctl.core.plan import ClassifierTable, TcPlan
 from hostctl.core.types import FlowKey
 from hostctl.datapath import (
@@ -106,6 +106,7 @@ class FakeDatapath:
     def pace(self, table: PaceTable) -> int:
         writes = sum(1 for k, v in table.flow_rates.items() if self.pace_table.flow_rates.get(k) != v)
         writes += sum(1 for k, v in table.slot_rates.items() if self.pace_table.slot_rates.get(k) != v)
+        writes += sum(1 for k, v in table.remotes.items() if self.pace_table.remotes.get(k) != v)
         self.pace_table = table
         self.pace_writes.append(table)
         # like the program at the flows' next callback: apply the wanted rate
@@ -118,10 +119,14 @@ class FakeDatapath:
                 or UNLIMITED_BPS_BYTES)
 
     def _selected(self, key: FlowKey) -> int | None:
+        """The program's selection at ESTABLISHED: 4-tuple, local port, remote endpoint, remote
+        port (a watched remote port selects nothing)."""
         t = self.pace_table
-        if key in t.flows:
-            return t.flows[key]
-        return t.ports.get((key.lport, "local"), t.ports.get((key.rport, "remote")))
+        for slot in (t.flows.get(key), t.ports.get((key.lport, "local")), t.remotes.get((key.raddr, key.rport)),
+                     t.ports.get((key.rport, "remote"))):
+            if slot is not None:
+                return None if slot == WATCH_SLOT else slot
+        return None
 
     def connect(self, key: FlowKey, now_ns: int = 0) -> bool:
         """A flow is established: tracked if a selector matches (as at ESTABLISHED)."""

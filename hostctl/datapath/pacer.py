@@ -37,7 +37,7 @@ import numpy as np
 
 from hostctl import consts
 from hostctl.cgroups import cgroup_pids  # noqa: F401  (re-exported: tests use pacer.cgroup_pids)
-from hostctl.core.pace import PaceTable
+from hostctl.core.pace import WATCH_SLOT, PaceTable
 from hostctl.core.types import FlowKey
 from hostctl.datapath import Burst, BurstBatch, FlowRecord, bpfsys
 from hostctl.datapath.classifier import addr16, bpf_dir, import_bcc
@@ -46,12 +46,15 @@ from hostctl.errors import DatapathError, ProbeError
 log = logging.getLogger("hostctl.datapath")
 
 PROG_NAME = "hc_pace"
-MAP_NAMES = ("hp_flows", "hp_rates", "hp_sel_flows", "hp_sel_ports", "hp_slot_rate", "hp_ctl", "hp_bursts")
+MAP_NAMES = ("hp_flows", "hp_rates", "hp_sel_flows", "hp_sel_ports", "hp_sel_remotes", "hp_slot_rate", "hp_ctl",
+             "hp_bursts")
 HP_MAX_FLOWS = 16384
 HP_MAX_PORTS = 4096
+HP_MAX_REMOTES = 4096
 HP_MAX_SLOTS = 1024
 HP_RINGBUF_PAGES = 64
 UNLIMITED = 0xFFFFFFFF
+HP_SLOT_WATCH = WATCH_SLOT  # a remote-port selector that only asks for callbacks (core/pace.py)
 MAX_RATE_BPS_BYTES = UNLIMITED - 1  # the largest settable rate, bytes/s (~34 Gbit/s)
 MIN_RATE_BYTES = 12_500  # 100 kbit/s: a rate of 0 would stall TCP; never go below this
 
@@ -84,6 +87,14 @@ _PORTS = struct.Struct("=HHI")  # FlowKeyC after the two addresses: lport, rport
 assert FlowKeyC.lport.offset == 32 and 32 + _PORTS.size == _KEY_SIZE
 
 
+class RemoteKeyC(ctypes.Structure):
+    _fields_ = [("raddr", ctypes.c_uint8 * 16), ("rport", ctypes.c_uint16), ("pad", ctypes.c_uint16)]
+
+
+def remote_key(endpoint: tuple[str, int]) -> RemoteKeyC:
+    return RemoteKeyC.from_buffer_copy(addr16(endpoint[0]) + struct.pack("=HH", endpoint[1], 0))
+
+
 class PortKeyC(ctypes.Structure):
     _fields_ = [("port", ctypes.c_uint16), ("side", ctypes.c_uint8), ("pad", ctypes.c_uint8)]
 
@@ -113,12 +124,13 @@ class CtlC(ctypes.Structure):
                 ("bursts_lost", ctypes.c_uint64), ("setopt_errors", ctypes.c_uint64)]
 
 
-MIRRORS = {"hc_flow_key": FlowKeyC, "hp_port_key": PortKeyC, "hp_rate": RateC, "hp_flow": FlowC,
+MIRRORS = {"hc_flow_key": FlowKeyC, "hc_remote_key": RemoteKeyC, "hp_port_key": PortKeyC, "hp_rate": RateC, "hp_flow": FlowC,
            "hp_burst": BurstC, "hp_ctl": CtlC}
 
 
 def cflags(max_flows: int = HP_MAX_FLOWS) -> list[str]:
-    return [f"-DHP_MAX_FLOWS={max_flows}", f"-DHP_MAX_PORTS={HP_MAX_PORTS}", f"-DHP_MAX_SLOTS={HP_MAX_SLOTS}",
+    return [f"-DHP_MAX_FLOWS={max_flows}", f"-DHP_MAX_PORTS={HP_MAX_PORTS}", f"-DHP_MAX_REMOTES={HP_MAX_REMOTES}",
+            f"-DHP_MAX_SLOTS={HP_MAX_SLOTS}",
             f"-DHP_RINGBUF_PAGES={HP_RINGBUF_PAGES}", "-w"]
 
 
@@ -445,6 +457,11 @@ class Pacer:
             if cur.ports.get((port, side)) != slot:
                 ports[PortKeyC(port, SIDE[side], 0)] = ports.Leaf(slot)
                 writes += 1
+        remotes = self.maps["hp_sel_remotes"]
+        for endpoint, slot in table.remotes.items():
+            if cur.remotes.get(endpoint) != slot:
+                remotes[remote_key(endpoint)] = remotes.Leaf(slot)
+                writes += 1
         flows = self.maps["hp_sel_flows"]
         for flow, slot in table.flows.items():
             if cur.flows.get(flow) != slot:
@@ -453,6 +470,7 @@ class Pacer:
         for m, gone, mk in ((flows, cur.flows.keys() - table.flows.keys(), key_bytes),
                             (ports, cur.ports.keys() - table.ports.keys(),
                              lambda ps: PortKeyC(ps[0], SIDE[ps[1]], 0)),
+                            (remotes, cur.remotes.keys() - table.remotes.keys(), remote_key),
                             (rates, cur.flow_rates.keys() - table.flow_rates.keys(), key_bytes)):
             for item in gone:
                 try:

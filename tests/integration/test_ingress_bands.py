@@ -13,7 +13,9 @@ import pytest
 
 from tests import oracle
 from tests.conftest import HOSTCTL, PY, wait_for
-from tests.integration.test_tl_netns import LINK, PORTS, result, window_bytes
+from tests.integration.test_tl_netns import (
+    LINK, PORTS, recv, result, start_servers, start_worker_daemon, wait_worker_banded, window_bytes,
+)
 from tests.integration.test_tl_netns import start_daemon as tl_start_daemon
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf]
@@ -203,3 +205,27 @@ def test_clean_after_the_nic_vanished_removes_the_ifb(pair):
     r = pair.ps.hostctl("clean")
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "gone" in r.stdout and ifb not in links(pair)
+
+
+def test_a_worker_hosts_downloads_are_ordered_by_band(pair):
+    """The worker side of ingress bands: the PS 10.77.0.1 pushes both jobs' updates (ports 5201, 5202)
+    to the worker namespace, whose daemon runs `one --ingress-rate` with the same --ports. The jobs are
+    found by remote port, and the ingress instance finds their packets by remote endpoint, which is
+    the packets' source there: the top band takes >= 90% of the IFB's rate."""
+    start_servers(pair)
+    start_worker_daemon(pair, "one", "--ingress-rate", INGRESS)
+    low = recv(pair, PORTS[1], 9)
+    time.sleep(0.3)
+    high = recv(pair, PORTS[0], 7)
+    wait_worker_banded(pair)
+    t_ready = time.time()
+    hi, lo = result(high), result(low)
+    t0, t1 = t_ready + 0.5, t_ready + 3.5
+    h, l_ = window_bytes(hi, t0, t1), window_bytes(lo, t0, t1)
+    assert h / (h + l_) >= 0.90, f"top band's share of the worker's ingress {h / (h + l_):.2f}"
+    assert (h + l_) * 8 / (t1 - t0) <= 1.1 * INGRESS_BPS  # the IFB is the bottleneck
+    st = json.loads(pair.wk.hostctl("status", "--json", check=True).stdout)
+    by_name = {c["name"]: c["bytes"] for c in st["ingress_classes"]}
+    # the IFB's classes: the jobs' data in their bands, not in the default class
+    assert by_name["band0"] >= h and by_name["band1"] > 0, by_name
+    assert by_name["default"] < 0.01 * (by_name["band0"] + by_name["band1"]), by_name

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -229,3 +230,54 @@ def test_iterations_of_on_off_traffic_are_counted(pair, cgroup):
     assert done == n, row
     assert row["bytes_per_iter"] == pytest.approx(size, rel=0.05), row
     assert cli.wait(20) == 0 and int(cli.stdout.read()) == n * size
+
+
+def test_cap_on_the_worker_side_paces_uploads_to_a_ps_port(pair, cgroup):
+    """`hostctl start --policy cap --cap 50mbit --ports 5201` on the WORKER namespace: the upload to
+    PS 10.77.0.1:5201 is the job ps:10.77.0.1:5201 (found by remote port) and is held near the cap,
+    its first connection too (made before the job existed: watched, then selected by the job's
+    remote endpoint); a second connection to the PS, made once the job exists, is selected at
+    connection time and the two share the cap."""
+    sink = pair.start(pair.ps, PY, "-m", "hostctl.tools.bulk", "serve", "--sink", "--bind", pair.ps.addr,
+                      "--port", "5201")
+    wait_for(lambda: pair.wk.run("bash", "-c", f"echo > /dev/tcp/{pair.ps.addr}/5201", check=False).returncode == 0,
+             10, 0.1, "sink on 5201")
+    d = subprocess.Popen(pair.wk.nsenter(HOSTCTL, "start", "--policy", "cap", "--cap", "50mbit", "--iface",
+                                         pair.wk.dev, "--link-rate", "1gbit", "--ports", "5201", "--cgroup", cgroup,
+                                         "--rescan", "0.5"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pair.procs.append(d)
+
+    def up():
+        if d.poll() is not None:
+            raise AssertionError(f"daemon exited: {d.stderr.read()}")
+        r = pair.wk.hostctl("status", "--json")
+        return r.returncode == 0 and json.loads(r.stdout).get("pacing") is not None
+
+    wait_for(up, 30, 0.2, "worker pacing daemon up")
+
+    def send(seconds):
+        p = subprocess.Popen(pair.wk.argv_in(cgroup, PY, "-m", "hostctl.tools.bulk", "send", "--connect",
+                                             f"{pair.ps.addr}:5201", "--seconds", str(seconds), "--bucket", "0.1"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        pair.procs.append(p)
+        return p
+
+    first = send(9)
+    st = wait_for(lambda: (s := status(pair.wk)) and s["jobs"] and s, 10, 0.1, "the worker job")
+    assert [(j["job_id"], j["role"]) for j in st["jobs"]] == [("ps:10.77.0.1:5201", "client")]
+    wait_for(lambda: any(f["applied_bps"] for f in status(pair.wk)["pacing"]["flows"]), 10, 0.1,
+             "the first connection paced")
+    time.sleep(1.5)  # the first upload alone, paced
+    second = send(4)
+    a, b = result(first), result(second)
+    t0 = b["start"] - a["start"]  # the second upload's start on the first one's clock
+    assert t0 >= 1.5, (t0, a["bytes"][:40])
+    alone = mbit(a, t0 - 1.2, t0)
+    assert alone == pytest.approx(50, rel=0.12), f"first upload alone {alone:.1f} Mbit/s"
+    both = mbit(a, t0 + 1.0, t0 + 4.0) + mbit(b, 1.0, 4.0)  # the two connections share the job's cap
+    assert both == pytest.approx(50, rel=0.15), f"both uploads {both:.1f} Mbit/s"
+    # paced from its start: what it handed to TCP in its first second is its send buffer's first fill
+    # plus the paced rate (unpaced, the 1 Gbit/s link would take about 100 MB)
+    assert sum(b["bytes"][:10]) < 10 * 2**20, b["bytes"][:10]
+    sink.terminate()

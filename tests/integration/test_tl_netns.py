@@ -4,14 +4,17 @@ real TCP traffic, rotation, stop / kill -9 + clean restoring the interface."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
+import uuid
 
 import pytest
 
+from hostctl.testbed.net import delete_netns
 from tests import oracle
-from tests.conftest import HOSTCTL, PY, wait_for
+from tests.conftest import HOSTCTL, PY, Host, sh, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf]
 
@@ -279,6 +282,17 @@ def start_worker_daemon(pair, policy, *extra):
     return d
 
 
+def wait_worker_banded(pair):
+    """The worker daemon's status once both jobs (found by remote port) are in their bands."""
+    want = {f"ps:10.77.0.1:{p}": band for band, p in enumerate(PORTS)}
+
+    def banded():
+        st = json.loads(pair.wk.hostctl("status", "--json", check=True).stdout)
+        return st if {j["job_id"]: j["band"] for j in st["jobs"]} == want else None
+
+    return wait_for(banded, 8, 0.1, "both worker-side jobs in their bands")
+
+
 def send(pair, port, seconds):
     return pair.start(pair.wk, PY, "-m", "hostctl.tools.bulk", "send", "--connect", f"{pair.ps.addr}:{port}",
                       "--seconds", str(seconds), "--bucket", "0.1")
@@ -296,12 +310,7 @@ def test_one_on_the_worker_side_gives_the_leader_the_uplink(pair):
     time.sleep(0.3)
     high = send(pair, PORTS[0], 10)
     ids = {p: f"ps:10.77.0.1:{p}" for p in PORTS}
-
-    def banded():
-        st = json.loads(pair.wk.hostctl("status", "--json", check=True).stdout)
-        return st if {j["job_id"]: j["band"] for j in st["jobs"]} == {ids[PORTS[0]]: 0, ids[PORTS[1]]: 1} else None
-
-    st = wait_for(banded, 8, 0.1, "both worker-side jobs in their bands")
+    st = wait_worker_banded(pair)
     t_ready = time.time()
     assert all(j["role"] == "client" and j["listen_ports"] == [] for j in st["jobs"]), st["jobs"]
     assert {j["job_id"]: j["remote_endpoints"] for j in st["jobs"]} == {ids[p]: [f"10.77.0.1:{p}"] for p in PORTS}
@@ -321,7 +330,8 @@ def test_one_on_the_worker_side_gives_the_leader_the_uplink(pair):
 def test_worker_side_job_ids_equal_the_ps_side_ids(pair):
     """`hostctl flows --ports` on the PS namespace and on the worker namespace name each job alike."""
     start_servers(pair, sinks=PORTS)
-    ups = [send(pair, p, 3) for p in PORTS]
+    for p in PORTS:
+        send(pair, p, 20)  # until the end of the test (the pair's finalizer ends them)
 
     def both(host):
         r = host.hostctl("flows", "--ports", ",".join(map(str, PORTS)), "--json", check=True)
@@ -333,5 +343,72 @@ def test_worker_side_job_ids_equal_the_ps_side_ids(pair):
     want = [f"ps:10.77.0.1:{p}" for p in PORTS]
     assert [r["job_id"] for r in ps_rows] == [r["job_id"] for r in wk_rows] == want
     assert [r["role"] for r in ps_rows] == ["server"] * 2 and [r["role"] for r in wk_rows] == ["client"] * 2
-    for p in ups:
-        result(p)
+    # --dry-run's classifier dump on the worker: one remote-endpoint entry per job, no 4-tuples needed
+    dry = json.loads(pair.wk.hostctl("start", "--dry-run", "--policy", "one", "--iface", pair.wk.dev, "--link-rate",
+                                     LINK, "--ports", ",".join(map(str, PORTS)), check=True).stdout)["classifier"]
+    assert dry["remotes"] == {f"10.77.0.1:{p}": dry["slots"][f"ps:10.77.0.1:{p}"] for p in PORTS}
+    assert dry["flows"] == {} and dry["ports"] == {}
+
+
+@pytest.fixture
+def pod(pair, request):
+    """A "pod": a third namespace behind the worker namespace, on its own /24 (random within
+    10.200-10.250), whose traffic the worker namespace forwards and masquerades out of its veth to
+    the PS, as a container runtime's bridge network does. Returns the pod's Host."""
+    tag = uuid.uuid4().hex[:6]
+    net = f"10.{200 + int(tag[:2], 16) % 51}.{int(tag[2:4], 16)}"
+    p = Host(f"hct-{tag}-pod", f"hpp{tag}", f"{net}.2")
+    gw = f"hpg{tag}"
+
+    def fin():
+        for pid in sh(["ip", "netns", "pids", p.ns], check=False).stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        delete_netns(p.ns)
+
+    request.addfinalizer(fin)
+    sh(["ip", "netns", "add", p.ns])
+    sh(["ip", "link", "add", p.dev, "netns", p.ns, "type", "veth", "peer", "name", gw, "netns", pair.wk.ns])
+    p.run("ip", "addr", "add", f"{p.addr}/24", "dev", p.dev)
+    for h, dev in ((p, p.dev), (p, "lo"), (pair.wk, gw)):
+        h.run("ip", "link", "set", dev, "up")
+    pair.wk.run("ip", "addr", "add", f"{net}.1/24", "dev", gw)
+    p.run("ip", "route", "add", "default", "via", f"{net}.1")
+    pair.wk.run("sysctl", "-qw", "net.ipv4.ip_forward=1")
+    pair.wk.run("nft", "add", "table", "ip", "hcnat")
+    pair.wk.run("nft", "add", "chain", "ip", "hcnat", "post", "{ type nat hook postrouting priority 100 ; }")
+    pair.wk.run("nft", "add", "rule", "ip", "hcnat", "post", "ip", "saddr", f"{net}.0/24", "oifname", pair.wk.dev,
+                "masquerade")
+    return p
+
+
+def test_one_classifies_natted_uploads_from_a_pod_by_remote_endpoint(pair, pod):
+    """Workers in a pod behind masquerading NAT upload to PS 10.77.0.1:5201/5202 through the worker
+    namespace, whose daemon runs `one --ports 5201,5202` on its egress. The daemon finds the jobs from
+    the worker namespace's own (idle) connections to the two PS endpoints; the pod's flows are not in
+    its socket table and leave with a rewritten source, yet the remote-endpoint entries classify them:
+    the leader gets >= 90% of the 200 Mbit/s uplink."""
+    start_servers(pair, sinks=PORTS)
+    keep = ("import socket, sys, time\n"
+            "s = [socket.create_connection(('10.77.0.1', int(p))) for p in sys.argv[1:]]\n"
+            "time.sleep(120)\n")
+    pair.start(pair.wk, PY, "-c", keep, *map(str, PORTS))
+    start_worker_daemon(pair, "one")
+    st = wait_worker_banded(pair)
+    assert all(len(j["flows"]) == 1 for j in st["jobs"]), st["jobs"]  # the idle connections only
+
+    def send_from_pod(port, seconds):
+        return pair.start(pod, PY, "-m", "hostctl.tools.bulk", "send", "--connect", f"{pair.ps.addr}:{port}",
+                          "--seconds", str(seconds), "--bucket", "0.1")
+
+    low = send_from_pod(PORTS[1], 5)
+    time.sleep(0.3)
+    high = send_from_pod(PORTS[0], 4)
+    hi, lo = result(high), result(low)
+    t0, t1 = hi["start"] + 0.5, hi["start"] + 3.5
+    h, l = window_bytes(hi, t0, t1), window_bytes(lo, t0, t1)
+    assert h / (h + l) >= 0.90, f"leader share {h / (h + l):.2f} ({h} vs {l} bytes)"
+    st = json.loads(pair.wk.hostctl("status", "--json", check=True).stdout)
+    assert all(len(j["flows"]) == 1 for j in st["jobs"]), st["jobs"]  # still no 4-tuple of the pod's flows

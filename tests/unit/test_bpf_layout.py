@@ -142,7 +142,7 @@ def c_text() -> str:
 
 def test_every_struct_is_parsed(c_text):
     structs = parse_structs(c_text)
-    assert set(structs) == {"hc_flow_key", "hp_port_key", "hp_rate", "hp_flow", "hp_burst", "hp_ctl"}
+    assert set(structs) == {"hc_flow_key", "hc_remote_key", "hp_port_key", "hp_rate", "hp_flow", "hp_burst", "hp_ctl"}
     assert all(structs.values())
 
 
@@ -152,8 +152,35 @@ def test_mirrors_match_the_c_structs(c_text, tmp_path):
     assert layout_mismatches(c, pacer.MIRRORS) == []
     # what the program and pacer.py exchange has a fixed size (a map created with another
     # size would be refused by bcc's update, so spell them out)
-    assert {n: c[n]["size"] for n in c} == {"hc_flow_key": 40, "hp_port_key": 4, "hp_rate": 8, "hp_flow": 96,
-                                           "hp_burst": 72, "hp_ctl": 64}
+    assert {n: c[n]["size"] for n in c} == {"hc_flow_key": 40, "hc_remote_key": 20, "hp_port_key": 4, "hp_rate": 8,
+                                           "hp_flow": 96, "hp_burst": 72, "hp_ctl": 64}
+
+
+CLASSIFY_SRC = SRC.with_name("tl_classify.c")
+
+
+@needs_gcc
+def test_classifier_structs_and_the_keys_shared_with_the_pacer(c_text, tmp_path):
+    """tl_classify.c's map structs have the sizes classifier.py's keys are built for (bcc makes
+    its Key/Leaf types from the C text; a key of another size would be refused), and the two
+    keys both programs use (hc_flow_key, hc_remote_key) are the same in both files."""
+    classify = CLASSIFY_SRC.read_text()
+    c = c_layout(classify, tmp_path)
+    assert {n: c[n]["size"] for n in c} == {"hc_flow_key": 40, "hc_remote_key": 20, "hc_job_class": 8,
+                                           "hc_job_stats": 48, "hc_ctl": 40}
+    assert [f[:3] for f in c["hc_remote_key"]["fields"]] == [["raddr", 0, 16], ["rport", 16, 2], ["pad", 18, 2]]
+    mine, pacer_structs = parse_structs(classify), parse_structs(c_text)
+    for name in ("hc_flow_key", "hc_remote_key"):
+        assert mine[name] == pacer_structs[name], name
+    assert layout_mismatches({n: c[n] for n in ("hc_flow_key", "hc_remote_key")},
+                             {"hc_flow_key": pacer.FlowKeyC, "hc_remote_key": pacer.RemoteKeyC}) == []
+    maps = dict(re.findall(r"^BPF_(?:HASH|ARRAY)\((\w+), ([^,]+),", classify, re.M))
+    assert maps == {"hc_flows": "struct hc_flow_key", "hc_ports": "__u32", "hc_remotes": "struct hc_remote_key",
+                    "hc_job_class": "struct hc_job_class", "hc_job_stats": "struct hc_job_stats",
+                    "hc_ctl": "struct hc_ctl"}  # hash maps: the key type; arrays: the value type
+    # the maps table of the header comment names every map
+    header = classify[:classify.index("*/")]
+    assert all(re.search(rf"^ \*   {m}\s", header, re.M) for m in maps), "a map is missing from the header table"
 
 
 @needs_gcc
@@ -192,6 +219,7 @@ def test_constants_match(c_text):
         return int(defines[name].rstrip("uUlL"), 0)
 
     assert num("HP_UNLIMITED") == pacer.UNLIMITED
+    assert num("HP_SLOT_WATCH") == pacer.HP_SLOT_WATCH
     assert num("HP_F_CLOSED") == pacer.HP_F_CLOSED
     assert num("HP_F_SETOPT_ERR") == pacer.HP_F_SETOPT_ERR
     assert num("HP_CTL_TRACK_ALL") == pacer.HP_CTL_TRACK_ALL
@@ -202,7 +230,7 @@ def test_constants_match(c_text):
     assert re.search(r"^BPF_ARRAY\(hp_ctl, struct hp_ctl, 2\);", c_text, re.M)
     assert set(pacer.CTL_COUNTERS) < {f[0] for f in pacer.CtlC._fields_}
     assert {"local": num("HP_SIDE_LOCAL"), "remote": num("HP_SIDE_REMOTE")} == pacer.SIDE
-    for n in ("HP_MAX_FLOWS", "HP_MAX_PORTS", "HP_MAX_SLOTS", "HP_RINGBUF_PAGES"):
+    for n in ("HP_MAX_FLOWS", "HP_MAX_PORTS", "HP_MAX_REMOTES", "HP_MAX_SLOTS", "HP_RINGBUF_PAGES"):
         assert num(n) == getattr(pacer, n), n
     # the map names pacer.py opens and pins are the maps the program defines
     maps = re.findall(r"^BPF_(?:HASH|ARRAY|RINGBUF_OUTPUT)\((\w+)", c_text, re.M)

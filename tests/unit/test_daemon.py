@@ -156,3 +156,26 @@ def test_fake_counts_received_bytes_on_the_ifb_only_while_a_job_is_banded():
     d.reassign(force=True)  # a lone job: no band
     dp.receive("a", 3000)
     assert sum(dp.ingress_class_bytes.values()) == 0
+
+
+def test_worker_jobs_are_classified_by_remote_endpoint_and_follow_rotation():
+    """A worker host's two jobs (found by remote port): new connections to each PS, and a NATed one,
+    go to the job's band; at the next rr epoch both move, with no 4-tuple entry written."""
+    from hostctl.core.plan import DEFAULT_CLASSID, band_classid
+    from hostctl.core.types import FlowKey
+
+    a = Job("ps:10.0.0.1:9400", "port", flows=(FlowKey("10.0.0.5", 40000, "10.0.0.1", 9400),), role="client",
+            remote_endpoints=(("10.0.0.1", 9400),))
+    b = Job("ps:10.0.0.2:9400", "port", flows=(FlowKey("10.0.0.5", 40001, "10.0.0.2", 9400),), role="client",
+            remote_endpoints=(("10.0.0.2", 9400),))
+    d, dp, wall = make("rr", [[a, b]])
+    d.scan()
+    d.reassign()
+    new_a, nat_b = FlowKey("10.0.0.5", 41000, "10.0.0.1", 9400), FlowKey("172.17.0.9", 33000, "10.0.0.2", 9400)
+    ca, cb = dp.classify(new_a), dp.classify(nat_b)
+    assert {ca, cb} == {band_classid(0), band_classid(1)}
+    assert dp.table.flows == {}
+    assert dp.classify(FlowKey("10.0.0.5", 41001, "10.0.0.3", 9400)) == DEFAULT_CLASSID  # no job
+    wall.t += 20.0
+    d.reassign()
+    assert (dp.classify(new_a), dp.classify(nat_b)) == (cb, ca)

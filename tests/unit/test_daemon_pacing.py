@@ -4,7 +4,7 @@ selectors, the cap split, the slot loop's bookkeeping, hints and status."""
 import pytest
 
 from hostctl.config import Config
-from hostctl.core.pace import cap_rates, selectors
+from hostctl.core.pace import WATCH_SLOT, cap_rates, selectors
 from hostctl.core.plan import build_tc_plan
 from hostctl.core.types import FlowKey, Job, JobSpec
 from hostctl.daemon import Daemon
@@ -41,7 +41,8 @@ def tick(d, mono, dt=0.06):
 def test_selectors_select_served_ports_and_new_flows_get_the_job_share():
     d, dp, mono = make()
     tick(d, mono)
-    assert dp.pace_table.ports == {(9000, "local"): d.pace.slots["a"], (9001, "local"): d.pace.slots["b"]}
+    assert dp.pace_table.ports == {(9000, "local"): d.pace.slots["a"], (9001, "local"): d.pace.slots["b"],
+                                   (9000, "remote"): WATCH_SLOT, (9001, "remote"): WATCH_SLOT}
     assert dp.connect(flow(9000))
     assert not dp.connect(FlowKey(PS, 22, "10.0.0.9", 5555))  # not a DL flow: never tracked
     # before the daemon saw the flow, the job-wide rate applies: the whole cap (one flow)
@@ -182,7 +183,7 @@ def test_selectors_never_exceed_the_map_sizes():
 
     jobs = [Job(f"j{i}", "pid", flows=tuple(FlowKey(PS, 30000 + k, "10.0.0.2", 9000) for k in range(10 * i, 10 * i + 10)),
                 listen_ports=(8000 + i,)) for i in range(5)]
-    ports, flows = selectors(jobs, {f"j{i}": i for i in range(5)}, max_flows=25, max_ports=3)
+    ports, flows, _ = selectors(jobs, {f"j{i}": i for i in range(5)}, max_flows=25, max_ports=3)
     assert len(flows) == 25 and len(ports) == 3
     assert set(flows.values()) == {0, 1, 2}
 
@@ -194,5 +195,26 @@ def test_selectors_of_a_port_served_by_several_jobs_are_4_tuples():
     fa, fb = FlowKey("10.1.0.2", 9000, "10.9.0.1", 40000), FlowKey("10.1.0.3", 9000, "10.9.0.1", 40001)
     jobs = [Job("a", "port", listen_ports=(9000,), flows=(fa,)), Job("b", "port", listen_ports=(9000,), flows=(fb,)),
             Job("c", "port", listen_ports=(9100,))]
-    ports, flows = selectors(jobs, {"a": 0, "b": 1, "c": 2})
-    assert ports == {(9100, "local"): 2} and flows == {fa: 0, fb: 1}
+    ports, flows, remotes = selectors(jobs, {"a": 0, "b": 1, "c": 2})
+    assert ports == {(9100, "local"): 2} and flows == {fa: 0, fb: 1} and remotes == {}
+
+
+def test_a_worker_jobs_flows_are_selected_by_remote_endpoint_from_connection_time():
+    """A worker host under `cap` with --ports 9000,9001: its job (found from its first connection to
+    the PS 10.0.0.7:9000) gets a remote-endpoint selector, so a new connection to that PS is paced
+    from its ESTABLISHED, with no 4-tuple selector; a connection to another PS's 9000 is only watched
+    (no job yet), and one to an unlisted port is left alone."""
+    first = FlowKey(PS, 40000, "10.0.0.7", 9000)
+    worker = Job("ps:10.0.0.7:9000", "port", flows=(first,), role="client", remote_endpoints=(("10.0.0.7", 9000),))
+    d, dp, mono = make(jobs=[worker])
+    tick(d, mono)
+    slot = d.pace.slots[worker.job_id]
+    assert dp.pace_table.remotes == {("10.0.0.7", 9000): slot}
+    assert dp.pace_table.flows == {}  # the endpoint selects them
+    assert dp.pace_table.ports == {(9000, "remote"): WATCH_SLOT, (9001, "remote"): WATCH_SLOT}
+    new = FlowKey(PS, 40001, "10.0.0.7", 9000)
+    assert dp.connect(new) and dp.kflows[new].slot == slot
+    assert dp.kflows[new].rate_Bps == 10_000_000  # the job's cap from the first callback
+    assert not dp.connect(FlowKey(PS, 40002, "10.0.0.8", 9000))  # another PS: watched, not selected
+    assert not dp.connect(FlowKey(PS, 40003, "10.0.0.7", 22))
+    assert d.pace.table.to_dict()["remotes"] == [{"remote": "10.0.0.7:9000", "slot": slot}]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hostctl.config import Config
 from hostctl.core.mlcc import schedule_cost
 from hostctl.core.monitor import FlowMonitor
-from hostctl.core.pace import selectors
+from hostctl.core.pace import WATCH_SLOT, selectors
 from hostctl.core.types import FlowKey, Job, JobSpec
 from hostctl.datapath import FLOW_CLOSED, FlowRecord, PacingReadout
 from hostctl.mlccctl import RATE_DEADBAND, MlccControl
@@ -62,7 +62,7 @@ def test_selectors_are_cached_until_the_jobs_or_their_slots_change():
     jobs = {"a": Job("a", "config", listen_ports=(9000,), flows=(f1,))}
     _tick(pc, t, jobs)
     first = dp.tables[-1]
-    assert (first.ports, first.flows) == selectors(list(jobs.values()), pc.slots)
+    assert (first.ports, first.flows, first.remotes) == selectors(list(jobs.values()), pc.slots, watch_ports=pc.watch_ports)
     _tick(pc, t, dict(jobs))  # a rescan that found the same jobs: the same selectors, not recomputed
     assert dp.tables[-1].flows is first.flows and dp.tables[-1].ports is first.ports
     # a job's flows change (rescan): recomputed
@@ -72,10 +72,11 @@ def test_selectors_are_cached_until_the_jobs_or_their_slots_change():
     # a new job (a new slot) and a job that leaves
     jobs = {**jobs, "b": Job("b", "config", listen_ports=(9001,))}
     _tick(pc, t, jobs)
-    assert dp.tables[-1].ports == {(9000, "local"): pc.slots["a"], (9001, "local"): pc.slots["b"]}
+    assert dp.tables[-1].ports == {(9000, "local"): pc.slots["a"], (9001, "local"): pc.slots["b"],
+                                   (9000, "remote"): WATCH_SLOT}  # the config's port, watched
     jobs = {"b": jobs["b"]}
     _tick(pc, t, jobs)
-    assert (dp.tables[-1].ports, dp.tables[-1].flows) == selectors(list(jobs.values()), pc.slots)
+    assert (dp.tables[-1].ports, dp.tables[-1].flows, dp.tables[-1].remotes) == selectors(list(jobs.values()), pc.slots, watch_ports=pc.watch_ports)
     assert dp.tables[-1].flows == {}
 
 

@@ -30,6 +30,8 @@ app = typer.Typer(
 
 PolicyOpt = typer.Option(None, "--policy", "-p", help="fifo, one (static priority), rr (rotating), cap (pace each job to --cap) or mlcc (plan every flow's rate per slot). Default rr.")
 IfaceOpt = typer.Option(None, "--iface", "-i", help="Egress interface. Default: the default route's.")
+ContainersOpt = typer.Option(None, "--containers/--no-containers", help="Find jobs in this host's containers too (network namespaces with a veth to this one: Docker, Kubernetes pods). Default on.")
+ContainerAddrOpt = typer.Option(None, "--container-addr", help="Address naming a container's listening port in job ids: pod (its own address; routed pod networks, default) or host (the --iface address; masquerading with hostPort = containerPort).")
 PortsOpt = typer.Option(None, "--ports", help="DL ports, e.g. 9000-9005,9100: each port served here is one job, and so is each PS address:port that processes here connect to (worker hosts).")
 PidsOpt = typer.Option(None, "--pids", help="Process ids, e.g. 1234,5678: each with its children is one job.")
 MatchOpt = typer.Option(None, "--match", help="Regex on command lines, e.g. 'torchrun|horovodrun'.")
@@ -143,6 +145,8 @@ def start(
     plan_offset: Optional[float] = typer.Option(None, "--plan-offset", help="mlcc: seconds into each slot at which this host plans (default: from its host name, 0..35 ms)."),
     deps: Optional[bool] = typer.Option(None, "--deps/--no-deps", help="mlcc: Algorithm 2's dependency rules for jobs with a comm pattern in the config (switch mode; default on)."),
     job_order: Optional[str] = typer.Option(None, "--job-order", help="mlcc with --switch: order the jobs on the fabric's links, the same order on every host: none (default), fixed, or rotate (a new order every --rr-interval)."),
+    containers: Optional[bool] = ContainersOpt,
+    container_addr: Optional[str] = ContainerAddrOpt,
     metrics_addr: Optional[str] = typer.Option(None, "--metrics-addr", help="Address for --metrics-port (default 127.0.0.1)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (qdisc, classes, classifier entries) and exit."),
     log_level: Optional[str] = typer.Option(None, "--log-level", help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL."),
@@ -164,7 +168,8 @@ def start(
                  rescan=rescan, lease=lease, metrics_port=metrics_port, cap=cap, cgroup=cgroup, slot=slot,
                  phase_gap=phase_gap, switch=switch, curve_keys=curve_keys, horizon=horizon,
                  plan_offset=plan_offset, ingress_rate=ingress_rate, deps=deps, job_order=job_order,
-                 metrics_addr=metrics_addr, log_level=log_level)
+                 metrics_addr=metrics_addr, log_level=log_level, containers=containers,
+                 container_addr=container_addr)
     cfg = build_config(config, **flags)
     _setup_logging(cfg.log_level)
     the_iface = _resolve_iface(cfg)
@@ -176,7 +181,7 @@ def start(
         from hostctl.datapath.pacer import resolve_cgroup
 
         resolve_cgroup(cfg.cgroup)  # a clear error before anything is touched
-    discovery = Discovery(list(cfg.jobs), the_iface)
+    discovery = Discovery(list(cfg.jobs), the_iface, containers=cfg.containers, container_addr=cfg.container_addr)
 
     if dry_run:
         jobs = discovery.scan()
@@ -436,17 +441,22 @@ def clean(iface: Optional[str] = typer.Option(None, "--iface", "-i", help="Only 
 def flows(
     ports: Optional[str] = PortsOpt, pids: Optional[str] = PidsOpt, match: Optional[str] = MatchOpt,
     config: Optional[str] = ConfigOpt, iface: Optional[str] = IfaceOpt, as_json: bool = JsonOpt,
+    containers: Optional[bool] = ContainersOpt, container_addr: Optional[str] = ContainerAddrOpt,
 ) -> None:
     """Show the DL jobs and flows that the selection finds on this host, once."""
     from hostctl.config import build_config
     from hostctl.core.plan import endpoint_str
+    from hostctl.datapath.linux import default_route_iface
     from hostctl.discovery import Discovery
     from hostctl.errors import ConfigError
 
-    cfg = build_config(config, policy="fifo", ports=ports, pids=pids, match=match, iface=iface)
+    cfg = build_config(config, policy="fifo", ports=ports, pids=pids, match=match, iface=iface,
+                       containers=containers, container_addr=container_addr)
     if not cfg.jobs:
         raise ConfigError("give --ports, --pids, --match or a --config with [[jobs]]")
-    jobs = Discovery(list(cfg.jobs), cfg.iface).scan()
+    # the interface `start` would control: its address names wildcard listeners, its peer is no container
+    jobs = Discovery(list(cfg.jobs), cfg.iface or default_route_iface(), containers=cfg.containers,
+                     container_addr=cfg.container_addr).scan()
     rows = [{"job_id": j.job_id, "source": j.source, "role": j.role, "pids": list(j.pids),
              "listen_ports": list(j.listen_ports), "flows": [str(f) for f in j.flows],
              "remote_endpoints": [endpoint_str(e) for e in j.remote_endpoints],

@@ -29,7 +29,7 @@ from hostctl.errors import ConfigError
 TOP_KEYS = {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
             "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot", "phase_gap",
             "switch", "curve_keys", "horizon", "plan_offset", "ingress_rate", "deps",
-            "job_order", "metrics_addr", "log_level"}
+            "job_order", "metrics_addr", "log_level", "containers", "container_addr"}
 JOB_KEYS = {"name", "ports", "pids", "match", "model_size", "cap", "comm", "ring_size"}
 COMM_PATTERNS = ("ps", "ring")  # [[jobs]] comm: parameter server, ring all-reduce
 PACING_POLICIES = ("cap", "mlcc")  # policies that run the sock_ops pacing datapath and the slot loop
@@ -63,6 +63,8 @@ class Config:
     job_order: str = "none"  # mlcc: fabric-wide job order through the switches: none, fixed or rotate
     metrics_addr: str = "127.0.0.1"  # address of the metrics server (metrics_port)
     log_level: str = "INFO"  # DEBUG, INFO, WARNING, ERROR or CRITICAL (any case)
+    containers: bool = True  # find jobs in this host's containers (network namespaces with a veth to this one)
+    container_addr: str = "pod"  # a container's listener in job ids: "pod" (its own address) or "host"
 
     @property
     def pacing(self) -> bool:
@@ -143,6 +145,9 @@ class Config:
                               f"got {self.plan_offset_s}")
         if not 1 <= self.horizon <= 64:
             raise ConfigError(f"horizon must be within 1..64 slots (MLCC uses 10), got {self.horizon}")
+        if self.container_addr not in consts.CONTAINER_ADDRS:
+            raise ConfigError(f"unknown container_addr {self.container_addr!r}: choose pod (routed pod networks) "
+                              "or host (masquerading, hostPort = containerPort)")
         if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics_port must be within 1..65535, got {self.metrics_port}")
         if self.iface is not None and not re.fullmatch(r"[^/\s]{1,15}", self.iface):
@@ -328,10 +333,13 @@ def load_file(path: str) -> dict[str, Any]:
         kw["metrics_addr"] = _str(data, "metrics_addr", path)
     if "log_level" in data:
         kw["log_level"] = _str(data, "log_level", path)
-    if "deps" in data:
-        if not isinstance(data["deps"], bool):
-            raise ConfigError(f"{path}: deps must be true or false, got {data['deps']!r}")
-        kw["deps"] = data["deps"]
+    for key in ("deps", "containers"):
+        if key in data:
+            if not isinstance(data[key], bool):
+                raise ConfigError(f"{path}: {key} must be true or false, got {data[key]!r}")
+            kw[key] = data[key]
+    if "container_addr" in data:
+        kw["container_addr"] = _str(data, "container_addr", path)
     specs: list[JobSpec] = []
     if "ports" in data:
         specs.append(JobSpec(ports=_ports_value(data["ports"], path)))
@@ -415,6 +423,7 @@ RELOAD_FIXED = {
     "cgroup": _PACER, "phase_gap_s": _PACER, "slot_s": "the slot loop and the pacer's monitor run with it from start",
     "switch": _MLCC, "curve_keys": _MLCC, "horizon": _MLCC, "plan_offset_s": _MLCC, "deps": _MLCC,
     "job_order": _MLCC,
+    "containers": "discovery is built with it at start", "container_addr": "discovery is built with it at start",
 }
 FIELD_KEYS = {"rr_interval_s": "rr_interval", "rescan_s": "rescan", "lease_s": "lease", "slot_s": "slot",
               "plan_offset_s": "plan_offset", "phase_gap_s": "phase_gap", "link_rate_bps": "link_rate",

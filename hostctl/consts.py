@@ -22,6 +22,7 @@ DEFAULT_PHASE_GAP_S = 0.020  # no ACK progress this long may end a flow's commun
 DEFAULT_CGROUP = "/"  # pacing scope: the cgroup v2 whose sockets are monitored/paced
 STATUS_REFRESH_S = 5.0  # counters for status/metrics rates, when nobody asks sooner
 BURST_GAP_S = 0.010  # an idle gap longer than this ends a job's burst
+CONTAINER_ADDRS = ("pod", "host")  # what names a container's listener in job ids (config container_addr)
 
 
 def netns_id(path: str = "/proc/self/ns/net") -> str:

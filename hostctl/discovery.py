@@ -1,5 +1,6 @@
 """Flow discovery, the I/O side: snapshot processes and TCP sockets of this
-network namespace, then group them into jobs with hostctl.core.grouping.
+network namespace and of its containers, then group them into jobs with
+hostctl.core.grouping.
 
 Two ways to take a snapshot:
 
@@ -20,6 +21,15 @@ grouping leaves out every process running a hostctl command with its descendants
 (hostctl.core.grouping), so `hostctl flows --match REGEX` does not find itself, a
 daemon or their wrappers (sudo, timeout) even when REGEX matches their command lines.
 
+Containers (``containers=True``, the default; hostctl.containers says which namespaces
+count): their processes are listed with this namespace's, and their sockets are read with
+sock_diag from inside their namespace. A listener of a container on the wildcard address is
+reported with the address a peer reaches it at: the container's own (``container_addr =
+"pod"``: routed pod networks) or the host's address on the egress interface (``"host"``:
+masquerading with hostPort = containerPort). Established sockets keep the container-side
+addresses, the ones its traffic has on the host's NIC when routed and the ones the sock_ops
+pacer sees in every case.
+
 Processes and sockets that vanish mid-scan are normal and skipped silently.
 IPv4-mapped IPv6 addresses (::ffff:a.b.c.d, IPv4 traffic on a dual-stack socket)
 are reported as plain IPv4 addresses in both paths.
@@ -37,17 +47,21 @@ from collections.abc import Iterable, Sequence
 
 import psutil
 
+from hostctl.containers import ContainerNs, call_in_each_netns, container_namespaces, netns_inode, veth_peer_nsids
 from hostctl.core.grouping import (
     ESTABLISHED,
     LAUNCHER_ENV_KEYS,
     LISTEN,
     group_jobs,
+    is_wildcard,
     normalize_addr,
     pids_needing_env,
 )
 from hostctl.core.types import Job, JobSpec, ProcInfo, Snapshot, SockInfo
 from hostctl.datapath.rtnl_raw import RawNetlink, _rta
 from hostctl.datapath.sockreset import socket_fds
+from hostctl.consts import CONTAINER_ADDRS
+from hostctl.errors import ConfigError
 
 # What a process or socket that disappears between two reads can raise.
 _VANISHED: tuple[type[BaseException], ...] = (
@@ -250,10 +264,17 @@ def take_socket_snapshot(iface: str | None = None) -> Snapshot:
 
 
 def _netns_inode(pid: int | str) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}/ns/net").st_ino
-    except OSError:
-        return None
+    return netns_inode(pid)
+
+
+def _pids_by_netns() -> dict[int, list[int]]:
+    """nsfs inode of each network namespace -> the pids in it (one stat per process)."""
+    out: dict[int, list[int]] = {}
+    for pid in psutil.pids():
+        ino = _netns_inode(pid)
+        if ino is not None:
+            out.setdefault(ino, []).append(pid)
+    return out
 
 
 def _read_proc(pid: int) -> ProcInfo | None:
@@ -271,21 +292,84 @@ def _read_proc(pid: int) -> ProcInfo | None:
     return ProcInfo(pid=pid, ppid=ppid, cmdline=" ".join(a.decode("utf-8", "replace") for a in args))
 
 
-def _list_procs() -> list[ProcInfo]:
-    """The processes of this network namespace (pid, ppid, command line; env empty).
-    Processes of other namespaces (containers, emulated hosts) can't send on this
-    namespace's interfaces, so they are no jobs here. The namespace is checked first
-    (one stat) and only this namespace's processes are read: reading every process of the
+def _list_procs(containers: bool = False, iface: str | None = None) -> tuple[list[ProcInfo], list[ContainerNs]]:
+    """The processes of this network namespace (pid, ppid, command line; env empty) and,
+    with ``containers``, of its containers (hostctl.containers; ``iface`` is the egress
+    interface, whose peer is no container), with those containers. Processes of other
+    namespaces (emulated hosts, unrelated namespaces) can't send on this namespace's
+    interfaces, so they are no jobs here. Namespaces are told apart first (one stat per
+    process) and only the kept namespaces' processes are read: reading every process of the
     machine cost a testbed host's daemon most of its CPU."""
-    procs: list[ProcInfo] = []
     own = _netns_inode("self")
-    for pid in psutil.pids():
-        if own is not None and _netns_inode(pid) != own:
-            continue
+    by_ns = _pids_by_netns()
+    pods = find_containers(iface, by_ns) if containers else []
+    keep = [own, *(c.inode for c in pods)] if own is not None else list(by_ns)
+    procs: list[ProcInfo] = []
+    for pid in sorted(p for ino in keep for p in by_ns.get(ino, ())):
         p = _read_proc(pid)
         if p is not None:
             procs.append(p)
-    return procs
+    return procs, pods
+
+
+def find_containers(iface: str | None, by_ns: dict[int, list[int]] | None = None,
+                    peers: set[int] | None = None) -> list[ContainerNs]:
+    """The containers of this host (hostctl.containers); ``iface`` is the egress interface,
+    whose peer is no container. ``by_ns`` (_pids_by_netns()) is taken only when this
+    namespace has a veth to another one: a host without containers pays one link dump.
+    Without an egress interface there are none: the namespace at the other end of a veth
+    could as well be the network (an emulated host's uplink) as a container. ``peers``:
+    veth_peer_nsids(iface) when the caller has it."""
+    if peers is None:
+        peers = veth_peer_nsids(iface) if iface else set()
+    if not peers:
+        return []
+    own = _netns_inode("self")
+    by_ns = _pids_by_netns() if by_ns is None else by_ns
+    return container_namespaces({i: p for i, p in by_ns.items() if i != own}, peers)
+
+
+def _pod_addr() -> str:
+    """The first IPv4 address of this thread's namespace other than loopback ("" if none)."""
+    for _name, addrs in sorted(psutil.net_if_addrs().items()):
+        for a in addrs:
+            if a.family == socket.AF_INET and a.address and not a.address.startswith("127."):
+                return str(a.address)
+    return ""
+
+
+def container_sockets(pods: Iterable[ContainerNs], established: bool = True, addr: str = "pod",
+                      host_addr: str = "", ports: Iterable[int] | None = None) -> list[tuple[SockInfo, int]]:
+    """The LISTEN (and ESTABLISHED) TCP sockets of the containers ``pods`` with their inodes,
+    read with sock_diag inside each one's namespace. A listener's address becomes what a peer
+    reaches it at (module doc): with ``addr`` "pod" a wildcard listener gets the container's
+    address; with "host" every listener but a loopback one gets ``host_addr`` (when known).
+    ``ports``: only the sockets with one of these local or remote ports (as read_diag_sockets).
+    A container that vanished, or whose namespace cannot be read, is skipped."""
+    ports = None if ports is None else tuple(ports)
+
+    def read() -> tuple[list[tuple[SockInfo, int]] | None, str]:
+        return _diag_sockets(established, ports), _pod_addr() if addr == "pod" else ""
+
+    out: list[tuple[SockInfo, int]] = []
+    try:
+        got = call_in_each_netns([pod.path for pod in pods], read)
+    except TimeoutError:
+        return out
+    for value in got.values():
+        if isinstance(value, BaseException):
+            if isinstance(value, OSError):
+                continue
+            raise value
+        socks, pod_addr = value
+        for s, inode in socks or ():
+            if s.state == LISTEN:
+                if addr == "host" and host_addr and not s.laddr.startswith("127.") and s.laddr != "::1":
+                    s = dataclasses.replace(s, laddr=host_addr)
+                elif addr == "pod" and pod_addr and is_wildcard(s.laddr):
+                    s = dataclasses.replace(s, laddr=pod_addr)
+            out.append((s, inode))
+    return out
 
 
 def _launcher_env(pid: int) -> dict[str, str]:
@@ -342,15 +426,19 @@ def _socket_owners(pids: Iterable[int]) -> dict[int, list[int]]:
     return owners
 
 
-def owned_sockets(pids: Iterable[int]) -> list[SockInfo]:
-    """LISTEN/ESTABLISHED TCP sockets of this network namespace, one entry per owner among
-    `pids` (pid None for a socket none of them holds). Sockets come from sock_diag with their
-    inodes, owners from the fds of `pids` only: psutil.net_connections() walks the fds of every
-    process on the machine, which in a testbed of emulated hosts, or on a host with containers,
-    are mostly processes of other namespaces. Falls back to psutil without sock_diag."""
+def owned_sockets(pids: Iterable[int], pods: Sequence[ContainerNs] = (), container_addr: str = "pod",
+                  host_addr: str = "") -> list[SockInfo]:
+    """LISTEN/ESTABLISHED TCP sockets of this network namespace and of the containers `pods`,
+    one entry per owner among `pids` (pid None for a socket none of them holds). Sockets come
+    from sock_diag with their inodes, owners from the fds of `pids` only: psutil.net_connections()
+    walks the fds of every process on the machine, which in a testbed of emulated hosts, or on a
+    host with containers, are mostly processes of other namespaces. Falls back to psutil without
+    sock_diag (this namespace's sockets only). Container listeners' addresses as in
+    container_sockets()."""
     socks = _diag_sockets()
     if socks is None:
         return _psutil_sockets()
+    socks += container_sockets(pods, addr=container_addr, host_addr=host_addr)
     owners = _socket_owners(pids)
     out: list[SockInfo] = []
     for s, inode in socks:
@@ -363,19 +451,22 @@ def owned_sockets(pids: Iterable[int]) -> list[SockInfo]:
 
 
 def take_snapshot(pids_of_interest: set[int] | None = None, want_env: bool = True,
-                  iface: str | None = None) -> Snapshot:
-    """Processes and TCP sockets (with owners) of this network namespace.
+                  iface: str | None = None, containers: bool = False, container_addr: str = "pod") -> Snapshot:
+    """Processes and TCP sockets (with owners) of this network namespace, and of its
+    containers when `containers` (`iface`, the egress interface, is no container's).
 
     Launcher env (TORCHELASTIC_RUN_ID, MASTER_ADDR, MASTER_PORT only) is read
     when `want_env`, for `pids_of_interest` only when given, else for every
     process (slower: one /proc/<pid>/environ read per process).
     host_addr is the first IPv4 address of `iface` ("" without iface).
     """
-    procs = _list_procs()
+    procs, pods = _list_procs(containers, iface)
     if want_env:
         procs = _with_env(procs, pids_of_interest)
-    return Snapshot(procs=tuple(procs), socks=tuple(owned_sockets(p.pid for p in procs)),
-                    host_addr=host_addr_of(iface))
+    host_addr = host_addr_of(iface)
+    return Snapshot(procs=tuple(procs), socks=tuple(owned_sockets((p.pid for p in procs), pods, container_addr,
+                                                                  host_addr)),
+                    host_addr=host_addr)
 
 
 # --------------------------------------------------------------------------
@@ -391,14 +482,39 @@ class Discovery:
     started are, if the specs select them.
     """
 
-    def __init__(self, specs: Sequence[JobSpec], iface: str | None = None) -> None:
+    def __init__(self, specs: Sequence[JobSpec], iface: str | None = None,
+                 containers: bool = True, container_addr: str = "pod") -> None:
+        """containers: find jobs in this host's containers too (module doc); container_addr:
+        what names a container's listener in job ids, "pod" or "host"."""
+        if container_addr not in CONTAINER_ADDRS:
+            raise ConfigError(f"unknown container_addr {container_addr!r}: choose one of {', '.join(CONTAINER_ADDRS)}")
         self.specs: tuple[JobSpec, ...] = tuple(specs)
         self.iface = iface
+        self.containers = containers
+        self.container_addr = container_addr
+        self._pods: list[ContainerNs] = []
+        self._peers: set[int] | None = None  # veth_peer_nsids() when self._pods was found
         group_jobs(self.specs, Snapshot(procs=(), socks=()))  # validate now, not at the first scan
         self.port_only = all(spec.ports for spec in self.specs)
         self.any_port = any(spec.ports for spec in self.specs)
         self.ports = frozenset(p for spec in self.specs for p in spec.ports)
         self.exclude = frozenset({os.getpid()})  # the caller is no job (its children may be)
+
+    def pods(self) -> list[ContainerNs]:
+        """The containers of this host (none with containers off or without an egress
+        interface: find_containers). The namespace walk (one stat per process) is redone only
+        when this namespace's veths lead to other namespaces than at the last walk (a
+        container that comes or goes adds or removes its veth), when the process it was
+        entered through has left it (one stat per container), or while a veth leads to a
+        namespace in which no process was found (it may start one at any time)."""
+        if not self.containers or not self.iface:
+            return []
+        peers = veth_peer_nsids(self.iface)
+        if (peers != self._peers or any(_netns_inode(c.pid) != c.inode for c in self._pods)
+                or peers - {c.nsid for c in self._pods}):
+            self._pods = find_containers(self.iface, peers=peers) if peers else []
+            self._peers = peers
+        return self._pods
 
     def snapshot(self) -> Snapshot:
         """The snapshot scan() groups: sockets only when every spec is port-only,
@@ -411,19 +527,23 @@ class Discovery:
         established hash, but sends and formats only the matching sockets: about 0.6 ms per scan
         on an idle host and 2 ms with 18,000 other established sockets, where the unfiltered
         dump took 166 ms (docs/operations.md). Without sock_diag (or its bytecode filter),
-        everything is read and filtered here."""
+        everything is read and filtered here. The same dump is made inside each container
+        (pods()), whose sockets have no owners here either."""
         if self.port_only:
             socks = read_diag_sockets(ports=self.ports)
             if socks is None:
                 socks = [s for s in take_socket_snapshot().socks if s.lport in self.ports or s.rport in self.ports]
-            return Snapshot(procs=(), socks=tuple(socks), host_addr=host_addr_of(self.iface))
-        procs = _list_procs()
+            host_addr = host_addr_of(self.iface)
+            socks += [s for s, _ in container_sockets(self.pods(), True, self.container_addr, host_addr, self.ports)]
+            return Snapshot(procs=(), socks=tuple(socks), host_addr=host_addr)
+        procs, pods = _list_procs(self.containers, self.iface)
         trees = pids_needing_env(self.specs, procs, self.exclude)  # the processes pid and match specs select
         procs = _with_env(procs, trees)
         # whose sockets: a port spec's job takes the owners of its port's sockets, whoever they are
         owners_of = [p.pid for p in procs] if self.any_port else trees
-        return Snapshot(procs=tuple(procs), socks=tuple(owned_sockets(owners_of)),
-                        host_addr=host_addr_of(self.iface))
+        host_addr = host_addr_of(self.iface)
+        return Snapshot(procs=tuple(procs), socks=tuple(owned_sockets(owners_of, pods, self.container_addr, host_addr)),
+                        host_addr=host_addr)
 
     def scan(self) -> list[Job]:
         """Jobs present now, sorted by job_id."""

@@ -11,6 +11,9 @@ Selectors (one per `JobSpec`):
 
   - each listed port with a LISTEN socket is one job (a parameter server, role
     "server"). Its flows are the ESTABLISHED sockets whose local port is that port.
+    Where a port is listened on at several specific addresses (containers of one
+    host, each serving the same port at its own address), each address is one job,
+    with the flows whose local address is that one.
   - each remote endpoint (address, listed port) that ESTABLISHED sockets of this
     host connect to is one job (the workers of a remote parameter server, role
     "client"), unless the endpoint is served locally (the other end of the
@@ -62,10 +65,11 @@ host_addr is empty, else ``0.0.0.0``. IPv6 addresses are bracketed
 (``ps:[fd00::1]:9000``).
 
 Jobs that end up with the same id (e.g. a ``--ports`` spec and a ``--match``
-spec that find the same PS) are merged. Then a listening port, a remote endpoint
-or a flow claimed by several jobs stays with the first job in job_id order only; a flow whose
-local port is a listening port of an earlier job is claimed by that job too
-(egress with that source port is classified to it). A job left with neither
+spec that find the same PS) are merged. Then a listening endpoint (address and
+port, the address "*" for a wildcard listener), a remote endpoint or a flow claimed
+by several jobs stays with the first job in job_id order only; a flow whose local
+endpoint is a listening endpoint of an earlier job (or whose local port is that
+job's wildcard listener's) is claimed by that job too. A job left with neither
 listening ports nor flows by this de-duplication is dropped, because it was
 fully covered by an earlier job; a pid/match job that had no sockets to begin
 with is kept. A remote endpoint stays with a job only while the job keeps one of its flows.
@@ -315,6 +319,7 @@ class _Draft:
     pids: set[int] = field(default_factory=set)
     listen_ports: set[int] = field(default_factory=set)
     flows: set[FlowKey] = field(default_factory=set)
+    listen_eps: set[tuple[str, int]] = field(default_factory=set)  # (address or "*", port) of its listeners
     remotes: set[tuple[str, int]] = field(default_factory=set)  # remote endpoints (worker side)
     model_bytes: int | None = None
     comm: str | None = None
@@ -323,11 +328,36 @@ class _Draft:
     def absorb(self, other: _Draft) -> None:
         self.pids |= other.pids
         self.listen_ports |= other.listen_ports
+        self.listen_eps |= other.listen_eps
         self.flows |= other.flows
         self.remotes |= other.remotes
         for name in ("model_bytes", "comm", "ring_size"):
             if getattr(self, name) is None:
                 setattr(self, name, getattr(other, name))
+
+
+def _ep(s: SockInfo) -> tuple[str, int]:
+    """A listener's endpoint: (address, port), "*" for the wildcard address."""
+    return ("*" if is_wildcard(s.laddr) else normalize_addr(s.laddr), s.lport)
+
+
+def _by_address(listeners: list[SockInfo], established: list[SockInfo]
+                ) -> list[tuple[list[SockInfo], list[SockInfo]]]:
+    """A port's listeners and flows, split by listening address when several specific
+    addresses listen on it (containers serving the same port, each at its own address): a
+    flow goes with the listener of its local address. Wildcard listeners, and flows of no
+    listener's address, go with the first address (one process listening on :: and on an
+    IPv4 address is one job, as before)."""
+    addrs = sorted({a for a, _p in map(_ep, listeners) if a != "*"}, key=lambda a: (":" in a, a))
+    if len(addrs) <= 1:
+        return [(listeners, established)]
+    groups: dict[str, tuple[list[SockInfo], list[SockInfo]]] = {a: ([], []) for a in addrs}
+    for s in listeners:
+        groups[_ep(s)[0] if _ep(s)[0] in groups else addrs[0]][0].append(s)
+    for s in established:
+        a = normalize_addr(s.laddr)
+        groups[a if a in groups else addrs[0]][1].append(s)
+    return list(groups.values())
 
 
 def _port_drafts(spec: JobSpec, idx: _Index, source: str) -> list[_Draft]:
@@ -341,12 +371,14 @@ def _port_drafts(spec: JobSpec, idx: _Index, source: str) -> list[_Draft]:
 
     for port in ports:
         named = (spec.name if len(ports) == 1 else f"{spec.name}:{port}") if spec.name else None
-        listeners = idx.listeners.get(port)
-        if listeners:  # this host serves the port (a PS)
-            established = idx.est_by_lport.get(port, [])
+        for listeners, established in _by_address(idx.listeners.get(port, []), idx.est_by_lport.get(port, [])):
+            if not listeners:
+                continue  # not served here (or not yet)
+            # this host serves the port (a PS; one per address when containers share the port)
             flows = {_flow(s) for s in established}
             job_id = named or ps_job_id(idx.listen_addr(port, listeners, flows), port)
-            out.append(draft(job_id, [*listeners, *established], flows, listen_ports={port}))
+            out.append(draft(job_id, [*listeners, *established], flows, listen_ports={port},
+                             listen_eps={_ep(s) for s in listeners}))
         # this host connects to the port elsewhere (a PS's workers): one job per remote endpoint
         by_remote: dict[tuple[str, int], list[SockInfo]] = {}
         for s in idx.est_by_rport.get(port, ()):
@@ -372,6 +404,7 @@ def _tree_draft(idx: _Index, root: int, members: set[int], source: str, spec: Jo
     if job_id is None:
         job_id = f"pid:{root}"
     return _Draft(job_id, source, root=root, pids=set(members), listen_ports=ports, flows=flows,
+                  listen_eps={_ep(s) for s in listeners},
                   model_bytes=spec.model_bytes, comm=spec.comm, ring_size=spec.ring_size)
 
 
@@ -472,21 +505,23 @@ def group_jobs(specs: Sequence[JobSpec], snap: Snapshot, exclude: Iterable[int] 
 
     by_id = _merge_same_id(drafts)
 
-    # Each listening port and flow goes to the first job in job_id order.
-    claimed_ports: set[int] = set()
+    # Each listening endpoint and flow goes to the first job in job_id order.
+    claimed_eps: set[tuple[str, int]] = set()
     claimed_flows: set[FlowKey] = set()
     claimed_remotes: set[tuple[str, int]] = set()
     jobs: list[Job] = []
     for job_id in sorted(by_id):
         d = by_id[job_id]
-        had_sockets = bool(d.listen_ports or d.flows)
-        ports = d.listen_ports - claimed_ports
-        flows = {f for f in d.flows if f not in claimed_flows and f.lport not in claimed_ports}
+        had_sockets = bool(d.listen_eps or d.flows)
+        eps = d.listen_eps - claimed_eps
+        ports = {p for _a, p in eps}
+        flows = {f for f in d.flows if f not in claimed_flows and (f.laddr, f.lport) not in claimed_eps
+                 and ("*", f.lport) not in claimed_eps}
         kept = {(f.raddr, f.rport) for f in flows} if d.remotes else set()
         remotes = {r for r in d.remotes if r not in claimed_remotes and r in kept}
         if had_sockets and not (ports or flows):
             continue  # fully covered by an earlier job
-        claimed_ports |= ports
+        claimed_eps |= eps
         claimed_flows |= flows
         claimed_remotes |= remotes
         jobs.append(Job(

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hostctl.core.types import FlowKey, Job, JobSpec
+from hostctl.core.types import FlowKey, Job, JobSpec, shared_ports
 
 SIDES = ("local", "remote")
 WATCH_SLOT = 0xFFFFFFFF  # = HP_SLOT_WATCH in bpf/hc_pace.c
@@ -57,8 +57,10 @@ def selectors(jobs: Sequence[Job], slots: Mapping[str, int], *, watch_ports: Ite
     """Port, 4-tuple and remote-endpoint selectors for the jobs that have a slot.
 
     A job's served ports and the servers it connects to (``Job.remote_endpoints``, a
-    worker's PS) select its flows at connection time; its other flows (it connects out,
-    found by pid or command line) are selected by 4-tuple once discovery has seen them.
+    worker's PS) select its flows at connection time, except a port several jobs serve
+    (shared_ports: containers serving the same port), whose flows are selected by 4-tuple;
+    its other flows (it connects out, found by pid or command line) are selected by 4-tuple
+    once discovery has seen them.
     ``watch_ports``: the ports of the port specs, watched on the remote side (WATCH_SLOT),
     so that a worker's connection made before its job existed can still be selected. At
     most max_flows / max_ports / max_remotes entries (the kernel maps' sizes): later ones
@@ -66,10 +68,11 @@ def selectors(jobs: Sequence[Job], slots: Mapping[str, int], *, watch_ports: Ite
     ports: dict[tuple[int, str], int] = {}
     flows: dict[FlowKey, int] = {}
     remotes: dict[tuple[str, int], int] = {}
+    shared = shared_ports(jobs)
     ordered = [(job, slots[job.job_id]) for job in sorted(jobs, key=lambda j: j.job_id) if job.job_id in slots]
     for job, slot in ordered:
         for p in job.listen_ports:
-            if len(ports) < max_ports:
+            if len(ports) < max_ports and p not in shared:
                 ports.setdefault((p, "local"), slot)
         for e in job.remote_endpoints:
             if len(remotes) < max_remotes:
@@ -78,7 +81,7 @@ def selectors(jobs: Sequence[Job], slots: Mapping[str, int], *, watch_ports: Ite
         if len(ports) < max_ports:
             ports.setdefault((p, "remote"), WATCH_SLOT)
     for job, slot in ordered:
-        for f in job.client_flows():
+        for f in job.client_flows(shared):
             by_port = ports.get((f.lport, "local"))
             if (by_port if by_port is not None else remotes.get((f.raddr, f.rport))) == slot:
                 continue  # selected at connection time already

@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from hostctl.core.types import FlowKey, Job
+from hostctl.core.types import FlowKey, Job, shared_ports
 
 QDISC_MAJOR = 0x6863
 QDISC_HANDLE = QDISC_MAJOR << 16
@@ -156,7 +156,8 @@ class ClassifierTable:
 
     slots: job id -> job slot (index into the job-class array), stable while the job lives.
     slot_classid: slot -> htb classid (0: the job's traffic goes to the default class).
-    ports: local TCP port -> slot (egress with that source port: a served listening port).
+    ports: local TCP port -> slot (egress with that source port: a served listening port;
+    none for a port several jobs serve, whose flows are 4-tuple entries).
     flows: connection -> slot (egress of connections the job opened).
     remotes: remote endpoint (address, port) -> slot (egress to a server the job connects to:
         a worker's connections to its PS, new ones and NATed ones included).
@@ -247,10 +248,11 @@ def build_classifier(
     flows: dict[FlowKey, int] = {}
     remotes: dict[tuple[str, int], int] = {}
     dropped_flows = dropped_remotes = 0
+    shared = shared_ports(jobs)
     ordered = [(job, slots[job.job_id]) for job in sorted(jobs, key=lambda j: j.job_id) if job.job_id in slots]
     for job, slot in ordered:
         for p in job.listen_ports:
-            if len(ports) < max_ports:
+            if len(ports) < max_ports and p not in shared:
                 ports.setdefault(p, slot)
         for e in job.remote_endpoints:
             if e in remotes:
@@ -260,7 +262,7 @@ def build_classifier(
                 continue
             remotes[e] = slot
     for job, slot in ordered:
-        for f in job.client_flows():
+        for f in job.client_flows(shared):
             if f in flows:
                 continue
             by_port = ports.get(f.lport)

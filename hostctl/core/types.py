@@ -6,6 +6,7 @@ No I/O here (hostctl.core is pure; tests/unit/test_core_pure.py checks it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -63,11 +64,25 @@ class Job:
     comm: str | None = None  # "ps", "ring" or None (unknown), from the config
     ring_size: int | None = None  # ring all-reduce ranks, from the config
 
-    def client_flows(self) -> tuple[FlowKey, ...]:
+    def client_flows(self, shared: frozenset[int] | set[int] = frozenset()) -> tuple[FlowKey, ...]:
         """Flows not on one of the job's listening ports (a 4-tuple entry in the classifier and
-        the pacer, unless a remote-endpoint entry covers them)."""
-        ports = set(self.listen_ports)
+        the pacer, unless a remote-endpoint entry covers them). A port in ``shared`` (served by
+        several jobs, see shared_ports) has no port entry, so its flows are in here too."""
+        ports = set(self.listen_ports) - set(shared)
         return tuple(f for f in self.flows if f.lport not in ports)
+
+
+def shared_ports(jobs: Sequence[Job]) -> frozenset[int]:
+    """Listening ports served by more than one job (containers of one host serving the same
+    port, each at its own address): a port entry cannot tell their packets apart, so their
+    flows are selected by 4-tuple instead (flows opened since the last scan stay unselected
+    until the next one)."""
+    seen: set[int] = set()
+    out: set[int] = set()
+    for j in jobs:
+        for p in j.listen_ports:
+            (out if p in seen else seen).add(p)
+    return frozenset(out)
 
 
 @dataclass(frozen=True)

@@ -395,7 +395,10 @@ def test_one_classifies_natted_uploads_from_a_pod_by_remote_endpoint(pair, pod):
             "s = [socket.create_connection(('10.77.0.1', int(p))) for p in sys.argv[1:]]\n"
             "time.sleep(120)\n")
     pair.start(pair.wk, PY, "-c", keep, *map(str, PORTS))
-    start_worker_daemon(pair, "one")
+    # --no-containers: the daemon must not read the pod's sockets (it would, the pod being a container
+    # of the worker namespace: tests/integration/test_containers.py), so only the remote-endpoint
+    # entries can classify the pod's flows
+    start_worker_daemon(pair, "one", "--no-containers")
     st = wait_worker_banded(pair)
     assert all(len(j["flows"]) == 1 for j in st["jobs"]), st["jobs"]  # the idle connections only
 

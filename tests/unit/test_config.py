@@ -543,7 +543,7 @@ def test_keys_sets_match_the_documented_ones():
     assert TOP_KEYS == {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval", "rescan",
                         "lease", "metrics_port", "ports", "pids", "match", "jobs", "cap", "cgroup", "slot",
                         "phase_gap", "switch", "curve_keys", "horizon", "plan_offset", "ingress_rate", "deps",
-                        "job_order", "metrics_addr", "log_level"}
+                        "job_order", "metrics_addr", "log_level", "containers", "container_addr"}
     assert JOB_KEYS == {"name", "ports", "pids", "match", "model_size", "cap", "comm", "ring_size"}
 
 
@@ -907,3 +907,15 @@ def test_fabric_rank_is_the_same_everywhere_and_rotates():
     assert firsts == set("abcdef")  # every job leads at some point
     with pytest.raises(ValueError):
         fabric_rank("ja", "smallest")
+
+
+def test_containers_keys_and_flags(toml):
+    d = build_config(policy="fifo")
+    assert d.containers is True and d.container_addr == "pod"
+    c = build_config(toml('policy = "fifo"\ncontainers = false\ncontainer_addr = "host"\n'))
+    assert c.containers is False and c.container_addr == "host"
+    assert build_config(toml('policy = "fifo"\ncontainers = false\n'), containers=True).containers is True  # flags win
+    with raises("containers must be true or false"):
+        build_config(toml('containers = "yes"\n'))
+    with raises("unknown container_addr 'nat': choose pod"):
+        build_config(policy="fifo", container_addr="nat")

@@ -4,7 +4,7 @@ selectors, the cap split, the slot loop's bookkeeping, hints and status."""
 import pytest
 
 from hostctl.config import Config
-from hostctl.core.pace import WATCH_SLOT, cap_rates
+from hostctl.core.pace import WATCH_SLOT, cap_rates, selectors
 from hostctl.core.plan import build_tc_plan
 from hostctl.core.types import FlowKey, Job, JobSpec
 from hostctl.daemon import Daemon
@@ -188,6 +188,16 @@ def test_selectors_never_exceed_the_map_sizes():
     assert len(flows) == 25 and len(ports) == 3
     assert set(flows.values()) == {0, 1, 2}
 
+
+
+def test_selectors_of_a_port_served_by_several_jobs_are_4_tuples():
+    from hostctl.core.types import FlowKey, Job
+
+    fa, fb = FlowKey("10.1.0.2", 9000, "10.9.0.1", 40000), FlowKey("10.1.0.3", 9000, "10.9.0.1", 40001)
+    jobs = [Job("a", "port", listen_ports=(9000,), flows=(fa,)), Job("b", "port", listen_ports=(9000,), flows=(fb,)),
+            Job("c", "port", listen_ports=(9100,))]
+    ports, flows, remotes = selectors(jobs, {"a": 0, "b": 1, "c": 2})
+    assert ports == {(9100, "local"): 2} and flows == {fa: 0, fb: 1} and remotes == {}
 
 
 def test_a_worker_jobs_flows_are_selected_by_remote_endpoint_from_connection_time():

@@ -447,6 +447,31 @@ def test_pids_needing_env_covers_trees_only() -> None:
         pids_needing_env([JobSpec(match="(")], TREE.procs)
 
 
+def test_same_port_at_several_addresses_is_one_job_per_address() -> None:
+    """Containers of one host serving the same port, each at its own address (discovery
+    reports a container's wildcard listener with the container's address)."""
+    s = snap(socks=[listen("10.1.0.3", 9000, pid=30), listen("10.1.0.2", 9000, pid=20),
+                    est("10.1.0.2", 9000, "10.9.0.1", 40000, pid=20),
+                    est("10.1.0.3", 9000, "10.9.0.1", 40001, pid=30)])
+    for spec in (JobSpec(ports=(9000,)), JobSpec(pids=(20, 30))):
+        snapshot = snap(procs=[proc(20), proc(30)], socks=s.socks) if spec.pids else s
+        jobs = by_id(group_jobs([spec], snapshot))
+        assert sorted(jobs) == ["ps:10.1.0.2:9000", "ps:10.1.0.3:9000"]
+        assert jobs["ps:10.1.0.2:9000"].flows == (FlowKey("10.1.0.2", 9000, "10.9.0.1", 40000),)
+        assert jobs["ps:10.1.0.3:9000"].flows == (FlowKey("10.1.0.3", 9000, "10.9.0.1", 40001),)
+        assert all(j.listen_ports == (9000,) and j.role == "server" for j in jobs.values())
+
+
+def test_same_listener_found_twice_is_still_one_job() -> None:
+    """A --ports and a --match spec finding the same PS under different ids: the endpoint
+    goes to the first id, the second job is dropped as covered (as with one address)."""
+    s = snap(procs=[proc(20, cmd="ps-server")],
+             socks=[listen("0.0.0.0", 9000, pid=20), est("10.1.0.2", 9000, "10.9.0.1", 40000, pid=20)],
+             host_addr="10.1.0.2")
+    jobs = group_jobs([JobSpec(ports=(9000,)), JobSpec(name="zz", match="ps-server")], s)
+    assert ids(jobs) == ["ps:10.1.0.2:9000"]
+
+
 # --------------------------------------------------------------------------
 # torchrun launch ids
 

@@ -80,6 +80,16 @@ def test_fifo_has_no_ingress_bands_and_ingress_guarantees_fit():
         build_tc_plan("eth0", 10**9, 6, 10**8, True, ingress_rate_bps=10**8)
 
 
+def test_port_served_by_several_jobs_classifies_by_4_tuple():
+    """Two containers serving port 9000 at their own addresses are two jobs: a port entry
+    could not tell them apart, so their flows get 4-tuple entries and the port none."""
+    fa, fb = FlowKey("10.1.0.2", 9000, "10.9.0.1", 40000), FlowKey("10.1.0.3", 9000, "10.9.0.1", 40001)
+    jobs = [_job("ps:10.1.0.2:9000", 9000, [fa]), _job("ps:10.1.0.3:9000", 9000, [fb]), _job("c", 9100)]
+    t = build_classifier(jobs, {"ps:10.1.0.2:9000": 0, "ps:10.1.0.3:9000": 1, "c": 2})
+    assert t.ports == {9100: t.slots["c"]}
+    assert t.flows == {fa: t.slots["ps:10.1.0.2:9000"], fb: t.slots["ps:10.1.0.3:9000"]}
+
+
 def test_remote_endpoints_classify_a_workers_flows_new_and_natted():
     """A worker host's two jobs (connecting to PS 10.0.0.1:9400 and 10.0.0.2:9401): one remote-endpoint
     entry each; their flows need no 4-tuple entry, a new connection and a NATed one (other source

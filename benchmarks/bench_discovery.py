@@ -1,17 +1,25 @@
 """CPU time of one flow-discovery scan (hostctl.discovery.Discovery.scan) on this host, as the
 daemon runs it every --rescan seconds.
 
-    python benchmarks/bench_discovery.py [--scans 30] [--repeat 3] [--out results/discovery.json]
+    python benchmarks/bench_discovery.py [--scans 30] [--repeat 3] [--established N] [--iface IF]
+                                         [--out results/discovery.json]
 
 Specs: ``port`` (a listening port: sock_diag only), ``match`` (a command-line regex: this network
 namespace's processes, and the fds of those it selects), ``match+port`` (both: the fds of every process
-of the namespace). The regex and the port select nothing, so the time is the scan itself. Run it as
+of the namespace), and ``unfiltered`` (a reference, not a spec: one sock_diag dump of every listening
+and established socket, what port-only scans read before the kernel-side port filter). The regex and
+the port select nothing, so the time is the scan itself. ``--established N`` first opens N idle TCP
+connections over loopback (2N established sockets that no spec selects: the table a busy host has);
+``--iface IF`` gives discovery an egress interface, so it also looks for containers (one rtnetlink link
+dump per scan when there are none). Run it as
 root, as the daemon runs: otherwise other users' processes are skipped. To compare with older code,
 alternate ``PYTHONPATH=TREE python TREE/benchmarks/bench_discovery.py`` (a git worktree) with this one."""
 
 from __future__ import annotations
 
 import argparse
+import resource
+import socket
 import statistics
 import sys
 import time
@@ -22,7 +30,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hostctl.bench.results import write_results  # noqa: E402
 from hostctl.core.types import JobSpec  # noqa: E402
-from hostctl.discovery import Discovery  # noqa: E402
+from hostctl.discovery import Discovery, read_diag_sockets  # noqa: E402
 
 NOTHING = "hostctl-bench-discovery-selects-nothing"
 SPECS = {
@@ -32,16 +40,43 @@ SPECS = {
 }
 
 
+class _Unfiltered:
+    """The reference: every listening and established socket, unfiltered (no grouping)."""
+
+    def scan(self) -> None:
+        read_diag_sockets()
+
+
+def open_idle_connections(n: int) -> list[socket.socket]:
+    """n idle TCP connections over 127.0.0.1 (both ends kept open); the caller closes them."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 2 * n + 256
+    if soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard), hard))
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4096)
+    out = [srv]
+    for _ in range(n):
+        c = socket.create_connection(srv.getsockname())
+        a, _addr = srv.accept()
+        out += [c, a]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scans", type=int, default=30)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--established", type=int, default=0, help="idle loopback connections to open first")
+    ap.add_argument("--iface", default=None, help="egress interface given to discovery (containers looked for)")
     ap.add_argument("--out", default="results/discovery.json")
     a = ap.parse_args()
+    conns = open_idle_connections(a.established)
     rows = []
     for r in range(a.repeat):
-        for name, specs in SPECS.items():
-            d = Discovery(specs)
+        for name, specs in [*SPECS.items(), ("unfiltered", None)]:
+            d = _Unfiltered() if specs is None else Discovery(specs, a.iface)
             cpu = []
             for _ in range(a.scans):
                 t = time.thread_time()
@@ -52,7 +87,10 @@ def main() -> None:
             rows.append(row)
             print(f"rep {r} {name:>10}: CPU per scan median {row['median_ms']:.2f} ms, p90 {row['p90_ms']:.2f} ms",
                   flush=True)
-    write_results(a.out, "discovery", {"processes": len(psutil.pids()), "scans": a.scans, "runs": rows})
+    for c in conns:
+        c.close()
+    write_results(a.out, "discovery", {"processes": len(psutil.pids()), "scans": a.scans,
+                                       "established_sockets": 2 * a.established, "iface": a.iface, "runs": rows})
 
 
 if __name__ == "__main__":

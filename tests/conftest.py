@@ -100,6 +100,17 @@ def _kill(p: subprocess.Popen) -> None:
             p.wait(5)
 
 
+def remove_netns(name: str) -> None:
+    """Kill what still runs in a namespace a test made (e.g. a daemon left by a failure), then
+    delete it with hostctl's journals for it (a kill -9 test leaves one)."""
+    for pid in sh(["ip", "netns", "pids", name], check=False).stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    delete_netns(name)
+
+
 @pytest.fixture
 def make_pair(request):
     """Factory of namespace pairs ("PS host" 10.77.0.1, "worker host" 10.77.0.2, or
@@ -117,14 +128,7 @@ def make_pair(request):
             for p in reversed(pr.procs):
                 _kill(p)
             for h in (ps, wk):
-                # processes the test started in its own namespace (e.g. a daemon left by a failure)
-                pids = sh(["ip", "netns", "pids", h.ns], check=False).stdout.split()
-                for pid in pids:
-                    try:
-                        os.kill(int(pid), signal.SIGKILL)
-                    except (ProcessLookupError, ValueError):
-                        pass
-                delete_netns(h.ns)  # with hostctl's journals for it (a kill -9 test leaves one)
+                remove_netns(h.ns)
 
         request.addfinalizer(fin)
         for h in (ps, wk):

@@ -10,7 +10,6 @@ import json
 import os
 import random
 import re
-import signal
 import subprocess
 import time
 import uuid
@@ -18,8 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from hostctl.testbed.net import delete_netns
-from tests.conftest import HOSTCTL, PY, _kill, sh, wait_for
+from tests.conftest import HOSTCTL, PY, _kill, remove_netns, sh, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.netns]
 
@@ -91,12 +89,7 @@ def pods(request) -> Pods:
         for p in reversed(env.procs):
             _kill(p)
         for ns in all_ns:
-            for pid in sh(["ip", "netns", "pids", ns.name], check=False).stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-            delete_netns(ns.name)
+            remove_netns(ns.name)
 
     request.addfinalizer(fin)
     for ns in all_ns:
@@ -316,9 +309,10 @@ def test_one_bands_pod_clients(pods, select):
     """Workers in two pods upload to the remote side; under `one` the leading job gets >= 90%.
     By --ports (the port connected to) the classifier matches the remote endpoint, which
     masquerading leaves alone; by --match the jobs' flows are 4-tuple entries, which match
-    routed traffic only (masquerading rewrites the source before the egress qdisc)."""
-    if pods.mode == "masq" and select == "match":
-        pytest.skip("a NAT'ed flow's 4-tuple is rewritten before the uplink's classifier")
+    routed traffic only: masquerading rewrites the source before the egress qdisc, so there the
+    jobs are found and given bands, but their packets stay in the default class and share the
+    uplink (the limitation docs/operations.md states; this checks it still holds)."""
+    banded = not (pods.mode == "masq" and select == "match")
     p0, p1 = free_ports()
     for port in (p0, p1):
         pods.start(pods.remote.argv(PY, "-m", "hostctl.tools.bulk", "serve", "--sink", "--port", str(port)))
@@ -349,7 +343,10 @@ def test_one_bands_pod_clients(pods, select):
     t0, t1 = hi["start"] + 1.5, hi["start"] + 5
     h, l_ = window_bytes(hi, t0, t1), window_bytes(lo, t0, t1)
     print(f"{pods.mode} pod clients by {select} under one: leader share {h / (h + l_):.3f}")
-    assert h / (h + l_) >= 0.90, f"leader share {h / (h + l_):.2f}"
+    if banded:
+        assert h / (h + l_) >= 0.90, f"leader share {h / (h + l_):.2f}"
+    else:  # not classified at the NIC: the two uploads share the default class like any TCP flows
+        assert h / (h + l_) <= 0.75, f"leader share {h / (h + l_):.2f}: masqueraded 4-tuples matched?"
 
 
 # ------------------------------------------------------------------------------------
@@ -404,12 +401,11 @@ def test_cap_paces_a_pod_flow(pods, cgroup, role):
 
 
 @pytest.mark.bpf
+@pytest.mark.parametrize("pods", ["routed"], indirect=True)
 def test_one_bands_pods_serving_the_same_port(pods):
     """Two pods serve the same port (one image, two jobs): two jobs, named by the pods'
     addresses, classified by 4-tuple (a port entry cannot tell them apart); the leader gets
     >= 90%. Routed only: masqueraded, two pods cannot publish the same host port."""
-    if pods.mode == "masq":
-        pytest.skip("two pods cannot publish the same host port")
     port = free_ports()[0]
     for pod in pods.pods:
         serve(pods, pod, port)

@@ -4,17 +4,14 @@ real TCP traffic, rotation, stop / kill -9 + clean restoring the interface."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import time
 import uuid
 
 import pytest
 
-from hostctl.testbed.net import delete_netns
 from tests import oracle
-from tests.conftest import HOSTCTL, PY, Host, sh, wait_for
+from tests.conftest import HOSTCTL, PY, Host, remove_netns, sh, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf]
 
@@ -361,12 +358,7 @@ def pod(pair, request):
     gw = f"hpg{tag}"
 
     def fin():
-        for pid in sh(["ip", "netns", "pids", p.ns], check=False).stdout.split():
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
-        delete_netns(p.ns)
+        remove_netns(p.ns)
 
     request.addfinalizer(fin)
     sh(["ip", "netns", "add", p.ns])

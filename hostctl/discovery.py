@@ -43,7 +43,7 @@ import os
 import socket
 import struct
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import psutil
 
@@ -209,8 +209,11 @@ def read_diag_sockets(established: bool = True, ports: Iterable[int] | None = No
     return None if socks is None else [s for s, _inode in socks]
 
 
-def _diag_sockets(established: bool = True, ports: Iterable[int] | None = None) -> list[tuple[SockInfo, int]] | None:
-    """read_diag_sockets with each socket's inode (what /proc/<pid>/fd links name)."""
+def _diag_sockets(established: bool = True, ports: Iterable[int] | None = None,
+                  keep: Callable[[int, int, int], bool] | None = None) -> list[tuple[SockInfo, int]] | None:
+    """read_diag_sockets with each socket's inode (what /proc/<pid>/fd links name). ``keep``
+    (inode, local port, remote port) -> bool: an established socket it rejects is skipped before
+    its addresses are decoded (most of the Python cost of a dump of many sockets)."""
     out: list[tuple[SockInfo, int]] = []
     states = 1 << _TCP_LISTEN_STATE | (1 << _TCP_ESTABLISHED_STATE if established else 0)
     bytecode = b""
@@ -238,9 +241,11 @@ def _diag_sockets(established: bool = True, ports: Iterable[int] | None = None) 
                     out.append((SockInfo(state=LISTEN, laddr=_diag_addr(src, fam), lport=int.from_bytes(sport, "big")),
                                 inode))
                 elif st == ESTABLISHED:
-                    out.append((SockInfo(state=ESTABLISHED, laddr=_diag_addr(src, fam),
-                                         lport=int.from_bytes(sport, "big"), raddr=_diag_addr(dst, fam),
-                                         rport=int.from_bytes(dport, "big")), inode))
+                    lport, rport = int.from_bytes(sport, "big"), int.from_bytes(dport, "big")
+                    if keep is not None and not keep(inode, lport, rport):
+                        continue
+                    out.append((SockInfo(state=ESTABLISHED, laddr=_diag_addr(src, fam), lport=lport,
+                                         raddr=_diag_addr(dst, fam), rport=rport), inode))
     return out
 
 
@@ -427,19 +432,32 @@ def _socket_owners(pids: Iterable[int]) -> dict[int, list[int]]:
 
 
 def owned_sockets(pids: Iterable[int], pods: Sequence[ContainerNs] = (), container_addr: str = "pod",
-                  host_addr: str = "") -> list[SockInfo]:
+                  host_addr: str = "", keep_pids: set[int] | None = None,
+                  keep_ports: frozenset[int] = frozenset()) -> list[SockInfo]:
     """LISTEN/ESTABLISHED TCP sockets of this network namespace and of the containers `pods`,
     one entry per owner among `pids` (pid None for a socket none of them holds). Sockets come
     from sock_diag with their inodes, owners from the fds of `pids` only: psutil.net_connections()
     walks the fds of every process on the machine, which in a testbed of emulated hosts, or on a
     host with containers, are mostly processes of other namespaces. Falls back to psutil without
     sock_diag (this namespace's sockets only). Container listeners' addresses as in
-    container_sockets()."""
-    socks = _diag_sockets()
+    container_sockets().
+
+    ``keep_pids``: only the established sockets of this namespace that one of these pids holds,
+    or whose local or remote port is in ``keep_ports``, are kept (listeners all are). A job found
+    by pid or command line needs its own connections only, and on a host with thousands of other
+    connections (storage, services) decoding all of them each scan cost 100 ms of CPU
+    (benchmarks/bench_discovery.py --established 9000)."""
+    owners = _socket_owners(pids)
+    keep = None
+    if keep_pids is not None:
+        wanted = {inode for inode, holders in owners.items() if any(p in keep_pids for p in holders)}
+
+        def keep(inode: int, lport: int, rport: int) -> bool:
+            return inode in wanted or lport in keep_ports or rport in keep_ports
+    socks = _diag_sockets(keep=keep)
     if socks is None:
         return _psutil_sockets()
     socks += container_sockets(pods, addr=container_addr, host_addr=host_addr)
-    owners = _socket_owners(pids)
     out: list[SockInfo] = []
     for s, inode in socks:
         holders = owners.get(inode) if inode else None
@@ -542,8 +560,9 @@ class Discovery:
         # whose sockets: a port spec's job takes the owners of its port's sockets, whoever they are
         owners_of = [p.pid for p in procs] if self.any_port else trees
         host_addr = host_addr_of(self.iface)
-        return Snapshot(procs=tuple(procs), socks=tuple(owned_sockets(owners_of, pods, self.container_addr, host_addr)),
-                        host_addr=host_addr)
+        socks = owned_sockets(owners_of, pods, self.container_addr, host_addr, keep_pids=set(trees),
+                              keep_ports=self.ports)
+        return Snapshot(procs=tuple(procs), socks=tuple(socks), host_addr=host_addr)
 
     def scan(self) -> list[Job]:
         """Jobs present now, sorted by job_id."""

@@ -299,7 +299,7 @@ def test_scan_survives_psutil_errors(pair: Pair, monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(psutil.Process, "environ", gone)
     monkeypatch.setattr(psutil, "net_connections", flaky)
-    monkeypatch.setattr(discovery, "_diag_sockets", lambda established=True: None)  # no sock_diag: psutil's path
+    monkeypatch.setattr(discovery, "_diag_sockets", lambda *a, **kw: None)  # no sock_diag: psutil's path
     jobs = Discovery([JobSpec(ports=(pair.port,)), JobSpec(match=re.escape(pair.client_marker))]).scan()
     # owners are unknown after the fallback to /proc, but the port job is still found
     assert f"ps:127.0.0.1:{pair.port}" in {j.job_id for j in jobs}
@@ -319,6 +319,23 @@ def test_fds_that_vanish_or_deny_leave_their_sockets_ownerless(pair: Pair, monke
              if pair.port in (s.lport, s.rport)}
     assert socks == {("LISTEN", pair.port, pair.server.pid), ("ESTABLISHED", pair.port, pair.server.pid),
                      ("ESTABLISHED", pair.cport, None)}
+
+
+def test_owned_sockets_keeps_only_the_wanted_connections(pair: Pair) -> None:
+    """keep_pids (what a pid or match job needs): the established sockets those pids hold, and
+    those on keep_ports; every listener. Another process's connection is not decoded at all."""
+    pids = [pair.server.pid, pair.client.pid]
+
+    def mine(**kw) -> set[tuple[str, int, int | None]]:
+        return {(s.state, s.lport, s.pid) for s in discovery.owned_sockets(pids, **kw)
+                if pair.port in (s.lport, s.rport)}
+
+    everything = {("LISTEN", pair.port, pair.server.pid), ("ESTABLISHED", pair.port, pair.server.pid),
+                  ("ESTABLISHED", pair.cport, pair.client.pid)}
+    assert mine() == everything
+    assert mine(keep_pids={pair.client.pid}) == everything - {("ESTABLISHED", pair.port, pair.server.pid)}
+    assert mine(keep_pids={pair.client.pid}, keep_ports=frozenset({pair.port})) == everything
+    assert mine(keep_pids=set()) == {("LISTEN", pair.port, pair.server.pid)}
 
 
 def test_read_proc_agrees_with_psutil(pair: Pair, tmp_path) -> None:

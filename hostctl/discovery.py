@@ -542,9 +542,8 @@ class Discovery:
         local or remote port is a listed port, filtered in the kernel (port_bytecode). Every
         scan sees them all: a worker host's jobs exist only through its established
         connections to a PS, so a new one is a job at the next scan. The kernel still walks the
-        established hash, but sends and formats only the matching sockets: about 0.6 ms per scan
-        on an idle host and 2 ms with 18,000 other established sockets, where the unfiltered
-        dump took 166 ms (docs/operations.md). Without sock_diag (or its bytecode filter),
+        established hash, but sends and formats only the matching sockets (docs/benchmarks.md,
+        "Discovery on real hosts"). Without sock_diag (or its bytecode filter),
         everything is read and filtered here. The same dump is made inside each container
         (pods()), whose sockets have no owners here either."""
         if self.port_only:

@@ -25,7 +25,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from hostctl.core import wire  # noqa: E402
 from hostctl.core.topology import Topology  # noqa: E402
 from switchemu.server import SwitchState  # noqa: E402
 

@@ -12,7 +12,6 @@ import shutil
 import signal
 import sys
 import threading
-import time
 from typing import Optional
 
 import typer

@@ -35,7 +35,7 @@ from hostctl.core.plan import QDISC_HANDLE, ClassifierTable, HtbClass, TcPlan, f
 from hostctl.core.types import FlowKey
 from hostctl.datapath import ClassCounters, Counters, PacingReadout
 from hostctl.datapath.journal import Journal, daemon_alive
-from hostctl.datapath.rtnl_raw import TC_H_ROOT, RawRtnl, TcObject, restore
+from hostctl.datapath.rtnl_raw import TC_H_ROOT, RawRtnl, restore
 from hostctl.errors import DatapathError, ProbeError
 
 log = logging.getLogger("hostctl.datapath")

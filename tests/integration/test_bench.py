@@ -15,7 +15,7 @@ import pytest
 from hostctl.bench.scenario import parse_scenario
 from hostctl.core import traffic
 from hostctl.core.wire import WIRE_VERSION
-from hostctl.testbed.net import NS_PREFIX, Testbed, teardown
+from hostctl.testbed.net import NS_PREFIX, Testbed
 from hostctl.workloads.summary import load_records, summarize
 from tests.conftest import HOSTCTL, PY, sh
 

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import textwrap
 import time
 import uuid

@@ -335,8 +335,8 @@ def test_worker_side_job_ids_equal_the_ps_side_ids(pair):
         rows = json.loads(r.stdout)
         return rows if len(rows) == 2 and all(r["flows"] for r in rows) else None
 
-    ps_rows = wait_for(lambda: both(pair.ps), 5, 0.1, "both jobs on the PS side")
-    wk_rows = wait_for(lambda: both(pair.wk), 5, 0.1, "both jobs on the worker side")
+    ps_rows = wait_for(lambda: both(pair.ps), 15, 0.1, "both jobs on the PS side")
+    wk_rows = wait_for(lambda: both(pair.wk), 15, 0.1, "both jobs on the worker side")
     want = [f"ps:10.77.0.1:{p}" for p in PORTS]
     assert [r["job_id"] for r in ps_rows] == [r["job_id"] for r in wk_rows] == want
     assert [r["role"] for r in ps_rows] == ["server"] * 2 and [r["role"] for r in wk_rows] == ["client"] * 2

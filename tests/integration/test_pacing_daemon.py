@@ -177,6 +177,30 @@ def test_under_ip_netns_exec_the_daemon_paces_and_clean_releases_it_after_kill_9
     assert_released(cgroup, scope)
 
 
+def test_under_ip_netns_exec_a_restarted_daemon_takes_over_after_kill_9(pair, cgroup):
+    """After kill -9 of a daemon started with `ip netns exec`, a new one started the same way
+    (as systemd's restart would) releases the dead one's program, found by the id in its owner
+    record, attaches its own, paces, and leaves nothing behind at stop."""
+    serve(pair, pair.ps, cgroup, 5201)
+    d = start_cap(pair, pair.ps, cgroup, 5201, "30mbit", ip_netns_exec=True)
+    scope = pacer.scope_id(cgroup)
+    old = pacer.load_owner(scope)["prog_id"]
+    d.send_signal(signal.SIGKILL)
+    d.wait(5)
+    assert attached(cgroup) == [old]
+    d2 = start_cap(pair, pair.ps, cgroup, 5201, "30mbit", ip_netns_exec=True)
+    owner = pacer.load_owner(scope)
+    assert owner["pid"] == d2.pid and owner["prog_id"] != old
+    assert attached(cgroup) == [owner["prog_id"]]  # the dead daemon's program is gone
+    rx = recv(pair, pair.wk, pair.ps, 5201, 3)
+    wait_for(lambda: status(pair.ps)["pacing"]["flows"], 10, 0.1, "the flow in status")
+    assert mbit(result(rx), 1.0, 3.0) == pytest.approx(30 * HEADER_FACTOR, rel=0.1)
+    pair.ps.hostctl("stop", check=True)
+    d2.wait(10)
+    assert d2.returncode == 0
+    assert_released(cgroup, scope)
+
+
 def test_two_daemons_in_two_namespaces_and_cgroups(pair, make_cgroup):
     cg_ps, cg_wk = make_cgroup(), make_cgroup()
     serve(pair, pair.ps, cg_ps, 5201)

@@ -268,15 +268,11 @@ def take_socket_snapshot(iface: str | None = None) -> Snapshot:
 # psutil (full path)
 
 
-def _netns_inode(pid: int | str) -> int | None:
-    return netns_inode(pid)
-
-
 def _pids_by_netns() -> dict[int, list[int]]:
     """nsfs inode of each network namespace -> the pids in it (one stat per process)."""
     out: dict[int, list[int]] = {}
     for pid in psutil.pids():
-        ino = _netns_inode(pid)
+        ino = netns_inode(pid)
         if ino is not None:
             out.setdefault(ino, []).append(pid)
     return out
@@ -297,24 +293,22 @@ def _read_proc(pid: int) -> ProcInfo | None:
     return ProcInfo(pid=pid, ppid=ppid, cmdline=" ".join(a.decode("utf-8", "replace") for a in args))
 
 
-def _list_procs(containers: bool = False, iface: str | None = None) -> tuple[list[ProcInfo], list[ContainerNs]]:
-    """The processes of this network namespace (pid, ppid, command line; env empty) and,
-    with ``containers``, of its containers (hostctl.containers; ``iface`` is the egress
-    interface, whose peer is no container), with those containers. Processes of other
-    namespaces (emulated hosts, unrelated namespaces) can't send on this namespace's
-    interfaces, so they are no jobs here. Namespaces are told apart first (one stat per
-    process) and only the kept namespaces' processes are read: reading every process of the
-    machine cost a testbed host's daemon most of its CPU."""
-    own = _netns_inode("self")
-    by_ns = _pids_by_netns()
-    pods = find_containers(iface, by_ns) if containers else []
+def _list_procs(pods: Sequence[ContainerNs] = (), by_ns: dict[int, list[int]] | None = None) -> list[ProcInfo]:
+    """The processes of this network namespace (pid, ppid, command line; env empty) and of
+    the containers ``pods`` (find_containers). Processes of other namespaces (emulated hosts,
+    unrelated namespaces) can't send on this namespace's interfaces, so they are no jobs here.
+    Namespaces are told apart first (one stat per process; ``by_ns``, _pids_by_netns(), when
+    the caller has it) and only the kept namespaces' processes are read: reading every process
+    of the machine cost a testbed host's daemon most of its CPU."""
+    own = netns_inode("self")
+    by_ns = _pids_by_netns() if by_ns is None else by_ns
     keep = [own, *(c.inode for c in pods)] if own is not None else list(by_ns)
     procs: list[ProcInfo] = []
     for pid in sorted(p for ino in keep for p in by_ns.get(ino, ())):
         p = _read_proc(pid)
         if p is not None:
             procs.append(p)
-    return procs, pods
+    return procs
 
 
 def find_containers(iface: str | None, by_ns: dict[int, list[int]] | None = None,
@@ -329,7 +323,7 @@ def find_containers(iface: str | None, by_ns: dict[int, list[int]] | None = None
         peers = veth_peer_nsids(iface) if iface else set()
     if not peers:
         return []
-    own = _netns_inode("self")
+    own = netns_inode("self")
     by_ns = _pids_by_netns() if by_ns is None else by_ns
     return container_namespaces({i: p for i, p in by_ns.items() if i != own}, peers)
 
@@ -478,7 +472,9 @@ def take_snapshot(pids_of_interest: set[int] | None = None, want_env: bool = Tru
     process (slower: one /proc/<pid>/environ read per process).
     host_addr is the first IPv4 address of `iface` ("" without iface).
     """
-    procs, pods = _list_procs(containers, iface)
+    by_ns = _pids_by_netns()
+    pods = find_containers(iface, by_ns) if containers else []
+    procs = _list_procs(pods, by_ns)
     if want_env:
         procs = _with_env(procs, pids_of_interest)
     host_addr = host_addr_of(iface)
@@ -528,7 +524,7 @@ class Discovery:
         if not self.containers or not self.iface:
             return []
         peers = veth_peer_nsids(self.iface)
-        if (peers != self._peers or any(_netns_inode(c.pid) != c.inode for c in self._pods)
+        if (peers != self._peers or any(netns_inode(c.pid) != c.inode for c in self._pods)
                 or peers - {c.nsid for c in self._pods}):
             self._pods = find_containers(self.iface, peers=peers) if peers else []
             self._peers = peers
@@ -553,7 +549,8 @@ class Discovery:
             host_addr = host_addr_of(self.iface)
             socks += [s for s, _ in container_sockets(self.pods(), True, self.container_addr, host_addr, self.ports)]
             return Snapshot(procs=(), socks=tuple(socks), host_addr=host_addr)
-        procs, pods = _list_procs(self.containers, self.iface)
+        pods = self.pods()  # the same cached container list as port-only scans use
+        procs = _list_procs(pods)
         trees = pids_needing_env(self.specs, procs, self.exclude)  # the processes pid and match specs select
         procs = _with_env(procs, trees)
         # whose sockets: a port spec's job takes the owners of its port's sockets, whoever they are

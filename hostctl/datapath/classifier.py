@@ -9,6 +9,7 @@ import ctypes
 import ipaddress
 import os
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from hostctl import consts
@@ -69,6 +70,28 @@ def import_bcc():
             "--system-site-packages (run scripts/setup.sh); policy fifo works without it"
         ) from e
     return bcc
+
+
+def _put(bpf_map, want: Mapping, have: Mapping, key: Callable) -> int:
+    """Write the entries of ``want`` (-> job slot) that ``have`` (what is loaded) lacks or
+    holds with another slot; returns the number of writes."""
+    writes = 0
+    for k, slot in want.items():
+        if have.get(k) != slot:
+            bpf_map[key(k)] = bpf_map.Leaf(slot)
+            writes += 1
+    return writes
+
+
+def _drop(bpf_map, want: Mapping, have: Mapping, key: Callable) -> int:
+    """Delete the loaded entries that ``want`` no longer has; returns the number of deletes."""
+    stale = have.keys() - want.keys()
+    for k in stale:
+        try:
+            del bpf_map[key(k)]
+        except KeyError:
+            pass
+    return len(stale)
 
 
 class Classifier:
@@ -152,36 +175,15 @@ class Classifier:
             if cur.slot_classid.get(slot) != classid:
                 self.job_class[self.job_class.Key(slot)] = self.job_class.Leaf(classid, 0)
                 writes += 1
-        for port, slot in table.ports.items():
-            if cur.ports.get(port) != slot:
-                self.ports[self.ports.Key(port)] = self.ports.Leaf(slot)
-                writes += 1
-        for endpoint, slot in table.remotes.items():
-            if cur.remotes.get(endpoint) != slot:
-                self.remotes[self._remote_key(endpoint)] = self.remotes.Leaf(slot)
-                writes += 1
-        for flow, slot in table.flows.items():
-            if cur.flows.get(flow) != slot:
-                self.flows[self._flow_key(flow)] = self.flows.Leaf(slot)
-                writes += 1
-        for flow in cur.flows.keys() - table.flows.keys():
-            try:
-                del self.flows[self._flow_key(flow)]
-            except KeyError:
-                pass
-            writes += 1
-        for endpoint in cur.remotes.keys() - table.remotes.keys():
-            try:
-                del self.remotes[self._remote_key(endpoint)]
-            except KeyError:
-                pass
-            writes += 1
-        for port in cur.ports.keys() - table.ports.keys():
-            try:
-                del self.ports[self.ports.Key(port)]
-            except KeyError:
-                pass
-            writes += 1
+        entries = [  # (map, wanted, loaded, key of an entry); removals go in the reverse order
+            (self.ports, table.ports, cur.ports, self.ports.Key),
+            (self.remotes, table.remotes, cur.remotes, self._remote_key),
+            (self.flows, table.flows, cur.flows, self._flow_key),
+        ]
+        for bpf_map, want, have, key in entries:
+            writes += _put(bpf_map, want, have, key)
+        for bpf_map, want, have, key in reversed(entries):
+            writes += _drop(bpf_map, want, have, key)
         for slot in cur.slot_classid.keys() - table.slot_classid.keys():
             self.job_class[self.job_class.Key(slot)] = self.job_class.Leaf(0, 0)
             self.job_stats[self.job_stats.Key(slot)] = self.job_stats.Leaf()  # reset for reuse

@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hostctl.core.types import FlowKey, Job, JobSpec, shared_ports
+from hostctl.core.plan import endpoint_str, job_entries
+from hostctl.core.types import FlowKey, Job, JobSpec
 
 SIDES = ("local", "remote")
 WATCH_SLOT = 0xFFFFFFFF  # = HP_SLOT_WATCH in bpf/hc_pace.c
@@ -37,8 +38,7 @@ class PaceTable:
         return {
             "ports": [{"port": p, "side": s, "slot": "watch" if slot == WATCH_SLOT else slot}
                       for (p, s), slot in sorted(self.ports.items())],
-            "remotes": [{"remote": f"[{a}]:{p}" if ":" in a else f"{a}:{p}", "slot": s}
-                        for (a, p), s in sorted(self.remotes.items())],
+            "remotes": [{"remote": endpoint_str(e), "slot": s} for e, s in sorted(self.remotes.items())],
             "flows": [{"flow": str(f), "slot": s} for f, s in sorted(self.flows.items())],
             "flow_rates_Bps": {str(f): r for f, r in sorted(self.flow_rates.items())},
             "slot_rates_Bps": dict(sorted(self.slot_rates.items())),
@@ -65,29 +65,12 @@ def selectors(jobs: Sequence[Job], slots: Mapping[str, int], *, watch_ports: Ite
     so that a worker's connection made before its job existed can still be selected. At
     most max_flows / max_ports / max_remotes entries (the kernel maps' sizes): later ones
     are left out. Returns (ports, flows, remotes)."""
-    ports: dict[tuple[int, str], int] = {}
-    flows: dict[FlowKey, int] = {}
-    remotes: dict[tuple[str, int], int] = {}
-    shared = shared_ports(jobs)
-    ordered = [(job, slots[job.job_id]) for job in sorted(jobs, key=lambda j: j.job_id) if job.job_id in slots]
-    for job, slot in ordered:
-        for p in job.listen_ports:
-            if len(ports) < max_ports and p not in shared:
-                ports.setdefault((p, "local"), slot)
-        for e in job.remote_endpoints:
-            if len(remotes) < max_remotes:
-                remotes.setdefault(e, slot)
+    e = job_entries(jobs, slots, max_ports=max_ports, max_flows=max_flows, max_remotes=max_remotes)
+    ports: dict[tuple[int, str], int] = {(p, "local"): slot for p, slot in e.ports.items()}
     for p in sorted(set(watch_ports)):
         if len(ports) < max_ports:
             ports.setdefault((p, "remote"), WATCH_SLOT)
-    for job, slot in ordered:
-        for f in job.client_flows(shared):
-            by_port = ports.get((f.lport, "local"))
-            if (by_port if by_port is not None else remotes.get((f.raddr, f.rport))) == slot:
-                continue  # selected at connection time already
-            if len(flows) < max_flows:  # beyond: not selected (the maps are full), like the classifier
-                flows.setdefault(f, slot)
-    return ports, flows, remotes
+    return ports, e.flows, e.remotes
 
 
 def watch_ports(specs: Iterable[JobSpec]) -> frozenset[int]:

@@ -244,6 +244,31 @@ def build_classifier(
     slot_classid = {
         s: (band_classid(assignment[j]) if j in assignment else 0) for j, s in slots.items()
     }
+    e = job_entries(jobs, slots, max_ports=max_ports, max_flows=max_flows, max_remotes=max_remotes)
+    return ClassifierTable(slots, slot_classid, e.ports, e.flows, e.remotes, e.dropped_flows, dropped_jobs,
+                           e.dropped_remotes)
+
+
+@dataclass(frozen=True)
+class JobEntries:
+    """Which entries give each job's packets its slot: served port -> slot, remote endpoint ->
+    slot, and 4-tuple -> slot for the flows neither covers. The tc classifier's maps and the
+    pacer's selectors (hostctl.core.pace.selectors) are both made from it."""
+
+    ports: dict[int, int]
+    flows: dict[FlowKey, int]
+    remotes: dict[tuple[str, int], int]
+    dropped_flows: int = 0  # flows beyond max_flows
+    dropped_remotes: int = 0  # endpoints beyond max_remotes
+
+
+def job_entries(jobs: Sequence[Job], slots: Mapping[str, int], *, max_ports: int, max_flows: int,
+                max_remotes: int) -> JobEntries:
+    """The entries for the ``jobs`` that have a slot, in job-id order (an earlier job keeps a
+    port, endpoint or flow another job also has). A port several jobs serve (shared_ports) gets
+    no port entry: its flows get 4-tuples. A flow gets a 4-tuple only where its port or remote
+    endpoint entry would not give it the job's slot already (a worker's flows to its PS need none).
+    Beyond a limit (the kernel map's size) entries are left out and counted."""
     ports: dict[int, int] = {}
     flows: dict[FlowKey, int] = {}
     remotes: dict[tuple[str, int], int] = {}
@@ -272,4 +297,4 @@ def build_classifier(
                 dropped_flows += 1
                 continue
             flows[f] = slot
-    return ClassifierTable(slots, slot_classid, ports, flows, remotes, dropped_flows, dropped_jobs, dropped_remotes)
+    return JobEntries(ports, flows, remotes, dropped_flows, dropped_remotes)

@@ -232,7 +232,7 @@ class SwitchState:
                 status.append(self._flow_error(Code.REFUSED))
                 bad = bad or status[-1]
                 continue
-            if table.update_valid(flow, p[0], slot, list(map(round, rates)), slot_now, seq, job, rank):
+            if table.update_valid(flow, p[0], slot, list(map(round, rates)), slot_now, seq, job, rank, src):
                 status.append(0)
             else:
                 status.append(self._flow_error(Code.REORDERED))
@@ -256,6 +256,8 @@ class SwitchState:
         memo: dict = {}  # the excluded jobs' flows by link, for this frame's reads (no update in between)
         v1 = v == 1
         loads: list = []  # version 2: every row, packed at the end
+        jloads: list = []  # the asking job's load from other hosts, row for row as loads
+        jflows: list = []  # and how many of its flows have a rate > 0 in each slot
         for flow, src, dst, links, job, rank in items:
             p = paths.get((src, dst, links))
             if p is None:
@@ -269,12 +271,15 @@ class SwitchState:
                     continue
             idx, ids, capl = p
             rows = table.rows(idx, slot, slot_now, flow, job, rank, memo)
+            jl, jn = table.job_rows(idx, slot, slot_now, job, src, memo)  # the job's view (zeros without a job)
             for lid, cap in capl:
                 if lid not in caps:
                     caps[lid] = cap
             if not v1:
                 fb.append([flow, 0, ids])
                 loads += rows
+                jloads += jl
+                jflows += jn
                 continue
             if len(rows) == 1:
                 path = rows[0]
@@ -283,10 +288,21 @@ class SwitchState:
             else:
                 path = [0] * k
             fb.append({"flow": flow, "status": 0, "links": ids, "load_Bps": rows, "path_Bps": path})
+            if jl:
+                jloads.append((fb[-1], jl, jn))
+        if v1 and jloads:  # (wire.encode_reply: the job view goes with every answered flow when one has it)
+            for d in fb:
+                if d["status"] == 0 and "job_Bps" not in d:
+                    d["job_Bps"], d["job_flows"] = [], []
+            for d, jl, jn in jloads:
+                d["job_Bps"], d["job_flows"] = jl, jn
         m = {"v": v, "type": "fetch_feedback", "id": rid, "status": bad, "slot_now": slot_now, "slot": slot,
              "slot_s": self.slot_s, "K": k, "caps": caps, "flows": fb}
         if not v1:
             m["loads_Bps"] = wire.pack_rows(loads)
+            if jloads:
+                m["job_Bps"] = wire.pack_rows(jloads)
+                m["job_flows"] = wire.pack_rows(jflows)
         m["notify"] = notes
         return self._pack(m)
 
@@ -350,7 +366,7 @@ class SwitchState:
                 status.append(self._flow_error(Code.REFUSED))
                 continue
             ok = table.update(f.flow_id, idx, req.slot, f.rates_Bps, slot_now, seq=f.seq, job_id=f.job_id,
-                              rank=f.rank)
+                              rank=f.rank, host=f.src)
             status.append(0 if ok else self._flow_error(Code.REORDERED))
         return _status_reply(req, slot_now, status)
 
@@ -368,12 +384,14 @@ class SwitchState:
                 continue
             loads = self.table.loads(idx, req.slot, slot_now, exclude=f.flow_id, exclude_job=f.job_id,
                                      below_rank=f.rank, memo=memo)
+            jl, jn = self.table.job_rows(idx, req.slot, slot_now, f.job_id or "", f.src, memo)
             for lid in ids:
                 if lid not in caps:
                     caps[lid] = links_all[self.topo.link_index[lid]].capacity_Bps
             rows = loads.tolist()
             fb.append(wire.FlowFeedback(f.flow_id, 0, ids, tuple(map(tuple, rows)),
-                                        tuple(loads.sum(axis=0).tolist()) if rows else (0,) * self.horizon))
+                                        tuple(loads.sum(axis=0).tolist()) if rows else (0,) * self.horizon,
+                                        tuple(map(tuple, jl)), tuple(map(tuple, jn))))
         status = next((x.status for x in fb if x.status), 0)
         return Reply("fetch_feedback", req.req_id, status, slot_now, slot=req.slot, slot_s=self.slot_s,
                      horizon=self.horizon, capacities_Bps=caps, feedback=tuple(fb), notifications=notes,

@@ -53,6 +53,7 @@ class FlowEntry:
     rates_Bps: list[int]  # K integer rates, bytes/s (slots beyond the ring already zeroed)
     seq: int  # the sender's sequence number of this schedule
     job_id: str
+    host: str = ""  # the sending host (the schedule's ``src``): a job's fabric view leaves its own host out
 
     @property
     def last_slot(self) -> int:
@@ -154,7 +155,7 @@ class LoadTable:
 
     def update(self, key: Hashable, links: Sequence[int] | np.ndarray, start_slot: int,
                rates_Bps: Sequence[float] | np.ndarray, now_slot: int, *, seq: int = 0,
-               job_id: str = "", rank: int | None = None) -> bool:
+               job_id: str = "", rank: int | None = None, host: str = "") -> bool:
         """Replace ``key``'s schedule by ``rates_Bps`` (K values, bytes/s) starting at ``start_slot``
         on ``links``. An all-zero schedule withdraws the flow. A ``seq`` older than the stored one is
         ignored (returns False: reordered); an equal ``seq`` is applied again (idempotent).
@@ -178,19 +179,20 @@ class LoadTable:
             raise ValueError(f"link index out of range 0..{self.n_links - 1}")
         if len(idx) > 1 and len(set(idx)) != len(idx):
             raise ValueError("links of a flow must be distinct")
-        return self._put(key, idx, int(start_slot), rates, int(seq), job_id, rank)
+        return self._put(key, idx, int(start_slot), rates, int(seq), job_id, rank, host)
 
     def update_valid(self, key: Hashable, links: tuple[int, ...], start_slot: int, rates_Bps: list[int],
-                     now_slot: int, seq: int = 0, job_id: str = "", rank: int | None = None) -> bool:
+                     now_slot: int, seq: int = 0, job_id: str = "", rank: int | None = None,
+                     host: str = "") -> bool:
         """``update`` for input the caller has validated already (the switch's per-frame path): ``links``
         a tuple of distinct indices in range, ``rates_Bps`` a new list of K ints within
         0..MAX_RATE_Bps (the table keeps it and may modify it), ``start_slot`` and ``seq`` ints."""
         if now_slot != self.now_slot:
             self.advance(now_slot)
-        return self._put(key, links, start_slot, rates_Bps, seq, job_id, rank)
+        return self._put(key, links, start_slot, rates_Bps, seq, job_id, rank, host)
 
     def _put(self, key: Hashable, idx: tuple[int, ...], start_slot: int, rates: list[int], seq: int,
-             job_id: str, rank: int | None = None) -> bool:
+             job_id: str, rank: int | None = None, host: str = "") -> bool:
         now = self.now_slot
         assert now is not None
         flows = self._flows
@@ -212,7 +214,7 @@ class LoadTable:
                 self._unjob(key, old)
             return True
         if old is None:
-            flows[key] = FlowEntry(idx, start_slot, rates, seq, job_id)
+            flows[key] = FlowEntry(idx, start_slot, rates, seq, job_id, host)
             self._bucket(key, last)
             if job_id:
                 self._job(key, job_id)
@@ -225,7 +227,8 @@ class LoadTable:
                 self._unjob(key, old)
                 if job_id:
                     self._job(key, job_id)
-            old.links, old.start_slot, old.rates_Bps, old.seq, old.job_id = idx, start_slot, rates, seq, job_id
+            old.links, old.start_slot, old.rates_Bps, old.seq, old.job_id, old.host = (idx, start_slot, rates, seq,
+                                                                                       job_id, host)
         self._add(idx, start_slot, rates, add)
         if job_id:
             if rank is None:
@@ -355,12 +358,10 @@ class LoadTable:
                     self._subtract_job(out, links, job, exclude, start_slot, memo)
         return out
 
-    def _subtract_job(self, out: list[list[int]], links: Sequence[int], job: str, skip: Hashable | None,
-                      start_slot: int, memo: dict | None) -> None:
-        """Take the live contribution of ``job``'s flows (but ``skip``) off the rows of ``out``; ``memo``
-        keeps the job's flows indexed by link for the other reads of the same batch (see ``rows``)."""
+    def _job_links(self, job: str, memo: dict | None) -> dict[int, list[tuple[Hashable, FlowEntry]]]:
+        """``job``'s flows indexed by link, kept in ``memo`` for the other reads of one batch."""
         on = None if memo is None else memo.get(job)
-        if on is None:  # the job's flows by link
+        if on is None:
             on = {}
             flows = self._flows
             for key in self._by_job.get(job, ()):
@@ -374,6 +375,13 @@ class LoadTable:
                             b.append((key, e))
             if memo is not None:
                 memo[job] = on
+        return on
+
+    def _subtract_job(self, out: list[list[int]], links: Sequence[int], job: str, skip: Hashable | None,
+                      start_slot: int, memo: dict | None) -> None:
+        """Take the live contribution of ``job``'s flows (but ``skip``) off the rows of ``out``; ``memo``
+        keeps the job's flows indexed by link for the other reads of the same batch (see ``rows``)."""
+        on = self._job_links(job, memo)
         for i, ln in enumerate(links):
             for key, e in on.get(ln, ()):
                 if key != skip:
@@ -382,6 +390,31 @@ class LoadTable:
                         a, b, seg = live
                         r = out[i]
                         r[a:b] = map(sub, r[a:b], seg)
+
+    def job_rows(self, links: Sequence[int], start_slot: int, now_slot: int, job: str, host: str,
+                 memo: dict | None = None) -> tuple[list[list[int]], list[list[int]]]:
+        """A job's fabric view from one host (the per-job share of a link, docs/mlcc.md): per link of
+        ``links``, over K slots from ``start_slot``, the load of ``job``'s flows sent by hosts other than
+        ``host``, and how many of those flows have a rate > 0 in each slot. ``memo`` as in ``rows``."""
+        if now_slot != self.now_slot:
+            self.advance(now_slot)
+        k = self.horizon
+        load = [[0] * k for _ in links]
+        count = [[0] * k for _ in links]
+        if not job:
+            return load, count
+        on = self._job_links(job, memo)
+        for i, ln in enumerate(links):
+            for _key, e in on.get(ln, ()):
+                if e.host == host and host:
+                    continue
+                live = self._live(e, start_slot)
+                if live is not None:
+                    a, b, seg = live
+                    r, c = load[i], count[i]
+                    r[a:b] = map(add, r[a:b], seg)
+                    c[a:b] = [x + (v > 0) for x, v in zip(c[a:b], seg)]
+        return load, count
 
     def _live(self, e: FlowEntry, start_slot: int) -> tuple[int, int, list[int]] | None:
         """``e``'s live contribution to a window starting at ``start_slot``: (first, end) positions in

@@ -70,7 +70,7 @@ from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from itertools import accumulate, chain, islice
+from itertools import accumulate, chain, islice, repeat
 from typing import Any, NamedTuple
 
 import msgpack
@@ -191,6 +191,9 @@ class FlowFeedback(NamedTuple):
     links: tuple[str, ...] = ()  # the links of the path this switch owns
     load_Bps: tuple[tuple[int, ...], ...] = ()  # per link, K values, own schedule excluded
     path_load_Bps: tuple[int, ...] = ()  # sum over those links (K zeros if none; () if refused)
+    # the asking job's view (queries with a job; () from a switch that does not send it): per link, K values
+    job_Bps: tuple[tuple[int, ...], ...] = ()  # load of the job's flows from other hosts than the query's src
+    job_flows: tuple[tuple[int, ...], ...] = ()  # how many of those flows have a rate > 0 in each slot
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +279,13 @@ def pack_rows(rows: Iterable[Sequence[int]]) -> bytes:
     return a.tobytes()
 
 
+def _job_rows(f: FlowFeedback, rows: tuple, k: int | None) -> tuple:
+    """A flow's job-view rows as sent: one K-row per link (zeros when the feedback has none)."""
+    if rows or not f.links:
+        return rows
+    return ((0,) * (k or 0),) * len(f.links)
+
+
 def encode_reply(r: Reply) -> bytes:
     m: dict[str, Any] = {"v": r.version, "type": r.type, "id": r.req_id, "status": int(r.status),
                          "slot_now": r.slot_now}
@@ -290,13 +300,24 @@ def encode_reply(r: Reply) -> bytes:
         m["slot_s"] = r.slot_s
         m["K"] = r.horizon
         m["caps"] = r.capacities_Bps
+        view = any(f.job_Bps for f in r.feedback)  # the job view is sent when some flow has one
         if r.version == 1:
             m["flows"] = [{"flow": f.flow_id, "status": f.status, "links": list(f.links),
+                           "load_Bps": [list(x) for x in f.load_Bps], "path_Bps": list(f.path_load_Bps),
+                           "job_Bps": [list(x) for x in _job_rows(f, f.job_Bps, r.horizon)],
+                           "job_flows": [list(x) for x in _job_rows(f, f.job_flows, r.horizon)]}
+                          if view and f.status == 0 else
+                          {"flow": f.flow_id, "status": f.status, "links": list(f.links),
                            "load_Bps": [list(x) for x in f.load_Bps], "path_Bps": list(f.path_load_Bps)}
                           for f in r.feedback]
         else:
             m["flows"] = [[f.flow_id, f.status, list(f.links)] for f in r.feedback]
             m["loads_Bps"] = pack_rows(chain.from_iterable(f.load_Bps for f in r.feedback))
+            if view:
+                m["job_Bps"] = pack_rows(chain.from_iterable(_job_rows(f, f.job_Bps, r.horizon)
+                                                             for f in r.feedback))
+                m["job_flows"] = pack_rows(chain.from_iterable(_job_rows(f, f.job_flows, r.horizon)
+                                                               for f in r.feedback))
         m["notify"] = [_notif(n) for n in r.notifications]
     elif r.type == "get_progress":
         m["progress"] = [{"flow": p.flow_id, "job": p.job_id, "cum_bytes": p.cum_bytes, "rate_Bps": p.rate_Bps,
@@ -637,6 +658,8 @@ def _decode_reply(m: dict[str, Any]) -> Reply:
         if not (type(caps) is dict and set(map(type, caps)) <= {str} and set(map(type, caps.values())) <= {int}):
             raise WireError(Code.MALFORMED, "reply caps must map link ids to ints")
         fb = _feedback_v1(m["flows"], k) if v == 1 else _feedback_v2(m["flows"], m["loads_Bps"], k)
+        if v != 1 and "job_Bps" in m and fb:
+            fb = _job_view_v2(fb, m["job_Bps"], m.get("job_flows"), k)
         notes = tuple(Notification(str(n["to"]), str(n["flow"]), str(n["job"]), int(n["F_bytes"]), int(n["slot"]),
                                    str(n["from"])) for n in m["notify"])
         return Reply(t, rid, status, slot_now, flow_status=fs, slot=_opt_int(m.get("slot"), "slot"),
@@ -654,7 +677,18 @@ def _feedback_v1(flows: Any, k: int | None) -> tuple[FlowFeedback, ...]:
     fb, heads, names, rows, lens, ints = [], set(), set(), set(), set(), set()
     for f in flows:
         x = FlowFeedback(f["flow"], f["status"], f["links"], f["load_Bps"], f["path_Bps"])
-        heads.add((*map(type, x), len(x.links) == len(x.load_Bps)))
+        jb, jn = f.get("job_Bps", ()), f.get("job_flows", ())
+        if jb or jn:  # the job's view (a switch that does not send it leaves them out)
+            if not (type(jb) is tuple and type(jn) is tuple and len(jb) == len(jn) == len(x.links)):
+                raise WireError(Code.MALFORMED, "reply job_Bps and job_flows need a row per link")
+            rows.update(map(type, jb))
+            rows.update(map(type, jn))
+            lens.update(map(len, jb))
+            lens.update(map(len, jn))
+            ints.update(map(type, chain.from_iterable(jb)))
+            ints.update(map(type, chain.from_iterable(jn)))
+            x = x._replace(job_Bps=jb, job_flows=jn)
+        heads.add((*map(type, x[:5]), len(x.links) == len(x.load_Bps)))
         names.update(map(type, x.links))
         rows.update(map(type, x.load_Bps))
         lens.update(map(len, x.load_Bps))
@@ -673,6 +707,30 @@ def _feedback_v1(flows: Any, k: int | None) -> tuple[FlowFeedback, ...]:
 
 
 _feedback = functools.partial(tuple.__new__, FlowFeedback)  # FlowFeedback(*fields) without its Python __new__
+
+
+def _job_view_v2(fb: tuple[FlowFeedback, ...], loads: Any, counts: Any, k: int | None) -> tuple[FlowFeedback, ...]:
+    """Version 2's job view: ``job_Bps`` and ``job_flows`` packed as ``loads_Bps`` (a row per link of each
+    flow, in order); attached to each flow's feedback."""
+    nrows = sum(len(f.links) for f in fb)
+    if type(loads) is not bytes or type(counts) is not bytes or k is None \
+            or len(loads) != nrows * k * 8 or len(counts) != nrows * k * 8:
+        raise WireError(Code.MALFORMED, f"reply job_Bps and job_flows must be bytes of {nrows} rows of K int64 values")
+    if not nrows:
+        return fb
+    out = []
+    for packed, hi in ((loads, MAX_LOAD_Bps), (counts, MAX_LOAD_Bps)):
+        vals = array("q")
+        vals.frombytes(packed)
+        if _BIG_ENDIAN:
+            vals.byteswap()
+        v = vals.tolist()
+        if min(v) < 0 or max(v) > hi:
+            raise WireError(Code.MALFORMED, f"reply job_Bps and job_flows values must be in 0..{hi}")
+        out.append(iter(list(zip(*[iter(v)] * k))))
+    jl, jn = out
+    return tuple(f._replace(job_Bps=tuple(islice(jl, len(f.links))), job_flows=tuple(islice(jn, len(f.links))))
+                 if f.links else f for f in fb)
 
 
 def _feedback_v2(flows: Any, loads: Any, k: int | None) -> tuple[FlowFeedback, ...]:
@@ -703,11 +761,11 @@ def _feedback_v2(flows: Any, loads: Any, k: int | None) -> tuple[FlowFeedback, .
         raise WireError(Code.MALFORMED, f"reply loads_Bps values must be in 0..{MAX_LOAD_Bps}")
     rows = list(zip(*[iter(v)] * k))
     if n.count(1) == len(n):  # one link per flow (a single switch): the path is the row
-        return tuple(map(_feedback, zip(fids, sts, lks, [(r,) for r in rows], rows)))
+        return tuple(map(_feedback, zip(fids, sts, lks, [(r,) for r in rows], rows, repeat(()), repeat(()))))
     a = np.array(vals, dtype=np.int64).reshape(nrows, k)
     starts = [o for o, c in zip(accumulate(n, initial=0), n) if c]
     sums = iter(map(tuple, np.add.reduceat(a, starts).tolist()))  # one per flow with links, in order
     it, zero = iter(rows), (0,) * k
     per = [tuple(islice(it, c)) for c in n]
     paths = [next(sums) if c else () if st else zero for st, c in zip(sts, n)]
-    return tuple(map(_feedback, zip(fids, sts, lks, per, paths)))
+    return tuple(map(_feedback, zip(fids, sts, lks, per, paths, repeat(()), repeat(()))))

@@ -376,9 +376,8 @@ def _print_pacing(con, pc: dict, s: dict) -> None:
             p = f.get("plan")
             row.append("-" if not p else " ".join(f"{x * 8 / 1e6:.0f}" for x in p["schedule_Bps"])
                        + f"  {p['kind']}" + (f" w{p['wave']}" if p["wave"] >= 0 else "")
-                       + (f" kept {p['kept']:.2f}" if ml["mode"] == "switch" and p.get("kept") is not None else "")
                        + (f" {p['role']}" + (f" +{p['delta_Bps'] * 8 / 1e6:.0f}" if p.get("delta_Bps") else "")
-                          + (" held" if p.get("reduced_bytes") else "") if p.get("role") else ""))
+                          + (" held" if p.get("held") else "") if p.get("role") else ""))
         t.add_row(*row)
     con.print(t)
     if ml:

@@ -152,7 +152,8 @@ def _mlcc_metrics(ml: dict, pc: dict):
         for key, what in (("notifications_sent", "Algorithm 2 notifications sent to receivers"),
                           ("notifications_received", "Algorithm 2 notifications received"),
                           ("delta_flows", "Flow slots raised by Algorithm 2's Delta"),
-                          ("reduced_flows", "Flow slots held back by a received notification"),
+                          ("reduced_flows", "Flow slots whose published plan a received notification lowered"),
+                          ("held_flows", "Flow slots paced below their plan by a received notification"),
                           ("progress_missing", "Flow slots planned without Delta: a peer's progress was missing")):
             yield CounterMetricFamily(f"hostctl_mlcc_{key}", what, value=deps.get(key, 0))
     planned = GaugeMetricFamily("hostctl_mlcc_job_planned_bytes_per_second",
@@ -165,13 +166,12 @@ def _mlcc_metrics(ml: dict, pc: dict):
     for job, v in sorted(_per_job(flows, lambda f: f["plan"].get("delta_Bps", 0)
                                   if f.get("plan") and f["plan"].get("role") is not None else None).items()):
         delta.add_metric([job], v)
-    kept = GaugeMetricFamily("hostctl_mlcc_job_kept_ratio", "Mean share of their reservations the job's flows have "
-                             "been using (switch mode: published schedules are scaled by it)", labels=["job"])
-    kept_sum = _per_job(flows, lambda f: f["plan"]["kept"] if f.get("plan") and f["plan"].get("kept") is not None else None)
-    kept_n = _per_job(flows, lambda f: 1 if f.get("plan") and f["plan"].get("kept") is not None else None)
-    for job in sorted(kept_sum):
-        kept.add_metric([job], kept_sum[job] / kept_n[job])
-    yield from (planned, delta, kept)
+    held = GaugeMetricFamily("hostctl_mlcc_job_held_flows", "The job's flows paced below their plan this slot by a "
+                             "receiver's notification (Algorithm 2, switch mode)", labels=["job"])
+    for job, v in sorted(_per_job(flows, lambda f: 1 if f.get("plan") and f["plan"].get("held") else 0
+                                  if f.get("plan") and f["plan"].get("role") is not None else None).items()):
+        held.add_metric([job], v)
+    yield from (planned, delta, held)
 
 
 def serve(port: int, status: Callable[[], dict], addr: str = "127.0.0.1", version: str | None = None):

@@ -59,7 +59,7 @@ import math
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -70,7 +70,8 @@ from hostctl.core.bands import JOB_ORDERS, fabric_rank, rr_epoch
 from hostctl.core.deps import Dep, JobComm
 from hostctl.core.hist import Histogram
 from hostctl.core.mlcc import MlccParams, Role
-from hostctl.core.mlcchost import HostSlot, host_slot, kept_update, wait_floor_Bps
+from hostctl.core.mlcchost import HostSlot, wait_floor_Bps
+from hostctl.core.mlccplan import FabricView, SlotDecision, avail_from_cross, plan_slot
 from hostctl.core.types import FlowKey
 
 log = logging.getLogger("hostctl")
@@ -147,8 +148,6 @@ class MlccControl:
         self._queries: dict[tuple, wire.FlowQuery] = {}  # (src, dst, job, rank) -> last slot's fetch query
         self._cap_of: tuple = (None, None)  # (plan columns, their capacities), while the caps are unchanged
         self._own_cells: tuple = (None, None, None)  # _own_load's indices, for (prev_path, col, job index)
-        self._view_key: tuple = (None, None, None)  # (col, queries, flows with feedback) of the rows below
-        self._view: tuple = ()  # (link columns, first flow per link, link ids)
         self._fetch_key: tuple | None = None  # (ids, jobs, ranks, paths_gen, refresh) of the queries below
         self._fetch_q: tuple = ([], [], {})  # (queries, asking flow per flow, _link_queries' partial)
         self._paths_gen = 0  # counts changes of the asking flows' known paths (the queries depend on them)
@@ -159,11 +158,12 @@ class MlccControl:
         self.errors: dict[str, int] = {}
         self.last: HostSlot | None = None
         self.last_flows: dict[str, FlowIn] = {}  # flow id -> flow, in the order of the last plan's rows
-        # per row of the last plan: the rate written to the pacer, and the fraction of its slot-0
-        # reservations the flow used (EWMA, see _kept_factors); a new slot finds its flows' rows with
+        # per row of the last plan: the rate written to the pacer; a new slot finds its flows' rows with
         # _prev_rows (the same flows in the same order, the common case, cost nothing)
         self._written = np.zeros(0, dtype=np.int64)
-        self.kept = np.zeros(0)
+        self.last_applied = np.zeros(0)
+        self.last_held = np.zeros(0, dtype=bool)
+        self._nic_hist: deque[tuple[float, float]] = deque(maxlen=4)  # (NIC, DL) tx rates of the last slots
         self._last_ids: list[str] = []
         self._same_rows: np.ndarray | None = None  # _prev_rows' answer when the flows are the last plan's
         # the flows' jobs, reused while equal: (jobs, job -> index, index per flow, object array)
@@ -188,7 +188,7 @@ class MlccControl:
         self.progress: dict[str, tuple[float, int, float]] = {}
         self.notified: dict[str, tuple[float, int]] = {}  # name -> (ceiling bytes, slot sent)
         self.dep_counts = {"progress_missing": 0, "notifications_sent": 0, "notifications_received": 0,
-                           "delta_flows": 0, "reduced_flows": 0}
+                           "delta_flows": 0, "reduced_flows": 0, "held_flows": 0}
         trace = os.environ.get("HOSTCTL_MLCC_TRACE")
         self.trace = open(trace.replace("{pid}", str(os.getpid())), "a", encoding="utf-8") if trace else None
 
@@ -214,16 +214,16 @@ class MlccControl:
             deps = None  # nobody to exchange progress with
         self.deps = deps
         links = self._all_links(ids)  # after the fetch, which may learn paths or change the mode
-        self.kept = self._kept_factors(flows, prev)  # (before the plan: an ordered plan reads it)
-        plan = self._plan(slot, flows, ids, links, deps, prev)
-        published = self._published(plan, self.kept if self.mode == "switch" else None)
+        dec = self._plan(slot, flows, ids, links, deps, prev)
+        plan = dec.slot
+        published = np.maximum(plan.rates_Bps, 0.0)
         if self.switch is not None:
-            self._publish(slot, flows, ids, published, deps, plan)
+            self._publish(slot, flows, ids, published, deps, dec)
             self.exchange_ms.append((time.perf_counter() - t0) * 1e3)
-        self._remember(slot, ids, flows, plan, published)
+        self._remember(slot, ids, flows, plan, published, dec)
         if self.trace is not None:
             self._trace(slot, flows, ids, plan)
-        return self._hysteresis([f.key for f in flows], plan.applied_Bps, prev)
+        return self._hysteresis([f.key for f in flows], dec.applied_Bps, prev)
 
     def _prev_rows(self, ids: list[str]) -> np.ndarray:
         """Each flow's row in the last plan (-1: a new flow)."""
@@ -350,7 +350,7 @@ class MlccControl:
             for fid, a in zip(ids, asker):
                 fl = got.get(a)
                 if fl is not None and fl.load_Bps:
-                    fb[fid] = fl.load_Bps
+                    fb[fid] = fl
                 if fid != a:  # the asking flow's path (known, or just learnt) is this flow's
                     if a in partial or fid in fb:
                         paths[fid] = paths[a]
@@ -375,9 +375,9 @@ class MlccControl:
                             "until they answer", self.silent, why)
 
     def _link_queries(self, queries: list[wire.FlowQuery]) -> tuple[list[wire.FlowQuery], dict[str, bool]]:
-        """The fetch asks for each link's row once: only the first flow's row of a link enters the
-        plan (_switch_view), and a link's row is the same whichever flow of the same exclusion scope
-        asks (the whole fabric without a job order; the same job and rank under one). So a query
+        """The fetch asks for each link's row once per job: only the first row of a job's flow on a link
+        enters the job's view (_fabric_view), and that row is the same whichever flow of the job asks (the
+        switch leaves the whole job out, and under a job order the jobs ranked after it). So a query
         whose flow's path is known from an earlier answer names the links that no earlier query of
         its scope asked for (its path's other links stay as they were). Returns the queries to
         send and, per asking flow that names links, whether a query was sent for it (False: every
@@ -385,7 +385,7 @@ class MlccControl:
         out, partial, asked = [], {}, {}
         for x in queries:
             known = None if x.flow_id in self._full_next else self.paths.get(x.flow_id)
-            seen = asked.setdefault((x.job_id, x.rank) if self.ranks else None, set())
+            seen = asked.setdefault((x.job_id, x.rank), set())
             if known is None:  # a new flow: the whole path, to learn it
                 out.append(x)
                 continue
@@ -421,21 +421,18 @@ class MlccControl:
         return {k: v[0] + (prog[k][2] if k in prog else 0.0) * t * max(0, slot - v[1]) for k, v in d.items()}
 
     def _dep_inputs(self, slot: int, flows: Sequence[FlowIn], deps: list[Dep]) -> dict:
-        """host_slot's Algorithm 2 arguments: roles, references (the peers' F), ring slack, ceilings."""
+        """plan_slot's Algorithm 2 arguments: roles, references (the peers' F per iteration, as they
+        reported it: core.mlccplan.progress_bytes), ring slack (one chunk), ceilings (notifications)."""
         ref = dep_rules.references(deps, self._now_F(self.progress, slot))
         ceil = dep_rules.ceilings(deps, self._now_F(self.notified, slot))
         slack = []
-        for r, (f, d) in enumerate(zip(flows, deps)):
+        for f, d in zip(flows, deps):
             it = f.G_bytes + f.sent_bytes  # this iteration's bytes (nan while unknown)
             if d.role == Role.RING and it == it:
                 ranks = self._ring_size.get(f.job)  # one chunk; without the ring size a whole iteration (loose)
                 slack.append(it / (2 * (ranks - 1)) if ranks else it)
             else:  # (a ring flow of unknown size: _publish sends no notification)
                 slack.append(0.0)
-            if d.role == Role.BROADCAST and ceil[r] != math.inf:
-                # a PS's update may lead its workers' gradients by one update (hostctl's PS sends the
-                # update first): the slack is this flow's iteration, unknown -> no constraint
-                ceil[r] = ceil[r] + it if it == it else math.inf
         self.dep_counts["progress_missing"] += sum(1 for d, r in zip(deps, ref) if d.role != Role.NONE and r != r)
         return {"role": [d.role for d in deps], "ref_bytes": ref, "slack_bytes": slack, "ceiling_bytes": ceil}
 
@@ -451,7 +448,9 @@ class MlccControl:
         return [(NIC, *paths.get(fid, ())) for fid in ids]
 
     def _plan(self, slot: int, flows: Sequence[FlowIn], ids: list[str], links: list[tuple[str, ...]],
-              deps: list[Dep] | None, prev: np.ndarray) -> HostSlot:
+              deps: list[Dep] | None, prev: np.ndarray) -> SlotDecision:
+        """Build this slot's fabric view from the switches' feedback (I/O: what the switches said and
+        what this host published) and ask core.mlccplan.plan_slot for the decision."""
         n, K = len(flows), self.K
         if links == self._cols_of[0]:  # the same flows on the same paths as last slot (the common case)
             used, col, path = self._cols_of[1:]
@@ -467,168 +466,99 @@ class MlccControl:
                                 dtype=np.int64).reshape(n, P)
             path.flags.writeable = False  # shared by the slots that reuse it
             self._cols_of = (links, used, col, path)
-        L = len(used)
         if used is not self._cap_of[0]:  # (the capacities of the same columns as last slot otherwise)
             self._cap_of = (used, np.array([float(self.caps.get(lid, self.caps[NIC])) for lid in used]
                                            or [float(self.caps[NIC])]))
         cap = self._cap_of[1]
+        avail = cap.copy()
+        avail[0] = self.nic_avail_Bps  # û of the NIC: its capacity minus the cross traffic measured on it
         # "no progress" means "nothing to send" only for a flow that was free to send: one held
         # at the wait floor last slot may just not have been ACKed yet
         held = wait_floor_Bps(self.slot_s) * 2
-        last = self._from_last(self.last.applied_Bps, prev, math.inf) if self.last is not None else math.inf
+        last = self._from_last(self.last_applied, prev, math.inf) if self.last is not None else math.inf
         moving = np.fromiter((f.moving for f in flows), dtype=bool, count=n) | (last <= held)
+        jobs, _, fj, _ = self._jobs
         fresh = self.fb_slot is not None and 0 <= slot - self.fb_slot < K
-        if self.ranks and self.mode == "switch" and fresh:
-            return self._plan_ordered(slot, flows, ids, deps, path, cap, moving, col, L)
-        others = np.zeros((L, K))
         if self.mode == "switch" and fresh:
-            # others' load per link: the feedback of any flow on it, minus this host's other flows
-            jix, own_job, own_total = self._own_load(self.fb_slot, col, L)
-            job_of = dict(zip(ids, self._jobs[0]))
-
-            def mine(cols: np.ndarray, fids: list[str]) -> np.ndarray:
-                # the switch left out fid's whole job; this host's flows of other jobs are its own
-                return own_total[cols] - own_job[[jix.get(job_of.get(fid), -1) for fid in fids], cols]
-
-            others = self._switch_view(None, col, L, slot - self.fb_slot, mine)
-        if deps is None:
-            return host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [f.sent_bytes for f in flows],
-                             self._jobs[3], path, cap, cap, others,
-                             moving=moving, params=self.params)
-        # Algorithm 2: F is counted on the connection's cumulative bytes, the same measure on every host
-        hs = host_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [_F_base(f) for f in flows],
-                       self._jobs[3], path, cap, cap, others,
-                       moving=moving, params=self.params, **self._dep_inputs(slot, flows, deps))
-        self.dep_counts["delta_flows"] += int((hs.delta_Bps > 0).sum())
-        self.dep_counts["reduced_flows"] += int((hs.reduced_bytes > 0).sum())
-        return hs
-
-    def _first_rows(self, fids: Iterable[str]) -> dict[str, tuple[str, list[int]]]:
-        """Per link, the first flow of ``fids`` whose feedback names it, and that feedback row."""
-        first: dict[str, tuple[str, list[int]]] = {}
-        fb = self.feedback
-        for fid in fids:
-            for lid, row in fb.get(fid, {}).items():
-                if lid not in first:
-                    first[lid] = (fid, row)
-        return first
-
-    def _switch_view(self, fids: Iterable[str] | None, col: dict[str, int], L: int, shift: int,
-                     mine: Callable[[np.ndarray, list[str]], Any]) -> np.ndarray:
-        """Other hosts' load [L, K] from this slot on: per link, the switch's feedback row of the first
-        flow of ``fids`` (None: of all flows with feedback) that crosses it (fetched ``shift`` slots
-        ago), minus ``mine(links, flows)`` (those links' column indices, those first flows), this
-        host's own published load that the switch counted in those rows."""
-        K = self.K
-        others = np.zeros((L, K))
-        fb = self.feedback
-        # the feedback's links follow from the queries (a flow that named links gets those) and the paths
-        key = (col, self._fetch_q, list(fb)) if fids is None else None
-        vk = self._view_key
-        if key is not None and key[0] is vk[0] and key[1] is vk[1] and key[2] == vk[2]:
-            idx, firsts, lids = self._view  # the same flows with the same links as last slot
+            view = self._fabric_view(slot, ids, fj, len(jobs), col, cap, avail)
         else:
-            cols, firsts, lids = [], [], []
-            for lid, (fid, _row) in self._first_rows(fb if fids is None else fids).items():
-                c = col.get(lid)
-                if c is not None:
-                    cols.append(c)
-                    firsts.append(fid)
-                    lids.append(lid)
-            idx = np.array(cols, dtype=np.int64)
-            if key is not None:
-                self._view_key, self._view = key, (idx, firsts, lids)
-        if firsts:
-            rows = np.array([fb[fid][lid] for fid, lid in zip(firsts, lids)], dtype=np.float64)
-            others[idx, :K - shift] = np.maximum(rows - mine(idx, firsts), 0.0)[:, shift:]
-        return others
+            view = FabricView.empty(cap, len(jobs), K, avail)
+        wave = None
+        if self.ranks and self.mode == "switch":
+            order = {j: w for w, j in enumerate(sorted(jobs, key=lambda j: (self.ranks[j], j)))}
+            wave = np.array([order[j] for j in jobs], dtype=np.int64)[fj]
+        kw: dict[str, Any] = {}
+        if deps is not None:
+            kw = self._dep_inputs(slot, flows, deps)
+        dec = plan_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [f.sent_bytes for f in flows],
+                        fj, path, view, moving=moving, params=self.params, wave=wave, idle_share=wave is None, **kw)
+        if deps is not None:
+            self.dep_counts["delta_flows"] += int((dec.slot.delta_Bps > 0).sum())
+            self.dep_counts["reduced_flows"] += int((dec.slot.reduced_bytes > 0).sum())
+            self.dep_counts["held_flows"] += int(dec.held.sum())
+        return dec
 
-    def _plan_ordered(self, slot: int, flows: Sequence[FlowIn], ids: list[str], deps: list[Dep] | None,
-                      path: np.ndarray, cap: np.ndarray, moving: np.ndarray, col: dict[str, int], L: int) -> HostSlot:
-        """The plan under a job order: this host's jobs one after another in rank order, each around
-        the other hosts' load that the switch reported for it (the jobs ranked before it) and this
-        host's plans of the jobs before it in this slot."""
-        n, K = len(flows), self.K
+    def _fabric_view(self, slot: int, ids: list[str], fj: np.ndarray, J: int, col: dict[str, int], cap: np.ndarray,
+              avail: np.ndarray) -> FabricView:
+        """Each local job's view of its links (core.mlccplan.FabricView) from the last feedback: per job
+        and link, the row the switch answered one of the job's flows (it leaves the whole job out, and
+        under a job order the jobs ranked after it) minus this host's own published load of the other
+        jobs it counted there; and the job's load and flows from other hosts (job_Bps, job_flows)."""
+        K, L = self.K, len(col)
         shift = slot - self.fb_slot
-        jix, own_job, _ = self._own_load(self.fb_slot, col, L)
-        ranks, pub = self.ranks, self._pub_ranks
-        jobs = sorted({f.job for f in flows}, key=lambda j: (ranks[j], j))
-        dep_in = self._dep_inputs(slot, flows, deps) if deps is not None else None
-        local = np.zeros((L, K))  # this slot's plans of the jobs before, per link
-        rates, applied = np.zeros((n, K)), np.zeros(n)
-        kind, wave = np.full(n, "idle", dtype=object), np.full(n, -1, dtype=np.int64)
-        cum, delta, notify, reduced = np.zeros(n), np.zeros(n), np.full(n, np.nan), np.zeros(n)
-        for w, j in enumerate(jobs):
-            rows = [r for r, f in enumerate(flows) if f.job == j]
-            # the switch counted this host's published flows of the jobs it ranked up to j's rank
-            counted = [jix[h] for h, rk in pub.items() if h != j and (rk is None or rk <= ranks[j]) and h in jix]
+        other, same, nsame = np.zeros((J, L, K)), np.zeros((J, L, K)), np.zeros((J, L, K))
+        seen = np.zeros((J, L), dtype=bool)
+        fb = self.feedback
+        for fid, j in zip(ids, fj.tolist()):
+            fl = fb.get(fid)
+            if fl is None:
+                continue
+            for lid, row in fl.load_Bps.items():
+                c = col.get(lid)
+                if c is None or seen[j, c]:
+                    continue
+                seen[j, c] = True
+                other[j, c] = row
+                jr = fl.job_Bps.get(lid)
+                if jr is not None:
+                    same[j, c] = jr
+                    nsame[j, c] = fl.job_flows[lid]
+        # this host's published load that the switch counted in job j's rows: its other jobs (under an
+        # order, those it ranked up to j's rank when it published)
+        jobs = self._jobs[0]
+        own_jix, own_job, own_total = self._own_load(self.fb_slot, col, L)
+        if self.ranks:
+            pub = self._pub_ranks
+            for j, name in enumerate(jobs):
+                rk = self.ranks.get(name)
+                for h, i in own_jix.items():
+                    if h != name and (pub.get(h) is None or rk is None or pub[h] <= rk):
+                        other[j] -= own_job[i]
+        else:
+            idx = np.array([own_jix.get(name, -1) for name in jobs], dtype=np.int64)
+            other -= own_total[None] - own_job[idx]
+        other = np.maximum(other, 0.0)
+        if shift:
+            for a in (other, same, nsame):
+                a[:, :, :K - shift] = a[:, :, shift:].copy()
+                a[:, :, K - shift:] = 0.0
+        return FabricView(cap, avail, other, same, nsame)
 
-            def mine(cols: np.ndarray, _fids: list[str], counted: list[int] = counted) -> Any:
-                acc = 0.0
-                for h in counted:
-                    acc = acc + own_job[h, cols]
-                return acc
+    def observe_nic(self, nic_Bps: float, dl_Bps: float) -> None:
+        """The NIC's measured transmit rate over the last slot and this host's DL flows' part of it
+        (bytes/s; NaN: not measured): û of the NIC link follows the cross traffic (spec 2.7)."""
+        self._nic_hist.append((float(nic_Bps), float(dl_Bps)))
 
-            others = local + self._switch_view([ids[r] for r in rows], col, L, shift, mine)
-            kw = {}
-            if dep_in is not None:
-                kw = {k: [v[r] for r in rows] for k, v in dep_in.items()}
-                sent = [_F_base(flows[r]) for r in rows]
-            else:
-                sent = [flows[r].sent_bytes for r in rows]
-            hs = host_slot([flows[r].G_bytes for r in rows], [flows[r].B_Bps for r in rows], sent,
-                           np.array([j] * len(rows), dtype=object), path[rows], cap, cap, others,
-                           moving=moving[rows], params=self.params, idle_share=False, **kw)
-            idx = np.array(rows)
-            rates[idx], applied[idx], kind[idx] = hs.rates_Bps, hs.applied_Bps, hs.kind
-            wave[idx] = np.where(hs.wave >= 0, w, -1)
-            if hs.cum_bytes is not None:
-                cum[idx], delta[idx], notify[idx], reduced[idx] = (hs.cum_bytes, hs.delta_Bps, hs.notify_bytes,
-                                                                   hs.reduced_bytes)
-            # the jobs after j plan around j's reservations as the other hosts do: scaled by the share
-            # of its reservations each flow has been using (kept). A flow that cannot use its plan
-            # (held by its receiver's other senders, or waiting for a ring predecessor) leaves the
-            # rest to the jobs ranked after it instead of holding them at the wait floor.
-            for i, p in enumerate(path[rows].tolist()):
-                for c in p:
-                    if c >= 0:
-                        local[c] += self.kept[rows[i]] * hs.rates_Bps[i]
-        if dep_in is None:
-            return HostSlot(rates, applied, kind, wave, None)
-        self.dep_counts["delta_flows"] += int((delta > 0).sum())
-        self.dep_counts["reduced_flows"] += int((reduced > 0).sum())
-        return HostSlot(rates, applied, kind, wave, None, cum_bytes=cum, delta_Bps=delta, notify_bytes=notify,
-                        reduced_bytes=reduced)
-
-    def _kept_factors(self, flows: Sequence[FlowIn], prev: np.ndarray) -> np.ndarray:
-        """Per flow, the share of its reservations it has been using (core.mlcchost.kept_update: an
-        EWMA of min(1, measured rate / planned slot-0 rate) over the slots in which its plan gave it
-        more than twice the wait floor); 1 for a new flow, unchanged without a measurement. Updated in
-        switch mode only (in local mode nobody reads this host's reservations; it is carried over).
-
-        Why: a flow's plan reserves the slots it needs to carry its bytes left, but a flow that
-        waits for others (a ring step for its predecessor's chunk, a worker for the PS's update)
-        does not send them, and in switch mode the other hosts plan around the reservation anyway.
-        The daemon does not know the flows' roles yet (Algorithm 2's dependency rules would), so
-        it discounts the schedule a flow publishes by how much of its reservations it used."""
-        k = self._from_last(self.kept, prev, 1.0)
-        if self.mode != "switch" or self.last is None:
-            return k
-        p0 = self._from_last(self.last.rates_Bps[:, 0], prev, 0.0)
-        rate = np.fromiter((f.rate_Bps for f in flows), dtype=np.float64, count=len(flows))
-        return kept_update(k, p0, rate, wait_floor_Bps(self.slot_s))
-
-    def _published(self, plan: HostSlot, kept: np.ndarray | None) -> np.ndarray:
-        """The K-slot schedules this host publishes (switch mode): the plan scaled by each flow's
-        kept fraction, slot 0 included (the flow is still paced at its planned rate). In local mode
-        nobody else reads them: the plan."""
-        rates = np.maximum(plan.rates_Bps, 0.0)
-        if kept is not None:
-            rates *= kept[:, None]
-        return rates
+    @property
+    def nic_avail_Bps(self) -> float:
+        """û of this host's NIC link: capacity minus the largest cross traffic of the last 4 slots."""
+        if not self._nic_hist:
+            return float(self.caps[NIC])
+        hist = np.array(self._nic_hist, dtype=np.float64).T  # [2, S]
+        return float(avail_from_cross([self.caps[NIC]], hist[:1], hist[1:])[0])
 
     def _publish(self, slot: int, flows: Sequence[FlowIn], ids: list[str], published: np.ndarray,
-                 deps: list[Dep] | None = None, plan: HostSlot | None = None) -> None:
+                 deps: list[Dep] | None = None, dec: SlotDecision | None = None) -> None:
         if self.mode != "switch":
             return
         late = self.slot_now() - slot
@@ -642,20 +572,26 @@ class MlccControl:
             published = np.concatenate([published[:, late:], np.zeros((published.shape[0], late))], axis=1)
             slot += late
         progress, notes = (), ()
-        if late <= 0 and deps is not None and plan is not None and plan.cum_bytes is not None:
-            cum = plan.cum_bytes.tolist()
-            rate_of = {}  # the slot-0 rate behind F (the receivers extrapolate F with it)
-            for d, f, c in zip(deps, flows, cum):
+        if late <= 0 and deps is not None and dec is not None and dec.slot.notify_bytes is not None:
+            rep = dec.reports.tolist()
+            r0 = published[:, 0].tolist()
+            rate_of: dict[str, float] = {}  # the slot-0 rate behind F (the receivers extrapolate F with it)
+            job_of: dict[str, str] = {}
+            for d, f, F, r in zip(deps, flows, rep, r0):
                 if d.report:
-                    r = (c - f.cum_bytes) / self.slot_s if f.cum_bytes == f.cum_bytes else 0.0
-                    rate_of[d.report] = max(rate_of.get(d.report, 0.0), r)
-            job_of = {d.report: f.job for d, f in zip(deps, flows) if d.report}
-            progress = [wire.FlowProgress(name, job_of[name], int(F), float(rate_of[name]))
-                        for name, F in dep_rules.reports(deps, cum).items()]
+                    job_of[d.report] = f.job
+                    if F == F:
+                        rate_of[d.report] = max(rate_of.get(d.report, 0.0), r)
+            vals = dep_rules.reports(deps, rep)
+            for d in deps:  # a PS none of whose broadcast flows sends: the next update has not started
+                if d.role == Role.BROADCAST and d.report not in vals:
+                    vals[d.report] = 0.0
+            progress = [wire.FlowProgress(name, job_of[name], int(F), float(rate_of.get(name, 0.0)))
+                        for name, F in vals.items()]
             # a ring flow whose iteration size is unknown cannot size the chunk its successor may
             # lead by: it sends no notification
             notes = [wire.Notification(d.notify_to, d.report, f.job, int(c))
-                     for d, f, c in zip(deps, flows, plan.notify_bytes.tolist())
+                     for d, f, c in zip(deps, flows, dec.slot.notify_bytes.tolist())
                      if c == c and d.notify_to and not (d.role == Role.RING and math.isnan(f.G_bytes + f.sent_bytes))]
             self.dep_counts["notifications_sent"] += len(notes)
         # the slot number, at least: a restarted daemon's schedules are not refused as reordered
@@ -715,13 +651,13 @@ class MlccControl:
         return jix, per_job, total
 
     def _remember(self, slot: int, ids: list[str], flows: Sequence[FlowIn], plan: HostSlot,
-                  published: np.ndarray) -> None:
+                  published: np.ndarray, dec: SlotDecision) -> None:
         if self.paths:
             for fid in set(self.paths) - set(ids):
                 self.paths.pop(fid, None)
         _, self.prev_used, _, self.prev_path = self._cols_of  # this plan's columns: the next _own_load maps them
         self.prev_rates = published  # this host's own load table: what the switches were told
-        self.last, self.last_slot = plan, slot
+        self.last, self.last_slot, self.last_applied, self.last_held = plan, slot, dec.applied_Bps, dec.held
         self.last_flows = dict(zip(ids, flows))
         self._last_ids, self._last_jobs = ids, self._jobs
 
@@ -754,11 +690,14 @@ class MlccControl:
             return None
         out = {"schedule_Bps": [int(x) for x in np.maximum(self.last.rates_Bps[r], 0)],
                "kind": str(self.last.kind[r]), "wave": int(self.last.wave[r]),
-               "links": list(self._links_of(fid)), "kept": round(float(self.kept[r]), 3) if r < len(self.kept) else 1.0}
+               "links": list(self._links_of(fid))}
+        if r < len(self.last_applied):
+            out["applied_Bps"] = int(self.last_applied[r])
         if self.deps is not None and self.last.delta_Bps is not None and r < len(self.deps):
             out["role"] = Role(self.deps[r].role).name.lower()
             out["delta_Bps"] = int(self.last.delta_Bps[r])
             out["reduced_bytes"] = int(self.last.reduced_bytes[r])
+            out["held"] = bool(r < len(self.last_held) and self.last_held[r])
         return out
 
     def status(self) -> dict:

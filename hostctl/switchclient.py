@@ -67,6 +67,9 @@ class FlowLoads:
     load_Bps: dict[str, Sequence[int]] = field(default_factory=dict)  # link id -> K loads, own flow excluded
     path_load_Bps: tuple[int, ...] = ()  # sum over the links above
     complete: bool = True  # False if a switch on the path did not answer or reported an error
+    # the asking job's view (a switch that does not send it leaves them empty): link id -> K values
+    job_Bps: dict[str, Sequence[int]] = field(default_factory=dict)  # the job's load from other hosts
+    job_flows: dict[str, Sequence[int]] = field(default_factory=dict)  # its flows with a rate > 0, per slot
 
 
 @dataclass
@@ -308,9 +311,10 @@ class SwitchClient:
             res.notifications.extend(r.notifications)
             got = res.feedback
             if not got and r.feedback:  # the first switch to answer: if every flow is ok, all of them are new
-                ids, sts, links, loads, paths = zip(*r.feedback)
+                ids, sts, links, loads, paths, jl, jn = zip(*r.feedback)
                 if not any(sts):
-                    got.update(zip(ids, map(FlowLoads, ids, map(dict, map(zip, links, loads)), paths)))
+                    got.update(zip(ids, map(FlowLoads, ids, map(dict, map(zip, links, loads)), paths, itertools.repeat(True),
+                                            map(dict, map(zip, links, jl)), map(dict, map(zip, links, jn)))))
                     return
             for f in r.feedback:
                 fl = got.get(f.flow_id)
@@ -320,9 +324,12 @@ class SwitchClient:
                     fl.complete = False
                     res.flow_status[f.flow_id] = f.status
                 elif fl is None:  # the first switch to answer for the flow (with one switch: the only one)
-                    got[f.flow_id] = FlowLoads(f.flow_id, dict(zip(f.links, f.load_Bps)), f.path_load_Bps)
+                    got[f.flow_id] = FlowLoads(f.flow_id, dict(zip(f.links, f.load_Bps)), f.path_load_Bps, True,
+                                               dict(zip(f.links, f.job_Bps)), dict(zip(f.links, f.job_flows)))
                 else:  # another switch on the path: its links, and the path sums added
                     fl.load_Bps.update(zip(f.links, f.load_Bps))
+                    fl.job_Bps.update(zip(f.links, f.job_Bps))
+                    fl.job_flows.update(zip(f.links, f.job_flows))
                     if len(fl.path_load_Bps) != len(f.path_load_Bps):
                         fl.path_load_Bps = (0,) * len(f.path_load_Bps)
                     fl.path_load_Bps = tuple(map(operator.add, fl.path_load_Bps, f.path_load_Bps))

@@ -395,7 +395,10 @@ class LoadTable:
                  memo: dict | None = None) -> tuple[list[list[int]], list[list[int]]]:
         """A job's fabric view from one host (the per-job share of a link, docs/mlcc.md): per link of
         ``links``, over K slots from ``start_slot``, the load of ``job``'s flows sent by hosts other than
-        ``host``, and how many of those flows have a rate > 0 in each slot. ``memo`` as in ``rows``."""
+        ``host``, and how many of those flows have a rate > 0 in each slot. A schedule that was published
+        before the window started and still sends in its last slot counts at that rate to the window's end
+        (its sender re-plans those slots next; without it, the window's last slots look free to the job's
+        other hosts). ``memo`` as in ``rows``."""
         if now_slot != self.now_slot:
             self.advance(now_slot)
         k = self.horizon
@@ -411,6 +414,11 @@ class LoadTable:
                 live = self._live(e, start_slot)
                 if live is not None:
                     a, b, seg = live
+                    if b < k and b == e.start_slot + k - start_slot and seg[-1] > 0:
+                        # a schedule published before this window started ends inside it while still
+                        # sending: it goes on at its last rate (its sender will plan those slots next)
+                        seg = seg + [seg[-1]] * (k - b)
+                        b = k
                     r, c = load[i], count[i]
                     r[a:b] = map(add, r[a:b], seg)
                     c[a:b] = [x + (v > 0) for x, v in zip(c[a:b], seg)]

@@ -120,7 +120,7 @@ class MlccParams:
     w_beta: float = 1.0
     min_rate_frac: float = 0.01
     literal_b_cap: bool = False
-    delta_within_avail: bool = False
+    delta_within_avail: bool = True
     max_rounds: int = 3
 
     def __post_init__(self) -> None:

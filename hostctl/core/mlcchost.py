@@ -1,6 +1,6 @@
 """One host's MLCC slot as arrays (pure): monitor rows + load tables -> rates to apply
-and schedules to publish. The daemon (hostctl/mlccctl.py) and the simulator call this;
-the allocator itself is hostctl.core.mlcc.allocate.
+and schedules to publish, on the links core/mlccplan.py assembled (it calls this: the whole decision of
+a host is core.mlccplan.plan_slot); the allocator itself is hostctl.core.mlcc.allocate.
 
 Which flows are planned, and how (choices the papers leave to the implementer):
 
@@ -53,13 +53,13 @@ Which flows are planned, and how (choices the papers leave to the implementer):
   tests/integration/test_pacer.py). On mlcc-mixed, ring steps and PS updates that had been
   held stood still for 10-12 slots after their release, and their whole job with them.
   The floor costs at most n x floor on a link and is published as the flow's slot-0 rate.
-- **Algorithm 2** (``role`` given; the daemon in switch mode, core/deps.py): Delta raises the rate a
-  flow is *paced* at (capped by B_i and its bytes left: a flow behind the flow it depends on may go
-  faster than its share). A received notification lowers only the schedule the flow *publishes*
-  (what the other hosts plan around), not its pacing rate: a flow cannot send bytes it has not
-  received anyway, while the notified F is up to a slot old here (the paper piggybacks it on ACKs),
-  and holding the pacing rate to a stale ceiling stalled the testbed's PS updates and ring steps
-  (mlcc-mixed 2.9x fifo in one run).
+- **Algorithm 2** (``role`` given; core/mlccplan.py builds the inputs): Delta raises the rate a flow is
+  *paced* at (capped by B_i, its bytes left and the headroom its links have left: ``delta_within_avail``).
+  A received notification lowers the schedule the flow *publishes* here (``apply_reductions``);
+  core/mlccplan.plan_slot holds the *paced* rate to the ceiling as well.
+- The links may include *virtual* links (core/mlccplan.job_rows: a job's bound on a link that several of
+  this host's jobs share): their capacity is huge and only their headroom (``avail``) bounds; every
+  headroom here is ``min(avail, cap) - load``.
 
 Units: bytes, bytes/s, seconds (as in core/mlcc.py).
 """
@@ -98,20 +98,6 @@ def wait_floor_Bps(slot_s: float) -> float:
     return WAIT_FLOOR_BYTES_PER_SLOT / slot_s
 
 
-KEPT_WEIGHT = 0.5  # EWMA weight of the last slot in a flow's kept fraction (see kept_update)
-
-
-def kept_update(kept, planned0_Bps, rate_Bps, floor_Bps: float) -> np.ndarray:
-    """Each flow's kept fraction after a slot: the share of its reservations it has been using, an
-    EWMA (KEPT_WEIGHT) of min(1, measured rate / planned slot-0 rate), updated only where the plan
-    gave the flow more than twice the wait floor (floor_Bps) and the rate was measured (not NaN).
-    The daemon (mlccctl) scales the schedules a flow publishes by it; arrays [n] in, [n] out."""
-    k, p0 = np.asarray(kept, dtype=np.float64), np.asarray(planned0_Bps, dtype=np.float64)
-    rate = np.asarray(rate_Bps, dtype=np.float64)
-    upd = (p0 > floor_Bps * 2) & ~np.isnan(rate)
-    return np.where(upd, k + KEPT_WEIGHT * (np.minimum(1.0, rate / np.where(upd, p0, 1.0)) - k), k)
-
-
 def job_waves(job: np.ndarray, job_left: dict[str, float]) -> np.ndarray:
     """Wave per flow: jobs ranked by bytes left on this host, fewest first (ties: job id)."""
     order = sorted(set(job.tolist()), key=lambda j: (job_left.get(j, float("inf")), j))
@@ -119,7 +105,7 @@ def job_waves(job: np.ndarray, job_left: dict[str, float]) -> np.ndarray:
     return np.array([rank[j] for j in job.tolist()], dtype=np.int64)
 
 
-def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
+def _fill_slot0(rates, planned, wave, pidx, head0, t) -> None:
     """Work-conserving slot 0: what the plans leave free in slot 0 on every link (capacity minus
     other hosts' load minus this host's slot-0 volumes) goes to flows that still have bytes planned
     for later slots, moved from their last slots. Wave by wave (the same order as the plan); within
@@ -127,12 +113,12 @@ def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
     row order gave the same flow the free capacity in every slot: the workers of a PS job whose
     updates left in key order got them at 0.26 s and 0.41-0.43 s, so every job waited for its last
     worker: racks-uplink, docs/benchmarks.md.)"""
-    L = cap.shape[0]
+    L = head0.shape[0]
     rows = pidx[planned]
     # slot-0 volume per link (padding -> bin L); bincount adds in the same order as np.add.at did
     use = np.bincount(np.where(rows >= 0, rows, L).ravel(), weights=np.repeat(rates[planned, 0], rows.shape[1]),
                       minlength=L + 1)
-    free = np.append(np.maximum(cap - load0 - use[:L], 0.0), np.inf)  # [L + 1]: padding never limits
+    free = np.append(np.maximum(head0 - use[:L], 0.0), np.inf)  # [L + 1]: padding never limits
     later = rates[planned, 1:].sum(axis=1)
     cand = planned[later > 0]
     if cand.size == 0 or free[:L].max(initial=0.0) <= 0:
@@ -178,7 +164,7 @@ def _fill_slot0(rates, planned, wave, pidx, cap, load0, t) -> None:
 def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bps, *, moving=None,
               params: MlccParams = MlccParams(), floor_Bps: float | None = None, fill: bool = True,
               by_job: bool = False, role=None, ref_bytes=None, slack_bytes=None, ceiling_bytes=None,
-              idle_share: bool = True) -> HostSlot:
+              idle_share: bool = True, waves=None) -> HostSlot:
     """Plan this host's flows for the current slot.
 
     G_bytes [n]: bytes left this iteration (NaN: unknown); B_Bps [n]: max rate over the last
@@ -196,6 +182,8 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     on every host). ceiling_bytes [n]: received notifications
     (+inf: none), applied with apply_reductions to the schedule the flow *publishes* (rates_Bps),
     not to the rate it is paced at (applied_Bps): see the module docstring.
+
+    waves [n] int (optional): the planned flows' waves, lower first (a job order); overrides by_job.
 
     idle_share=False: an idle flow's rate is its path's slot-0 headroom only (at least the wait
     floor), not at least an equal share of its tightest link: under a job order (mlccctl), a job's
@@ -233,7 +221,11 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     if planned.size:
         w = np.zeros(planned.size, dtype=np.int64)
         known = active[planned]
-        if known.any():
+        if waves is not None:
+            w = np.asarray(waves, dtype=np.int64)[planned].copy()
+            if (~known).any():
+                w[~known] = int(w.max()) + 1  # unknown sizes after every known one
+        elif known.any():
             if by_job:
                 job_left: dict[str, float] = {}
                 for j, g in zip(job[active].tolist(), G[active].tolist()):
@@ -270,12 +262,14 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
             if np.isfinite(ceil).any():
                 held = apply_reductions(plan, ceil, params)
     load0 = np.asarray(load_Bps, dtype=np.float64)[:, 0]  # other hosts' load in slot 0
+    av0 = np.asarray(avail_Bps, dtype=np.float64).reshape(L, -1)[:, 0]
+    link_head0 = np.maximum(np.minimum(av0, cap) - load0, 0.0)  # what the other hosts leave in slot 0 (û)
     if plan is not None and fill:
-        _fill_slot0(rates, planned, wave, pidx, cap, load0, t)
+        _fill_slot0(rates, planned, wave, pidx, link_head0, t)
     # a flow whose plan ends in slot 0 may send that slot's volume at up to the path's headroom
     # (slot-0 rate of the plan = its volume / t): the table counts volume per slot, and a burst
     # stretched over the whole slot would only add its length to the iteration
-    head0 = np.maximum(ext_cap - np.append(load0, 0.0), 0.0)[gidx].min(axis=1)
+    head0 = np.append(link_head0, np.inf)[gidx].min(axis=1)
     ends_now = np.zeros(n, dtype=bool)
     if plan is not None:
         ends_now[planned] = (plan.beta == 1) & ~unknown[planned]

@@ -489,7 +489,9 @@ def test_delta_zero_applies_alg1_rate():
 
 def test_delta_raises_rate_and_replans_future():
     # Alg. 1 gives GB/2 (the available bound); the reference is 0.3 GB*T bytes ahead
-    plan = one_flow(role=[Role.AGGREGATION], sent_bytes=[0.0], ref_bytes=[0.8 * GB * T])
+    # (the paper's rule: the increase is capped by B_i only, not by the link's headroom)
+    plan = one_flow(role=[Role.AGGREGATION], sent_bytes=[0.0], ref_bytes=[0.8 * GB * T],
+                    params=MlccParams(delta_within_avail=False))
     r0 = GB / 2
     assert plan.alg1_rates_Bps[0, 0] == r0
     assert math.isclose(plan.delta_Bps[0], 0.3 * GB)
@@ -502,13 +504,13 @@ def test_delta_raises_rate_and_replans_future():
 
 def test_b_cap_default_and_literal():
     kw = dict(role=[Role.AGGREGATION], sent_bytes=[0.0], ref_bytes=[2 * GB * T])
-    plan = one_flow(B_Bps=[0.7 * GB], **kw)  # r0 + Delta = 2 GB > B -> B
+    plan = one_flow(B_Bps=[0.7 * GB], params=MlccParams(delta_within_avail=False), **kw)  # r0 + Delta = 2 GB > B -> B
     assert math.isclose(plan.rates_Bps[0, 0], 0.7 * GB) and plan.capped[0]
     assert plan.notify[0] and math.isclose(plan.notify_ceiling_bytes[0], 0.7 * GB * T)
     assert math.isclose(plan.notify_reduce_bytes[0], 1.3 * GB * T)
-    low = one_flow(B_Bps=[0.2 * GB], **kw)  # B < r0: the default keeps r0 (Q-M10)
+    low = one_flow(B_Bps=[0.2 * GB], params=MlccParams(delta_within_avail=False), **kw)  # B < r0: the default keeps r0 (Q-M10)
     assert math.isclose(low.rates_Bps[0, 0], 0.5 * GB)
-    lit = one_flow(B_Bps=[0.2 * GB], params=MlccParams(literal_b_cap=True), **kw)  # the paper: B
+    lit = one_flow(B_Bps=[0.2 * GB], params=MlccParams(literal_b_cap=True, delta_within_avail=False), **kw)  # the paper: B
     assert math.isclose(lit.rates_Bps[0, 0], 0.2 * GB)
     assert math.isclose(lit.rates_Bps[0].sum() * T, 3 * GB * T)  # re-planned: the rest moved later
 

@@ -5,7 +5,7 @@ monitor, a perfect pacer and no TCP dynamics.
 
 The jobs, links and bulk flow of benchmarks/fluid_mixed.py (examples/scenarios/mlcc-mixed.toml on
 ideal 500 Mbit/s links), with the daemon's planning step in the loop: every slot, each host calls
-``hostctl.core.mlcchost.host_slot`` (the code the daemon runs) on its connections, and every flow is
+``hostctl.core.mlccplan.plan_slot`` (the daemon's decision) on its connections, and every flow is
 then capped at its connection's applied rate for the whole slot, a burst that starts mid-slot
 included. Under the caps the flows share the links max-min fairly (ideal TCP); the bulk flow is not
 planned, as in the testbed. What the model gives the planner that the testbed does not:
@@ -16,15 +16,14 @@ planned, as in the testbed. What the model gives the planner that the testbed do
 - exact, instant rates: a cap is a flow's rate at once (no TCP pacing bursts, no slow start, no
   callbacks) and the measured rate of a slot is exact;
 - switch mode: every host sees the others' published schedules of the slot before, shifted by one
-  slot (what switchemu gives the daemon), scaled by each flow's kept fraction as the daemon does.
+  slot and labelled by job and host (what switchemu gives the daemon: core.mlccplan.FabricView).
 
 Policies: ``fair`` (no planning: ideal fair sharing, fluid_mixed's pessimistic model of fifo);
 ``mlcc-local`` (each host plans its own NIC); ``mlcc`` (switch mode); ``mlcc-fixed`` (switch mode
 under a job order, PS jobs first, as ``--job-order`` with the best order of the fluid model; each
-job planned around the jobs ranked before it, as ``MlccControl._plan_ordered`` does);
+job planned around the jobs ranked before it, in one plan with a wave per job, as the daemon does);
 ``mlcc-fixed, hash order`` (the same in the order ``--job-order fixed`` gives the testbed's jobs);
-``mlcc-local, by job`` (host_slot's ``by_job``: each host plans its jobs in waves, fewest bytes left
-first); and for reference fluid_mixed's strict job priority, PS jobs first, at the senders only and
+``mlcc-local, by job`` (each host plans its jobs in waves, fewest bytes left first); and for reference fluid_mixed's strict job priority, PS jobs first, at the senders only and
 at every link. Each at every slot length of --slots (K = 10 slots, as in the paper, unless --K). Prints the average JCT and its
 ratio to ``fair`` (and with --fifo-s to the testbed's fifo); writes JSON (default
 results/fluid_mlcc.json).
@@ -50,7 +49,8 @@ from fluid_mixed import (  # noqa: E402
 from hostctl.bench.results import write_results  # noqa: E402
 from hostctl.core.bands import fabric_rank  # noqa: E402
 from hostctl.core.mlcc import MlccParams  # noqa: E402
-from hostctl.core.mlcchost import host_slot, kept_update, wait_floor_Bps  # noqa: E402
+from hostctl.core.mlcchost import wait_floor_Bps  # noqa: E402
+from hostctl.core.mlccplan import FabricView, plan_slot  # noqa: E402
 
 HOSTS = sorted({ps for _, ps in JOBS if ps} | set(WORKERS))
 LINKS = [f"{h}:{d}" for h in HOSTS for d in ("up", "down")]
@@ -75,8 +75,9 @@ class CappedSim(Sim):
 
 
 class HostPlanner:
-    """Every host's mlcc decision, once a slot, on the model's connections (the daemon's MlccControl,
-    reduced to what the model has: no monitor, no wire, no datapath)."""
+    """Every host's mlcc decision, once a slot, on the model's connections: the daemon's decision
+    (``hostctl.core.mlccplan.plan_slot``) on a fabric view built as switchemu builds it (the other hosts'
+    published schedules of the slot before, labelled by job and host), without monitor, wire or datapath."""
 
     def __init__(self, sim: CappedSim, mode: str, order: list[int] | None, slot_s: float, *, K: int = 10,
                  floor_Bps: float | None = None, by_job: bool = False) -> None:
@@ -88,9 +89,6 @@ class HostPlanner:
         self.cap = np.full(len(LINKS), CAP_BPS)
         self.conns: dict[str, set] = {}  # host -> its connections seen so far (DL only)
         self.pub: dict = {}  # conn -> (path columns, published K-slot rates) of the last slot
-        self.kept: dict = {}  # conn -> kept fraction (switch mode)
-        self.p0: dict = {}  # conn -> planned slot-0 rate of the last slot
-        self.seen_bytes: dict = {}  # conn -> sim.conn_bytes at the last slot
         self.slots = 0
         self.cpu_s = 0.0
 
@@ -98,16 +96,24 @@ class HostPlanner:
         _, src, dst = c
         return [COL[src + ":up"], COL[dst + ":down"]] if self.mode == "switch" else [COL[src + ":up"]]
 
-    def view(self, host: str, rank_max: int | None) -> np.ndarray:
-        """The load of the other hosts' published schedules, a slot on (the jobs ranked up to rank_max)."""
-        load = np.zeros((len(LINKS), self.K))
-        if self.mode != "switch":
-            return load
-        for c, (cols, r) in self.pub.items():
-            if c[1] == host or (rank_max is not None and self.rank[c[0]] > rank_max):
-                continue
-            load[cols, :-1] += r[1:]
-        return load
+    def view(self, host: str, jobs: list[int]) -> FabricView:
+        """Each of the host's jobs' view (core.mlccplan.FabricView) of the other hosts' schedules published
+        in the slot before, shifted by one slot, as switchemu answers the daemon: other jobs (under an
+        order, those ranked up to the job's rank) and the job's own flows with their count per slot."""
+        J, L, K = len(jobs), len(LINKS), self.K
+        other, same, nsame = np.zeros((J, L, K)), np.zeros((J, L, K)), np.zeros((J, L, K))
+        if self.mode == "switch":
+            for c, (cols, r) in self.pub.items():
+                if c[1] == host:
+                    continue
+                row = np.append(r[1:], r[-1])  # one slot on; a schedule still sending goes on at its last rate
+                for i, j in enumerate(jobs):
+                    if c[0] == j:
+                        same[i][cols] += row
+                        nsame[i][cols] += row > 0
+                    elif self.rank is None or self.rank[c[0]] <= self.rank[j]:
+                        other[i][cols, :-1] += r[1:]
+        return FabricView(self.cap, self.cap.copy(), other, same, nsame)
 
     def tick(self) -> None:
         sim = self.sim
@@ -117,38 +123,27 @@ class HostPlanner:
         burst = {f.conn: f for f in sim.flows if f.job >= 0}
         for c in burst:
             self.conns.setdefault(c[1], set()).add(c)
-        measured = {}
-        for conns in self.conns.values():
-            for c in conns:
-                b = sim.conn_bytes.get(c, 0.0)
-                measured[c] = (b - self.seen_bytes.get(c, 0.0)) / self.slot_s
-                self.seen_bytes[c] = b
-        if self.mode == "switch" and self.p0:  # as the daemon's _kept_factors
-            cs = list(self.p0)
-            k = kept_update([self.kept.get(c, 1.0) for c in cs], [self.p0[c] for c in cs],
-                            [measured[c] for c in cs], self.floor)
-            self.kept.update(zip(cs, k.tolist()))
         pub = {}
         for host in sorted(self.conns):
             conns = sorted(self.conns[host])
-            groups = [conns] if self.rank is None else \
-                [[c for c in conns if c[0] == j] for j in sorted({c[0] for c in conns}, key=self.rank.get)]
-            local = np.zeros((len(LINKS), self.K))  # this slot's plans of the jobs ranked before
-            for rows in groups:
-                G = [burst[c].left + burst[c].then_bytes if c in burst else 0.0 for c in rows]
-                paths = np.array([self.path(c) for c in rows], dtype=np.int64)
-                load = local + self.view(host, None if self.rank is None else self.rank[rows[0][0]])
-                hs = host_slot(G, np.full(len(rows), CAP_BPS), np.zeros(len(rows)),
-                               np.array([c[0] for c in rows], dtype=object), paths, self.cap, self.cap, load,
-                               moving=np.array([c in burst for c in rows]), params=self.params,
-                               floor_Bps=self.floor, by_job=self.by_job, idle_share=self.rank is None)
-                for i, c in enumerate(rows):
-                    sim.caps[c] = float(hs.applied_Bps[i])
-                    self.p0[c] = float(hs.rates_Bps[i, 0])
-                    r = np.maximum(hs.rates_Bps[i], 0.0) * self.kept.get(c, 1.0)
-                    pub[c] = (paths[i], r)
-                    if self.rank is not None:
-                        local[paths[i]] += r
+            jobs = sorted({c[0] for c in conns}, key=lambda j: (self.rank or {}).get(j, 0))
+            jix = {j: i for i, j in enumerate(jobs)}
+            G = [burst[c].left + burst[c].then_bytes if c in burst else 0.0 for c in conns]
+            paths = np.array([self.path(c) for c in conns], dtype=np.int64)
+            fj = np.array([jix[c[0]] for c in conns], dtype=np.int64)
+            wave = None
+            if self.rank is not None:
+                wave = fj
+            elif self.by_job:  # waves by bytes left on this host, fewest first
+                left = {j: sum(g for g, c in zip(G, conns) if c[0] == j) for j in jobs}
+                w = {j: i for i, j in enumerate(sorted(jobs, key=lambda j: (left[j], j)))}
+                wave = np.array([w[c[0]] for c in conns], dtype=np.int64)
+            d = plan_slot(G, np.full(len(conns), CAP_BPS), np.zeros(len(conns)), fj, paths, self.view(host, jobs),
+                          moving=np.array([c in burst for c in conns]), params=self.params, floor_Bps=self.floor,
+                          wave=wave, idle_share=self.rank is None)
+            for i, c in enumerate(conns):
+                sim.caps[c] = float(d.applied_Bps[i])
+                pub[c] = (paths[i], np.maximum(d.slot.rates_Bps[i], 0.0))
         self.pub = pub
         self.slots += 1
         self.cpu_s += time.process_time() - t0

@@ -401,7 +401,7 @@ def _print_pacing(con, pc: dict, s: dict) -> None:
         d = ml.get("deps")
         if d and d.get("flows"):
             con.print(f"Algorithm 2: {d['flows']} flow(s) with a role; slots raised {d['delta_flows']}, held "
-                      f"{d['reduced_flows']}, without a peer's progress {d['progress_missing']}; notifications "
+                      f"{d.get('held_flows', d['reduced_flows'])}, without a peer's progress {d['progress_missing']}; notifications "
                       f"sent {d['notifications_sent']}, received {d['notifications_received']}")
     j = Table("job", "cap", "flows", "iterations", "bytes/iter", "this iteration", "left", "from")
     for name, r in sorted(pc["jobs"].items()):

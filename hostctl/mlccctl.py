@@ -477,10 +477,11 @@ class MlccControl:
         held = wait_floor_Bps(self.slot_s) * 2
         last = self._from_last(self.last_applied, prev, math.inf) if self.last is not None else math.inf
         moving = np.fromiter((f.moving for f in flows), dtype=bool, count=n) | (last <= held)
-        jobs, _, fj, _ = self._jobs
+        _, jix, fj, _ = self._jobs
+        jobs = list(jix)  # the distinct jobs, in the order of their index
         fresh = self.fb_slot is not None and 0 <= slot - self.fb_slot < K
         if self.mode == "switch" and fresh:
-            view = self._fabric_view(slot, ids, fj, len(jobs), col, cap, avail)
+            view = self._fabric_view(slot, ids, fj, jobs, col, cap, avail)
         else:
             view = FabricView.empty(cap, len(jobs), K, avail)
         wave = None
@@ -498,13 +499,13 @@ class MlccControl:
             self.dep_counts["held_flows"] += int(dec.held.sum())
         return dec
 
-    def _fabric_view(self, slot: int, ids: list[str], fj: np.ndarray, J: int, col: dict[str, int], cap: np.ndarray,
-              avail: np.ndarray) -> FabricView:
+    def _fabric_view(self, slot: int, ids: list[str], fj: np.ndarray, jobs: list[str], col: dict[str, int],
+                     cap: np.ndarray, avail: np.ndarray) -> FabricView:
         """Each local job's view of its links (core.mlccplan.FabricView) from the last feedback: per job
         and link, the row the switch answered one of the job's flows (it leaves the whole job out, and
         under a job order the jobs ranked after it) minus this host's own published load of the other
         jobs it counted there; and the job's load and flows from other hosts (job_Bps, job_flows)."""
-        K, L = self.K, len(col)
+        K, L, J = self.K, len(col), len(jobs)
         shift = slot - self.fb_slot
         other, same, nsame = np.zeros((J, L, K)), np.zeros((J, L, K)), np.zeros((J, L, K))
         seen = np.zeros((J, L), dtype=bool)
@@ -525,7 +526,6 @@ class MlccControl:
                     nsame[j, c] = fl.job_flows[lid]
         # this host's published load that the switch counted in job j's rows: its other jobs (under an
         # order, those it ranked up to j's rank when it published)
-        jobs = self._jobs[0]
         own_jix, own_job, own_total = self._own_load(self.fb_slot, col, L)
         if self.ranks:
             pub = self._pub_ranks

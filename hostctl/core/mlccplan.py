@@ -192,8 +192,12 @@ def plan_slot(G_bytes, B_Bps, sent_bytes, flow_job, path, view: FabricView, *, m
     Algorithm 2 (optional): role [n] (Role), ref_bytes [n] (the peers' F, NaN: unknown), slack_bytes
     [n], ceiling_bytes [n] (received notifications, +inf: none)."""
     K, t = int(params.K), float(params.slot_s)
-    G = np.asarray(G_bytes, dtype=np.float64)
+    G = np.asarray(G_bytes, dtype=np.float64).reshape(-1)
     n = G.shape[0]
+    if n == 0:
+        hs = host_slot(G, [], [], np.zeros(0, dtype=np.int64), np.zeros((0, 1), np.int64), view.cap_Bps,
+                       view.avail_Bps, np.zeros((view.cap_Bps.shape[0], K)), params=params)
+        return SlotDecision(hs, np.zeros(0), np.zeros(0, dtype=bool), np.zeros(0))
     fj = np.asarray(flow_job, dtype=np.int64).reshape(n)
     pidx = np.asarray(path, dtype=np.int64).reshape(n, -1)
     mv = np.ones(n, dtype=bool) if moving is None else np.asarray(moving, dtype=bool)
@@ -213,8 +217,10 @@ def plan_slot(G_bytes, B_Bps, sent_bytes, flow_job, path, view: FabricView, *, m
         if ceiling_bytes is not None:
             ceil = np.asarray(ceiling_bytes, dtype=np.float64)
             room = (ceil - sent) / t
-            # a ceiling binds a flow that has bytes to send and has not passed it yet (else: another iteration)
-            bind = np.isfinite(ceil) & (hs.kind != "idle") & (ceil >= sent) & (room < applied)
+            # a ceiling binds a flow that has bytes to send, has not passed it yet (else: another iteration)
+            # and could pass it in this slot (with its bytes left: unknown ones could)
+            bind = np.isfinite(ceil) & (hs.kind != "idle") & (ceil >= sent) & (room < applied) \
+                & ~(sent + G <= ceil)
             applied = np.where(bind, np.maximum(room, floor), applied)
             held = bind
         reports = progress_bytes(role, sent, G, hs.rates_Bps[:, 0], hs.kind, t)

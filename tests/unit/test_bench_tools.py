@@ -156,7 +156,10 @@ def test_fluid_mlcc_job_order_breaks_the_lock_step_like_priority():
     prio = mixed.scenario({-1: 0, 0: 0, 1: 1}, 0, 0.0, False, jobs=two)["avg_jct_s"]
     fixed = fmlcc.run_mlcc("fixed", "switch", [0, 1], 0.06, 1, 0.0, False, jobs=two)["avg_jct_s"]
     assert prio < 0.7 * fair
-    assert fixed == pytest.approx(prio, rel=0.05)
-    for mode in ("local", "switch"):
-        unordered = fmlcc.run_mlcc(mode, mode, None, 0.06, 1, 0.0, False, jobs=two)["avg_jct_s"]
-        assert unordered == pytest.approx(fair, rel=0.02)
+    assert fixed == pytest.approx(prio, rel=0.08)
+    local = fmlcc.run_mlcc("local", "local", None, 0.06, 1, 0.0, False, jobs=two)["avg_jct_s"]
+    assert local == pytest.approx(fair, rel=0.02)
+    # with switchemu, each job's workers plan around the other job's bookings (first come, first served
+    # per link): that does not stagger two identical jobs either, it costs a little
+    switch = fmlcc.run_mlcc("switch", "switch", None, 0.06, 1, 0.0, False, jobs=two)["avg_jct_s"]
+    assert fair * 0.98 <= switch <= fair * 1.1

@@ -1,6 +1,6 @@
 """MlccControl's side of Algorithm 2 with a scripted switch: how the peers' progress and the
-notifications it receives become references and ceilings (extrapolated to the end of the slot, a
-PS update's lead allowed), and when it keeps a notification to itself."""
+notifications it receives become references and ceilings (extrapolated to the end of the slot, counted
+per iteration), and when it keeps a notification to itself."""
 
 from __future__ import annotations
 
@@ -72,8 +72,8 @@ def test_the_ring_flow_reports_and_notifies_its_successor():
     ring = FlowIn(FlowKey(ME, 7000, NXT, 40000), "r", 6e6, C, 2e6, cum_bytes=5e6)  # iteration 8e6: chunk 8e6/6
     c.tick([ring], RING)
     (rep,) = sw.reported
-    # F by the end of the slot: its 6e6 left fit in this slot (C t = 7.5e6)
-    assert rep.flow_id == ring_name("r", NXT) and rep.cum_bytes == pytest.approx(5e6 + 6e6, abs=1)
+    # F by the end of the slot, counted in this iteration: 2e6 sent + its 6e6 left (they fit: C t = 7.5e6)
+    assert rep.flow_id == ring_name("r", NXT) and rep.cum_bytes == pytest.approx(2e6 + 6e6, abs=1)
     assert rep.rate_Bps == pytest.approx(6e6 / SLOT)  # the slot-0 rate behind F (receivers extrapolate with it)
     (note,) = sw.notified
     assert note.to_host == NXT and note.flow_id == ring_name("r", NXT)
@@ -88,24 +88,37 @@ def test_a_ring_flow_of_unknown_size_does_not_notify():
     assert len(sw.reported) == 1 and sw.notified == []
 
 
-def test_a_ps_update_may_lead_the_slowest_gradient_by_one_update():
-    """Two iterations of 4e6 done (8e6 each way); the PS now sends the third update: by the end of the
-    slot its broadcast carried 12e6, one update more than the gradients (8e6). Allowed: hostctl's PS
-    sends the update first. If the last gradient is not in (4e6), its published slot 0 is held."""
+def test_a_ps_update_is_held_to_the_gradients_it_answers():
+    """Progress is counted per iteration: the PS starts the update of this round (4e6, nothing sent yet);
+    the gradient it answers is either all in (4e6: the update goes at its plan's rate) or still 2e6 short
+    (the worker notified F = 2e6 by the end of the slot: the update is paced at 2e6 per slot and publishes
+    the held plan). The lifetime counts (cum_bytes) play no part."""
     comm = {"p": JobComm("ps", frozenset({9000}))}
-    bc = FlowIn(FlowKey(ME, 9000, NXT, 50000), "p", 4e6, C, 0.0, cum_bytes=8e6)  # iteration: 4e6
+    bc = FlowIn(FlowKey(ME, 9000, NXT, 50000), "p", 4e6, C, 0.0, cum_bytes=12e6)  # iteration: 4e6
     agg = flow_name(FlowKey(NXT, 50000, ME, 9000))
-    for grads, held in ((8e6, False), (4e6, True)):
+    for grads, held in ((4e6, False), (2e6, True)):
         c, sw = ctl()
         sw.progress[agg] = wire.FlowProgress(agg, "p", int(grads), 0.0, S0, NXT)
         sw.notes = [wire.Notification(ME, agg, "p", int(grads), S0, NXT)]
         applied = c.tick([bc], comm)
         s = c.schedule_of(bc.key)
-        assert s["role"] == "broadcast" and (s["reduced_bytes"] > 0) == held, grads
-        assert applied[bc.key] == pytest.approx(C, rel=0.01)  # paced as planned either way
+        assert s["role"] == "broadcast" and (s["reduced_bytes"] > 0) == held and s["held"] == held, grads
+        want = grads / SLOT if held else C
+        assert applied[bc.key] == pytest.approx(want, rel=0.01)
         assert c.status()["deps"]["notifications_received"] == 1
     # the PS reports F_b^max under its address and port, and notifies nobody
     assert [p.flow_id for p in sw.reported] == [ps_name(ME, 9000)] and sw.notified == []
+
+
+def test_a_ps_whose_broadcast_flows_are_idle_reports_zero():
+    """The update of this round was sent (idle): the next update, which answers the gradients now
+    uploading, has not started, so the PS reports 0 under its name and the workers get no Delta."""
+    comm = {"p": JobComm("ps", frozenset({9000}))}
+    bc = FlowIn(FlowKey(ME, 9000, NXT, 50000), "p", 0.0, C, 4e6, False, 0.0, cum_bytes=12e6)
+    c, sw = ctl()
+    c.tick([bc], comm)
+    (rep,) = sw.reported
+    assert rep.flow_id == ps_name(ME, 9000) and rep.cum_bytes == 0 and rep.rate_Bps == 0
 
 
 def test_without_deps_nothing_is_exchanged():

@@ -1,9 +1,8 @@
 """MlccControl in switch mode sees other hosts' load: the switch's feedback for a flow leaves out that
 flow's whole job (and, under a job order, the jobs ranked after it) but counts this host's published
 flows of the other jobs, and the daemon subtracts those (Q-M8). Against a model switch that does exactly
-that, the load each plan gets on every link must be the other hosts' load the model was given, plus,
-under an order, what this host planned in this slot for the jobs ranked before, each flow's plan scaled
-by the share of its reservations it has been using (its kept fraction), as the other hosts see it."""
+that, each job's fabric view (core.mlccplan.FabricView) on every link of its flows must be the other
+hosts' load the model was given (another job's), with none of the job's own flows elsewhere."""
 
 from __future__ import annotations
 
@@ -74,13 +73,11 @@ def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
     measured = [data.draw(st.sampled_from([float("nan"), 0.0, C / 10, C])) for _ in range(n)]  # rate last slot
 
     seen = []
-    real = mlccctl.host_slot
+    real = mlccctl.plan_slot
 
     def spy(*a, **kw):
-        load = np.array(a[7], dtype=np.float64)
-        hs = real(*a, **kw)
-        seen.append((load, np.asarray(a[4]), hs.rates_Bps.copy(), a[3][0], ctl.kept.copy()))
-        return hs
+        seen.append((a[5], np.asarray(a[3]), np.asarray(a[4])))  # view, job index per flow, paths
+        return real(*a, **kw)
 
     t = [1_000_000.0 * SLOT]
     sw = ModelSwitch(paths, base)
@@ -88,29 +85,24 @@ def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
     for tick in range(3):
         seen.clear()
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(mlccctl, "host_slot", spy)
+            mp.setattr(mlccctl, "plan_slot", spy)
             ctl.tick([FlowIn(k, j, g, C, 0.0, True, m) for k, j, g, m in zip(keys, jobs, G, measured)])
         asked = sw.asked[-1]
         if tick == 0:  # the paths are not known yet: one query per peer and job, for its whole path
             assert sw.queries[-1] == len({(k.raddr, j) for k, j in zip(keys, jobs)})
-        else:  # then each link's row once (per job and rank under an order: the rows differ by job)
-            scope = [lid if order == "none" else (job, rank, lid) for job, rank, lid in asked]
+        else:  # then each link's row once per job and rank (the rows differ by job)
+            scope = [(job, rank, lid) for job, rank, lid in asked]
             assert len(scope) == len(set(scope)), asked
         if tick > 0:  # from the second slot on, this host's own schedules are in the switch's table
             used = [NIC] + sorted({lid for p in paths.values() for lid in p})  # the plan's link columns
-            assert len(seen) == (1 if order == "none" else len(set(jobs)))  # one plan, or one per job
-            local = np.zeros((len(used), K))  # this slot's plans of the jobs before (under an order)
-            for load, path, rates, job, kept in seen:
-                for c in sorted(set(path[path >= 0].tolist())):  # the links this plan's flows cross
+            (view, fj, path), = seen  # one plan for all jobs, ordered or not
+            for i in range(n):
+                for c in sorted(set(path[i][path[i] >= 0].tolist())):
                     lid = used[c]
-                    want = (base[lid] if lid in base else np.zeros(K)) + local[c]
+                    want = base[lid] if lid in base else np.zeros(K)
                     # the published rates are rounded on the wire: half a byte/s per flow at most
-                    assert load[c] == pytest.approx(want, abs=n), (lid, load[c], want)
-                rows = [i for i, j in enumerate(jobs) if j == job] if order != "none" else list(range(n))
-                for row, p, r in zip(rows, path.tolist(), rates):
-                    for c in p:
-                        if c >= 0:
-                            local[c] += kept[row] * r
+                    assert view.other_Bps[fj[i], c] == pytest.approx(want, abs=n), (lid, view.other_Bps[fj[i], c])
+            assert not view.same_Bps.any() and not view.same_flows.any()  # no other host has these jobs
         t[0] += SLOT * (2 if skip and tick == 0 else 1)
 
 
@@ -157,7 +149,6 @@ def _forget_caches(ctl: MlccControl) -> None:
     their paths stay the same."""
     ctl._fetch_key = None
     ctl._own_cells = (None, None, None)
-    ctl._view_key = (None, None, None)
     ctl._cols_of = (None, [], {}, ctl.prev_path)
     ctl._jobs = ([], {}, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object))
 
@@ -167,7 +158,7 @@ def _forget_caches(ctl: MlccControl) -> None:
 @given(data=st.data())
 def test_reusing_last_slots_work_decides_as_computing_it_again(order, data):
     """Two controllers see the same slots against equal model switches: one reuses its queries, link
-    columns, own-load indices and first feedback rows while the flows stay the same; the other is made
+    columns and own-load indices while the flows stay the same; the other is made
     to compute them every slot. Paths change, a flow ends, one starts and one changes job on the way."""
     n = data.draw(st.integers(2, 7), label="flows")
     jobs = [data.draw(st.sampled_from(["ja", "jb", "jc"])) for _ in range(n)]
@@ -201,12 +192,11 @@ def test_reusing_last_slots_work_decides_as_computing_it_again(order, data):
             sw.paths.update({flow_id(k): route[k.raddr] for k in ks})  # (ended flows keep theirs)
             if ctl is fresh:
                 _forget_caches(ctl)
-            out.append((ctl.tick(flows), ctl.last.rates_Bps.copy(), ctl.prev_rates.copy(), ctl.kept.copy()))
-        (ra, pa, qa, ka), (rb, pb, qb, kb) = out
+            out.append((ctl.tick(flows), ctl.last.rates_Bps.copy(), ctl.prev_rates.copy()))
+        (ra, pa, qa), (rb, pb, qb) = out
         assert ra == rb
         np.testing.assert_array_equal(pa, pb)
         np.testing.assert_array_equal(qa, qb)
-        np.testing.assert_array_equal(ka, kb)
         t[0] += SLOT
 
 

@@ -77,6 +77,7 @@ class PaceControl:
         self.tick_ms: deque[float] = deque(maxlen=200)
         self.full_warned = 0
         self.mlcc = None
+        self._nic_last: tuple[int | None, float] = (None, 0.0)  # the NIC's tx counter and when it was read
         if config.policy == "mlcc":
             from hostctl.mlccctl import MlccControl
 
@@ -157,9 +158,19 @@ class PaceControl:
             for k in closed:
                 self._ids.pop(k, None)
 
+        if self.mlcc is not None:
+            self._observe_nic(readout.link_tx_bytes, t_read)
         self.table = self.plan(jobs)
         self.datapath.pace(self.table)
         self.datapath.heartbeat()
+
+    def _observe_nic(self, tx_bytes: int | None, t: float) -> None:
+        """The NIC's transmit rate since the last read and the DL flows' part of it, for MLCC's û."""
+        last, self._nic_last = self._nic_last, (tx_bytes, t)
+        if tx_bytes is None or last[0] is None or t <= last[1] or tx_bytes < last[0]:
+            return
+        dl = float(np.nansum(self.monitor.flow_stats().rate_Bps))
+        self.mlcc.observe_nic((tx_bytes - last[0]) / (t - last[1]), dl)
 
     def plan(self, jobs: Mapping[str, Job]) -> PaceTable:
         """Selectors for every job; rates from the policy (cap or mlcc)."""

@@ -66,7 +66,7 @@ __all__ = ["CROSS_WINDOW", "VIRTUAL_CAP_Bps", "FabricView", "SlotDecision", "ava
 CROSS_WINDOW = 4  # slots of the max filter of the cross traffic (spec 2.7)
 VIRTUAL_CAP_Bps = 1e18  # a virtual link's capacity: it bounds with its headroom only (no price, no floor)
 CROSS_OVERHEAD = 0.05  # headers and ACKs: NIC bytes above DL payload bytes that are not cross traffic
-CROSS_MIN_FRAC = 0.02  # cross traffic below this fraction of the capacity is noise
+CROSS_MIN_FRAC = 0.05  # cross traffic below this fraction of the capacity is noise (ACKs of received DL flows: ~2%)
 
 
 @dataclass(frozen=True)

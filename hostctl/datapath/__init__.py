@@ -138,6 +138,7 @@ class PacingReadout:
     flows: list[FlowRecord] = field(default_factory=list)
     bursts: list[Burst] | BurstBatch = field(default_factory=list)  # the pacer gives a BurstBatch
     ctl: dict[str, int] = field(default_factory=dict)
+    link_tx_bytes: int | None = None  # the interface's transmitted bytes counter at the read (None: unknown)
 
 
 class Datapath(Protocol):

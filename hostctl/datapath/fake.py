@@ -17,6 +17,8 @@ from hostctl.datapath import (
 
 
 class FakeDatapath:
+    link_tx_bytes: int | None = None  # the interface's tx counter a test sets (None: unknown, as without sysfs)
+
     def __init__(self, previous_root: str = "noqueue") -> None:
         self.root = previous_root
         self.previous_root = previous_root
@@ -149,7 +151,7 @@ class FakeDatapath:
 
     def read_pacing(self) -> PacingReadout:
         bursts, self.kbursts = self.kbursts, []
-        return PacingReadout(list(self.kflows.values()), bursts, dict(self.ctl))
+        return PacingReadout(list(self.kflows.values()), bursts, dict(self.ctl), self.link_tx_bytes)
 
     def forget(self, keys: list[FlowKey]) -> None:
         for k in keys:

@@ -325,7 +325,16 @@ class LinuxDatapath:
     def read_pacing(self) -> PacingReadout:
         if self.pacer is None:
             return PacingReadout()
-        return PacingReadout(self.pacer.flows(), self.pacer.bursts(), self.pacer.ctl())
+        return PacingReadout(self.pacer.flows(), self.pacer.bursts(), self.pacer.ctl(), self._link_tx_bytes())
+
+    def _link_tx_bytes(self) -> int | None:
+        """The interface's transmitted bytes (sysfs; None where it cannot be read): the cross traffic
+        that MLCC's û subtracts is what the NIC sent beyond the DL flows."""
+        try:
+            with open(f"/sys/class/net/{self.iface}/statistics/tx_bytes", "rb") as f:
+                return int(f.read())
+        except (OSError, ValueError):
+            return None
 
     def forget(self, keys: list[FlowKey]) -> None:
         if self.pacer is not None and keys:

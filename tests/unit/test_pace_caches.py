@@ -4,6 +4,7 @@ against what it replaces, and caches are checked to follow their inputs."""
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -182,3 +183,26 @@ def test_hysteresis_keeps_rates_within_the_deadband(rates, data):
         r = max(1, int(r))
         assert out[k] == (w if w is not None and abs(r - w) <= RATE_DEADBAND * w else r)
 
+
+
+def test_the_nics_cross_traffic_reaches_mlccs_available_bandwidth():
+    """The datapath's interface counter (PacingReadout.link_tx_bytes) minus the DL flows' rate is the
+    cross traffic that lowers û of the NIC link (core.mlccplan.avail_from_cross)."""
+    pc, dp, t = _pace()
+    cap = 10**9 // 8
+    tx = [0]
+
+    def read():
+        return PacingReadout(list(dp.flows), [], {}, tx[0])
+
+    dp.read_pacing = read
+    jobs = {"a": Job("a", "config", listen_ports=(9000,))}
+    _tick(pc, t, jobs)
+    assert pc.mlcc.nic_avail_Bps == cap  # one read: no rate yet
+    for _ in range(3):
+        tx[0] += int(0.5 * cap * 0.06)  # half the link, and no DL flow sends: cross traffic
+        _tick(pc, t, jobs)
+    assert pc.mlcc.nic_avail_Bps == pytest.approx(cap / 2, rel=0.01)
+    dp.read_pacing = lambda: PacingReadout(list(dp.flows), [], {})  # no counter (sysfs unreadable): kept
+    _tick(pc, t, jobs)
+    assert pc.mlcc.nic_avail_Bps == pytest.approx(cap / 2, rel=0.01)

@@ -186,8 +186,9 @@ def test_own_flows_are_not_counted_twice(switch):
 
 
 def test_flows_of_one_job_share_instead_of_staggering(switch):
-    """b_l is the load of *other* jobs: two workers of one job sending to its PS both plan the whole
-    receiver port (TCP shares it; the barrier needs both), while another job's flow steps aside."""
+    """b_l is the load of *other* jobs, and a job's own flows share a link explicitly: the second
+    worker of a job sending to its PS plans its half of the receiver port at once (the first gives up
+    the other half in its next slot), while another job's flow steps aside."""
     ep, _, _ = switch
     clock = Clock()
     a, b, c = ctl(ep, clock), ctl(ep, clock), ctl(ep, clock)
@@ -199,8 +200,11 @@ def test_flows_of_one_job_share_instead_of_staggering(switch):
         a.tick(fa)
         b.tick(fb)
         c.tick(fc)
-        assert b.schedule_of(fb[0].key)["schedule_Bps"][0] == pytest.approx(C, rel=1e-3)  # same job: no yield
+        assert b.schedule_of(fb[0].key)["schedule_Bps"][0] == pytest.approx(C / 2, rel=1e-3)  # same job: shares
         assert held(c.schedule_of(fc[0].key)["schedule_Bps"][0])  # other job: waits
+        clock.step()
+        a.tick(fa)
+        assert a.schedule_of(fa[0].key)["schedule_Bps"][0] == pytest.approx(C / 2, rel=1e-3)  # gave up half
     finally:
         for x in (a, b, c):
             x.close()
@@ -210,10 +214,11 @@ def test_flows_of_one_job_share_instead_of_staggering(switch):
 RING = {"r": JobComm("ring", frozenset({7000}), 3)}
 
 
-def ring_flow(me: str, nxt: str, G: float, cum: float) -> FlowIn:
+def ring_flow(me: str, nxt: str, G: float, sent: float) -> FlowIn:
     """The ring flow of job r that host `me` sends to its successor `nxt` (over the connection it
-    accepted on port 7000), with `cum` bytes carried so far."""
-    return FlowIn(FlowKey(me, 7000, nxt, 40000), "r", G, C, 0.0, cum_bytes=cum)
+    accepted on port 7000), with `sent` bytes of this iteration carried so far (Algorithm 2 counts
+    progress per iteration; the connection's lifetime count is ten iterations more, and plays no part)."""
+    return FlowIn(FlowKey(me, 7000, nxt, 40000), "r", G, C, sent, cum_bytes=sent + 10 * (sent + G))
 
 
 def same_slot(clock, *steps):
@@ -227,10 +232,11 @@ def same_slot(clock, *steps):
     raise AssertionError("no run of the steps within one 60 ms slot in 5 tries")
 
 
-def test_a_ring_flow_behind_its_predecessor_is_sped_up(switch):
-    """Rank 1 (h2) has carried less than rank 0 (h1) sent it: Algorithm 2 raises its ring flow
-    above the equal share of its NIC (up to its recent peak rate B), through the progress rank 0
-    reported to the switch. Without deps the two flows of h2 share the NIC equally."""
+def test_a_ring_flow_behind_its_predecessor_is_sped_up_within_its_links_headroom(switch):
+    """Rank 1 (h2) has carried less of this iteration than rank 0 (h1) will have sent it: Algorithm 2
+    gives its ring flow a Delta, through the progress rank 0 reported to the switch. The raise is
+    limited to what h2's NIC has left: with another flow of h2 that needs little this slot, the ring
+    flow takes the rest of the NIC; it never books the NIC beyond its capacity."""
     ep, _, _ = switch
     clock = Clock()
     a, b, off = ctl(ep, clock), ctl(ep, clock), ctl(ep, clock, deps=False)
@@ -244,8 +250,7 @@ def test_a_ring_flow_behind_its_predecessor_is_sped_up(switch):
         same_slot(clock, tick(a, fa), tick(b, fb), tick(off, fb))
         ring, cross = (b.schedule_of(f.key) for f in fb)
         assert ring["role"] == "ring" and ring["delta_Bps"] > 0
-        assert ring["schedule_Bps"][0] == pytest.approx(C, rel=1e-3)  # raised to B (= C here)
-        assert cross["schedule_Bps"][0] == pytest.approx(C / 2, rel=1e-3)
+        assert ring["schedule_Bps"][0] + cross["schedule_Bps"][0] <= C * 1.001  # within the NIC
         assert b.status()["deps"]["flows"] == 1 and b.status()["deps"]["delta_flows"] >= 1
         # the same flows without the dependency rules: an equal split
         assert [off.schedule_of(f.key)["schedule_Bps"][0] for f in fb] == pytest.approx([C / 2, C / 2], rel=1e-3)
@@ -257,14 +262,16 @@ def test_a_ring_flow_behind_its_predecessor_is_sped_up(switch):
 
 def test_a_notification_holds_the_successor_to_what_it_can_have_received(switch):
     """Rank 0 (h1) notifies rank 1 (h2) of its F plus one chunk; rank 1's plan says it would carry
-    more than that by the end of the slot, so the schedule it publishes is cut in slot 0 (Alg. 2
-    lines 13-16). Its pacing rate is not: it cannot send what it has not received anyway."""
+    more than that by the end of the slot, so the schedule it publishes is cut in slot 0 and the rate
+    it is paced at is held to the ceiling (Alg. 2 lines 13-16)."""
     ep, _, _ = switch
     clock = Clock()
     a, b = ctl(ep, clock), ctl(ep, clock)
     G = 3 * C * SLOT_S
     fa = [ring_flow("10.77.0.2", "10.77.0.3", G, 1e6)]
-    fb = [ring_flow("10.77.0.3", "10.77.0.4", G, 1e6 + G)]  # a whole iteration ahead of its input
+    chunk = (1e6 + G) / 4  # one chunk of a 3-rank ring: the iteration / (2 (N - 1))
+    ceiling = 1e6 + C * SLOT_S + chunk  # rank 0's F by the end of the slot (alone at C) + one chunk
+    fb = [ring_flow("10.77.0.3", "10.77.0.4", G, ceiling - 0.2 * C * SLOT_S)]  # 0.2 slot of the port short of it
     try:
         applied = {}
 
@@ -275,29 +282,29 @@ def test_a_notification_holds_the_successor_to_what_it_can_have_received(switch)
         assert a.status()["deps"]["notifications_sent"] >= 1
         assert b.status()["deps"]["notifications_received"] >= 1
         s = b.schedule_of(fb[0].key)
-        assert s["reduced_bytes"] > 0 and s["delta_Bps"] == 0
-        assert s["schedule_Bps"][0] <= 0.05 * C  # published as held
+        assert s["reduced_bytes"] > 0 and s["held"]
+        assert s["schedule_Bps"][0] <= 0.21 * C  # published as held
         assert sum(s["schedule_Bps"]) * SLOT_S >= 0.99 * G  # its bytes moved to later slots, not dropped
-        assert applied[fb[0].key] == pytest.approx(C, rel=0.01)  # paced as planned (alone on its NIC)
+        assert applied[fb[0].key] == pytest.approx(max(0.2 * C, wait_floor_Bps(SLOT_S)), rel=0.02)  # paced so
     finally:
         a.close()
         b.close()
 
 
 def test_ps_broadcasts_follow_the_slowest_worker(switch):
-    """The PS (h0) raises its broadcast flows to F_a^min, the least progress among its workers'
-    aggregation flows, which the workers (h1, h2) report; while one worker has not reported, the
-    broadcasts get no Delta (no reference)."""
+    """The PS (h0) raises its broadcast flows towards F_a^min, the least progress of this iteration
+    among its workers' aggregation flows, which the workers (h1, h2) report; while one worker has not
+    reported, the broadcasts get no Delta (no reference). The raise stays within the PS's NIC."""
     ep, _, _ = switch
     clock = Clock()
     ps, w1, w2 = ctl(ep, clock), ctl(ep, clock), ctl(ep, clock)
     G = 3 * C * SLOT_S
     comm_ps = {"p": JobComm("ps", frozenset({9000}), None)}
     comm_w = {"p": JobComm("ps", frozenset(), None)}
-    fps = [FlowIn(FlowKey("10.77.0.1", 9000, w, 50000 + i), "p", G, C, 0.0, cum_bytes=1e6)
+    fps = [FlowIn(FlowKey("10.77.0.1", 9000, w, 50000 + i), "p", G, C, 0.0, cum_bytes=9e6)
            for i, w in enumerate(("10.77.0.2", "10.77.0.3"))]
-    fw1 = [FlowIn(FlowKey("10.77.0.2", 50000, "10.77.0.1", 9000), "p", G, C, 0.0, cum_bytes=3e6)]
-    fw2 = [FlowIn(FlowKey("10.77.0.3", 50001, "10.77.0.1", 9000), "p", G, C, 0.0, cum_bytes=2e6)]
+    fw1 = [FlowIn(FlowKey("10.77.0.2", 50000, "10.77.0.1", 9000), "p", G, C, 3e6, cum_bytes=3e7)]
+    fw2 = [FlowIn(FlowKey("10.77.0.3", 50001, "10.77.0.1", 9000), "p", G, C, 2e6, cum_bytes=2e7)]
     try:
         same_slot(clock, lambda: (w1.tick(fw1, comm_w), w1.last_slot)[1],
                   lambda: (ps.tick(fps, comm_ps), ps.last_slot)[1])
@@ -308,8 +315,7 @@ def test_ps_broadcasts_follow_the_slowest_worker(switch):
                   lambda: (ps.tick(fps, comm_ps), ps.last_slot)[1])
         got = [ps.schedule_of(f.key) for f in fps]
         assert all(g["role"] == "broadcast" and g["delta_Bps"] > 0 for g in got)
-        # F_a^min is w2's 2e6 (+ its slot-0 volume): the deficit is more than a slot at C, so B caps it
-        assert all(g["schedule_Bps"][0] == pytest.approx(C, rel=1e-3) for g in got)
+        assert sum(g["schedule_Bps"][0] for g in got) <= C * 1.001  # the two share the PS's NIC
         assert w1.schedule_of(fw1[0].key)["role"] == "aggregation"
     finally:
         for x in (ps, w1, w2):

@@ -12,7 +12,9 @@ hold the second at the planner's wait floor."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -22,7 +24,7 @@ from hostctl.datapath import pacer
 from tests import oracle
 from tests.conftest import HOSTCTL, wait_for
 from tests.integration.test_mlcc_daemon import start_switch
-from tests.integration.test_pacing_daemon import assert_released, attached, mbit, recv, serve
+from tests.integration.test_pacing_daemon import assert_released, attached, mbit, recv, serve, status
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf]
 
@@ -119,4 +121,55 @@ def test_bands_in_mlccs_order_and_the_pacer_together_and_stop_restores(pair, cgr
     d.wait(10)
     assert d.returncode == 0, d.stderr.read()
     assert oracle.qdiscs(ns, dev) == before  # the tbf is back with the same parameters
+    assert_released(cgroup, scope)
+
+
+def test_local_mode_kill_9_then_clean_restores_the_qdisc_and_releases_the_pacer(pair, cgroup, tmp_path):
+    """Without --switch: the planner plans this host's NIC link only (local mode), the bands keep the fabric
+    order; after kill -9 both programs are still in place (the classifier and the pacer fail open after
+    their lease), and `hostctl clean` removes both and puts the previous qdisc back."""
+    ns, dev = pair.ps.ns, pair.ps.dev
+    order = fabric_order(JOBS, "fixed")
+    pair.ps.run("tc", "qdisc", "add", "dev", dev, "root", "handle", "7:", "tbf", "rate", "300mbit",
+                "burst", "64kb", "latency", "50ms")
+    before = oracle.qdiscs(ns, dev)
+    cfg = tmp_path / "hostctl-hybrid.toml"
+    cfg.write_text("".join(f'[[jobs]]\nname = "{n}"\nports = [{p}]\n' for n, p in JOBS.items()))
+    for port in JOBS.values():
+        serve(pair, pair.ps, cgroup, port)
+    d = subprocess.Popen(pair.ps.nsenter(HOSTCTL, "start", "--policy", "mlcc-bands", "--config", str(cfg),
+                                         "--iface", dev, "--link-rate", "200mbit", "--cgroup", cgroup,
+                                         "--rescan", "0.5"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pair.procs.append(d)
+    wait_for(lambda: d.poll() is None and pair.ps.hostctl("status", "--json").returncode == 0
+             and len((s := status(pair.ps))["jobs"]) == 2 and all(j["band"] is not None for j in s["jobs"]),
+             30, 0.2, "daemon ready with two bands")
+    rxs = {job: recv(pair, pair.wk, pair.ps, port, 6) for job, port in JOBS.items()}
+    st = wait_for(lambda: (s := status(pair.ps)) and len(s["pacing"]["flows"]) == 2
+                  and all(fl["plan"] and fl["applied_bps"] for fl in s["pacing"]["flows"]) and s, 15, 0.2,
+                  "both flows planned and paced")
+    assert st["pacing"]["mlcc"]["mode"] == "local" and not st["pacing"]["mlcc"]["switch"]
+    assert {j["job_id"]: j["band"] for j in st["jobs"]} == {job: band for band, job in enumerate(order)}
+    assert all(fl["plan"]["links"] == ["nic"] for fl in st["pacing"]["flows"])
+    time.sleep(2.0)
+    got = {}
+    flows = {fl["job"]: fl for fl in status(pair.ps)["pacing"]["flows"]}
+    d.send_signal(signal.SIGKILL)
+    d.wait(5)
+    for job, rx in rxs.items():
+        out, err = rx.communicate(timeout=60)
+        assert rx.returncode == 0, err
+        got[job] = mbit(json.loads(out), 1.5, 3.5)
+    print(f"mlcc-bands local mode, 200 Mbit/s link: {order[0]} (band 0) {got[order[0]]:.1f} Mbit/s, paced at "
+          f"{flows[order[0]]['applied_bps'] / 1e6:.1f}; {order[1]} (band 1) {got[order[1]]:.1f} Mbit/s, paced at "
+          f"{flows[order[1]]['applied_bps'] / 1e6:.1f}")
+    assert sum(got.values()) == pytest.approx(200, rel=0.1), got  # work-conserving on the htb link
+
+    # kill -9 left the tree, the classifier and the pacer in place; clean removes them all
+    scope = pacer.scope_id(cgroup)
+    assert oracle.root_qdisc(ns, dev)["handle"] == "6863:" and attached(cgroup)
+    out = pair.ps.hostctl("clean", check=True).stdout
+    assert f"pacer {scope}" in out and f"{dev}: restored tbf 7:" in out
+    assert oracle.qdiscs(ns, dev) == before
     assert_released(cgroup, scope)

@@ -96,6 +96,9 @@ def test_bands_in_mlccs_order_and_the_pacer_together_and_stop_restores(pair, cgr
     ml = st["pacing"]["mlcc"]
     assert ml["mode"] == "switch" and ml["job_order"]["jobs"] == order  # the planner's order is the bands'
     assert all(fl["plan"]["links"] == ["nic", "sw0>wk"] for fl in st["pacing"]["flows"])
+    text = " ".join(pair.ps.hostctl("status", check=True).stdout.split())
+    assert "policy mlcc-bands" in text and "bands in mlcc's job order (fixed)" in text
+    assert f"job order (fixed): {' > '.join(order)}" in text
     got = {}
     for job, rx in rxs.items():
         out, err = rx.communicate(timeout=60)

@@ -28,7 +28,7 @@ app = typer.Typer(
            "  hostctl status\n\n  hostctl clean",
 )
 
-PolicyOpt = typer.Option(None, "--policy", "-p", help="fifo, one (static priority), rr (rotating), cap (pace each job to --cap) or mlcc (plan every flow's rate per slot). Default rr.")
+PolicyOpt = typer.Option(None, "--policy", "-p", help="fifo, one (static priority), rr (rotating), cap (pace each job to --cap), mlcc (plan every flow's rate per slot) or mlcc-bands (mlcc plus priority bands in mlcc's job order). Default rr.")
 IfaceOpt = typer.Option(None, "--iface", "-i", help="Egress interface. Default: the default route's.")
 ContainersOpt = typer.Option(None, "--containers/--no-containers", help="Find jobs in this host's containers too (network namespaces with a veth to this one: Docker, Kubernetes pods). Default on.")
 ContainerAddrOpt = typer.Option(None, "--container-addr", help="Address naming a container's listening port in job ids: pod (its own address; routed pod networks, default) or host (the --iface address; masquerading with hostPort = containerPort).")
@@ -144,7 +144,7 @@ def start(
     horizon: Optional[int] = typer.Option(None, "--horizon", help="mlcc: slots planned ahead, K (default 10)."),
     plan_offset: Optional[float] = typer.Option(None, "--plan-offset", help="mlcc: seconds into each slot at which this host plans (default: from its host name, 0..35 ms)."),
     deps: Optional[bool] = typer.Option(None, "--deps/--no-deps", help="mlcc: Algorithm 2's dependency rules for jobs with a comm pattern in the config (switch mode; default on)."),
-    job_order: Optional[str] = typer.Option(None, "--job-order", help="mlcc with --switch: order the jobs on the fabric's links, the same order on every host: none (default), fixed, or rotate (a new order every --rr-interval)."),
+    job_order: Optional[str] = typer.Option(None, "--job-order", help="mlcc with --switch: order the jobs on the fabric's links, the same order on every host: none (default), fixed, or rotate (a new order every --rr-interval). mlcc-bands: the order of its bands too (fixed unless rotate)."),
     containers: Optional[bool] = ContainersOpt,
     container_addr: Optional[str] = ContainerAddrOpt,
     metrics_addr: Optional[str] = typer.Option(None, "--metrics-addr", help="Address for --metrics-port (default 127.0.0.1)."),
@@ -185,8 +185,9 @@ def start(
 
     if dry_run:
         jobs = discovery.scan()
-        epoch = rr_epoch(time.time(), cfg.rr_interval_s) if cfg.band_policy == "rr" else 0
-        assignment = assign_bands({j.job_id: j.model_bytes for j in jobs}, cfg.band_policy, cfg.bands, epoch)
+        epoch = rr_epoch(time.time(), cfg.rr_interval_s) if cfg.band_rotates else 0
+        assignment = assign_bands({j.job_id: j.model_bytes for j in jobs}, cfg.band_policy, cfg.bands, epoch,
+                                  job_order=cfg.fabric_order)
         table = build_classifier(jobs, assignment)
         pacing = None
         if cfg.pacing:
@@ -202,8 +203,11 @@ def start(
                 pacing["caps_bps"] = {j.job_id: caps.get(j.job_id, cfg.cap_bps) for j in jobs}
             else:
                 pacing["mlcc"] = {"switch": list(cfg.switch), "mode": "switch" if cfg.switch else "local",
-                                  "horizon": cfg.horizon, "nic_capacity_Bps": rate // 8}
+                                  "horizon": cfg.horizon, "nic_capacity_Bps": rate // 8,
+                                  "job_order": cfg.fabric_order}
         typer.echo(json.dumps({"plan": plan.to_dict(), "assignment": assignment,
+                               # mlcc-bands: the bands follow mlcc's fabric job order (fixed or rotate)
+                               "band_order": cfg.fabric_order if cfg.band_policy == "fabric" else None,
                                "classifier": table.to_dict() if plan.classify else None,
                                "pacing": pacing}, indent=2))
         return
@@ -326,8 +330,9 @@ def status(as_json: bool = JsonOpt) -> None:
     nxt = st.get("next_rotation")
     when = f", next rotation in {max(0.0, nxt - time.time()):.1f}s" if nxt else ""
     ingress = f", ingress bands at {format_rate(st['ingress_rate_bps'])}" if st.get("ingress_rate_bps") else ""
+    order = f" in mlcc's job order ({st['band_order']})" if st.get("band_order") else ""
     con.print(f"hostctl {st.get('version', '?')} pid {st['pid']} on {st['iface']}: policy {st['policy']}, link "
-              f"{format_rate(st['link_rate_bps'])}, {st['bands']} bands{ingress}{when}")
+              f"{format_rate(st['link_rate_bps'])}, {st['bands']} bands{order}{ingress}{when}")
     rx = bool(st.get("ingress_rate_bps"))  # ingress bands: the bytes each job received through them
     t = Table("job", "band", "class", "role", "flows", "tx", "rate", "last burst", *(["rx"] if rx else []))
     for j in st["jobs"]:

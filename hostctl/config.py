@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hostctl import consts
-from hostctl.core.bands import JOB_ORDERS, MAX_BANDS, POLICIES
+from hostctl.core.bands import FABRIC, JOB_ORDERS, MAX_BANDS, POLICIES
 from hostctl.core.plan import BAND_MIN_RATE_BPS
 from hostctl.core.types import JobSpec
 from hostctl.core.units import (
@@ -32,7 +32,9 @@ TOP_KEYS = {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval"
             "job_order", "metrics_addr", "log_level", "containers", "container_addr"}
 JOB_KEYS = {"name", "ports", "pids", "match", "model_size", "cap", "comm", "ring_size"}
 COMM_PATTERNS = ("ps", "ring")  # [[jobs]] comm: parameter server, ring all-reduce
-PACING_POLICIES = ("cap", "mlcc")  # policies that run the sock_ops pacing datapath and the slot loop
+HYBRID = "mlcc-bands"  # mlcc's plans and fabric job order + TensorLights' bands in that order (docs/mlcc.md)
+PACING_POLICIES = ("cap", "mlcc", HYBRID)  # policies that run the sock_ops pacing datapath and the slot loop
+MLCC_POLICIES = ("mlcc", HYBRID)  # policies whose rates mlcc's planner decides (hostctl.mlccctl)
 _ENDPOINT = re.compile(r"(tcp://[^\s,]+:\d{1,5}|ipc://[^\s,]+)")
 ALL_POLICIES = (*POLICIES, *PACING_POLICIES)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -61,6 +63,7 @@ class Config:
     ingress_rate: str | None = None  # ingress bands: "97%" of the link rate or a rate; None: off
     deps: bool = True  # mlcc: Algorithm 2's dependency rules for jobs with a comm (switch mode)
     job_order: str = "none"  # mlcc: fabric-wide job order through the switches: none, fixed or rotate
+    #                          (mlcc-bands: fixed or rotate; none there means fixed, see fabric_order)
     metrics_addr: str = "127.0.0.1"  # address of the metrics server (metrics_port)
     log_level: str = "INFO"  # DEBUG, INFO, WARNING, ERROR or CRITICAL (any case)
     containers: bool = True  # find jobs in this host's containers (network namespaces with a veth to this one)
@@ -72,8 +75,30 @@ class Config:
 
     @property
     def band_policy(self) -> str:
-        """The band policy: the configured one, or fifo (no bands) for pacing-only policies."""
+        """The band policy: the configured one, ``fabric`` (bands in mlcc's fabric job order) for
+        mlcc-bands, or fifo (no bands) for the pacing-only policies."""
+        if self.policy == HYBRID:
+            return FABRIC
         return self.policy if self.policy in POLICIES else "fifo"
+
+    @property
+    def plans_mlcc(self) -> bool:
+        """mlcc's planner decides the flows' rates (policies mlcc and mlcc-bands)."""
+        return self.policy in MLCC_POLICIES
+
+    @property
+    def fabric_order(self) -> str:
+        """The job order mlcc's planner is given and, for mlcc-bands, the bands follow: job_order,
+        except that mlcc-bands always has one (its bands need an order; none, the default, is fixed)."""
+        if self.policy == HYBRID and self.job_order == "none":
+            return "fixed"
+        return self.job_order
+
+    @property
+    def band_rotates(self) -> bool:
+        """The band assignment changes at wall-clock multiples of rr_interval: rr, and mlcc-bands with
+        job_order rotate (the planner's order rotates at the same boundaries)."""
+        return self.band_policy == "rr" or (self.band_policy == FABRIC and self.fabric_order == "rotate")
 
     @property
     def tracks_all_flows(self) -> bool:
@@ -133,13 +158,14 @@ class Config:
             if not _ENDPOINT.fullmatch(ep):
                 raise ConfigError(f"bad switch endpoint {ep!r}: give tcp://HOST:PORT or ipc://PATH, "
                                   "e.g. --switch tcp://10.0.0.9:5555")
-        if self.policy == "mlcc" and self.curve_keys and not self.switch:
+        if self.plans_mlcc and self.curve_keys and not self.switch:
             raise ConfigError("curve_keys needs switch endpoints (--switch)")
         if self.job_order not in JOB_ORDERS:
             raise ConfigError(f"unknown job order {self.job_order!r}: choose one of {', '.join(JOB_ORDERS)}")
-        if self.job_order != "none" and (self.policy != "mlcc" or not self.switch):
+        if self.job_order != "none" and self.policy != HYBRID and (self.policy != "mlcc" or not self.switch):
             raise ConfigError(f"job order {self.job_order!r} orders jobs on the fabric's links through the "
-                              "switches: it needs --policy mlcc with --switch ENDPOINT")
+                              f"switches: it needs --policy mlcc with --switch ENDPOINT (or --policy {HYBRID}, "
+                              "whose bands follow it)")
         if self.plan_offset_s is not None and not 0 <= self.plan_offset_s <= 0.6 * self.slot_s:
             raise ConfigError(f"plan_offset must be within 0..{0.6 * self.slot_s:g} seconds (60% of the slot), "
                               f"got {self.plan_offset_s}")
@@ -174,6 +200,9 @@ class Config:
             if self.band_policy == "fifo":
                 raise ConfigError(f"ingress_rate orders received traffic by the bands of policy one or rr; "
                                   f"policy {self.policy} has no bands: drop --ingress-rate")
+            if self.policy == HYBRID:
+                raise ConfigError(f"ingress_rate is for policies one and rr; policy {HYBRID} orders egress only "
+                                  "(its bands are on the NIC's egress): drop --ingress-rate")
             if self.link_rate_bps is not None:
                 self.ingress_rate_bps(self.link_rate_bps)
         if self.policy != "fifo" and not self.jobs:
@@ -450,7 +479,7 @@ def reload_config(old: Config, new: Config) -> tuple[Config, list[str], list[str
     live: dict[str, Any] = {}
     changed, refused = [], []
     fixed = dict(RELOAD_FIXED)
-    if old.policy == "mlcc":  # mlcc rotates its job order every rr_interval (job_order rotate)
+    if old.plans_mlcc:  # mlcc rotates its job order every rr_interval (job_order rotate)
         fixed["rr_interval_s"] = _MLCC
     if old.pacing and not old.tracks_all_flows and new.tracks_all_flows:
         fixed["jobs"] = ("the pacer was started tracking the flows of listed ports only; selecting jobs by "

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from hostctl import consts
 from hostctl.config import Config, reload_config
-from hostctl.core.bands import assign_bands, describe, next_rotation_s, rr_epoch
+from hostctl.core.bands import FABRIC, assign_bands, describe, next_rotation_s, rr_epoch
 from hostctl.core.hist import Histogram
 from hostctl.core.plan import (
     DEFAULT_CLASSID, ClassifierTable, TcPlan, band_classid, build_classifier, endpoint_str, fmt_handle,
@@ -121,7 +121,7 @@ class Daemon:
             from hostctl.pacectl import PaceControl
 
             self.pace = PaceControl(config, datapath, mono, link_rate_bps=plan.link_rate_bps, switch=switch, wall=wall)
-        self.plan_offset_s = plan_offset(config, plan.iface) if config.policy == "mlcc" else 0.0
+        self.plan_offset_s = plan_offset(config, plan.iface) if config.plans_mlcc else 0.0
         self._status: dict = {**self._base_status(), "state": "starting"}
 
     # -- one step each ---------------------------------------------------------
@@ -146,14 +146,17 @@ class Daemon:
         return changed
 
     def current_epoch(self) -> int:
-        return rr_epoch(self.wall(), self.config.rr_interval_s) if self.config.band_policy == "rr" else 0
+        """The rotation count of the band order (rr; mlcc-bands with job order rotate, whose planner
+        takes the same count of its slot's time), else 0."""
+        return rr_epoch(self.wall(), self.config.rr_interval_s) if self.config.band_rotates else 0
 
     def reassign(self, force: bool = False) -> bool:
         """Recompute bands (on job change or a new rotation epoch) and push map changes."""
         epoch = self.current_epoch()
         sizes = {jid: j.model_bytes for jid, j in self.jobs.items()}
-        assignment = assign_bands(sizes, self.config.band_policy, self.config.bands, epoch)
-        rotated = self.epoch is not None and epoch != self.epoch and self.config.band_policy == "rr"
+        assignment = assign_bands(sizes, self.config.band_policy, self.config.bands, epoch,
+                                  job_order=self.config.fabric_order)
+        rotated = self.epoch is not None and epoch != self.epoch and self.config.band_rotates
         self.epoch = epoch
         table = build_classifier(list(self.jobs.values()), assignment, self.table.slots)
         if not force and table == self.table:
@@ -244,7 +247,9 @@ class Daemon:
             "bands": self.config.bands,
             "rr_interval_s": self.config.rr_interval_s, "epoch": self.epoch,
             "next_rotation": next_rotation_s(self.wall(), self.config.rr_interval_s)
-            if self.config.policy == "rr" else None,
+            if self.config.band_rotates else None,
+            # mlcc-bands: the bands follow mlcc's fabric job order (fixed or rotate)
+            "band_order": self.config.fabric_order if self.config.band_policy == FABRIC else None,
             "uptime_s": self.wall() - self.started_wall,
             "jobs": [], "classes": [], "ingress_classes": [], "failopen_pkts": 0, "dropped_flows": 0, "pacing": None,
             "stats": dict(self.stats.__dict__), "reloads": dict(self.reloads),
@@ -265,7 +270,8 @@ class Daemon:
         """A framework hook's hint (control socket): exact bytes per iteration of a job and/or
         the wall-clock start of its new iteration. Raises ValueError on bad input."""
         if self.pace is None:
-            raise ValueError(f"policy {self.config.policy} does not monitor flows; hints need a pacing policy (cap or mlcc)")
+            raise ValueError(f"policy {self.config.policy} does not monitor flows; hints need a pacing policy "
+                             "(cap, mlcc or mlcc-bands)")
         if not isinstance(job, str) or not job:
             raise ValueError("hint: job must be a non-empty string")
         if bytes_per_iter is not None and (not isinstance(bytes_per_iter, int) or isinstance(bytes_per_iter, bool)
@@ -368,7 +374,7 @@ class Daemon:
             log.info("controlling %s: policy %s, link %s, %d bands%s, rescan %gs. Ctrl-C to stop.",
                      self.plan.iface, self.config.policy, format_rate(self.plan.link_rate_bps),
                      self.config.bands,
-                     f", rotation every {self.config.rr_interval_s:g}s" if self.config.policy == "rr" else "",
+                     f", rotation every {self.config.rr_interval_s:g}s" if self.config.band_rotates else "",
                      self.config.rescan_s)
             self.loop()
         finally:
@@ -439,7 +445,7 @@ class Daemon:
             wait = min(next_scan, next_hb, self._last_refresh + consts.STATUS_REFRESH_S) - self.mono()
             if self.pace is not None:
                 wait = min(wait, next_slot - self.mono())
-            if self.config.policy == "rr":
+            if self.config.band_rotates:
                 wall = self.wall()
                 wait = min(wait, next_rotation_s(wall, self.config.rr_interval_s) - wall + 1e-3)
             self._wake.wait(max(0.0, wait))

@@ -1,4 +1,4 @@
-"""The per-slot pacing control of the daemon (policies that pace flows: ``cap``, ``mlcc``).
+"""The per-slot pacing control of the daemon (policies that pace flows: ``cap``, ``mlcc``, ``mlcc-bands``).
 
 Every slot (60 ms by default) the daemon's loop calls ``PaceControl.tick``:
   1. one batched read of the kernel's flow table and the completed bursts;
@@ -6,8 +6,8 @@ Every slot (60 ms by default) the daemon's loop calls ``PaceControl.tick``:
      rates, the 4-slot max rate B_i, iteration counts and bytes left;
   3. the policy turns jobs and flows into a PaceTable (selectors + rates), which the
      datapath diffs into its maps; then the heartbeat that keeps the lease alive.
-     ``cap``: each job's cap split over its active flows; ``mlcc``: every flow's rate planned
-     over the next K slots (hostctl.mlccctl, with or without switchemu).
+     ``cap``: each job's cap split over its active flows; ``mlcc`` and ``mlcc-bands``: every flow's
+     rate planned over the next K slots (hostctl.mlccctl, with or without switchemu).
 Everything here runs in the loop's thread; hints from the control socket are queued
 and applied at the next tick (the monitor is not thread-safe).
 """
@@ -78,14 +78,14 @@ class PaceControl:
         self.full_warned = 0
         self.mlcc = None
         self._nic_last: tuple[int | None, float] = (None, 0.0)  # the NIC's tx counter and when it was read
-        if config.policy == "mlcc":
+        if config.plans_mlcc:  # mlcc, mlcc-bands (whose bands the daemon sets in the same job order)
             from hostctl.mlccctl import MlccControl
 
             rate = link_rate_bps or config.link_rate_bps
             if not rate:
-                raise ValueError("policy mlcc needs the link rate (the NIC link's capacity)")
+                raise ValueError(f"policy {config.policy} needs the link rate (the NIC link's capacity)")
             self.mlcc = MlccControl(rate // 8, config.slot_s, switch=switch, horizon=config.horizon, wall=wall,
-                                    deps=config.deps, job_order=config.job_order,
+                                    deps=config.deps, job_order=config.fabric_order,
                                     order_interval_s=config.rr_interval_s)
 
     # -- from other threads -----------------------------------------------------------

@@ -253,7 +253,26 @@ def summarize(results: Mapping) -> dict[str, dict]:
             "failed": sum(1 for r in all_runs if r.get("policy") == policy and r.get("ok") is not True),
             "gap_to_bound": _ratio(s["avg_jct_s"], lb),
         })
+        parents = [p for p in HYBRIDS.get(policy, ()) if ok_runs(results, p)]
+        if parents:  # a hybrid: also its average JCT against each parent that ran (mean paired ratio)
+            s["vs_parents"] = {p: _mean(list(paired_ratios(results, policy, p).values())) for p in parents}
         out[policy] = s
+    return out
+
+
+# hybrid policy -> the policies it combines, as the bench names them: mlcc-bands is mlcc's planner with
+# --job-order fixed (bench policy mlcc-fixed; plain mlcc has no order) plus the bands of one
+HYBRIDS = {"mlcc-bands": ("one", "mlcc-fixed", "mlcc")}
+
+
+def hybrid_lines(summary: Mapping[str, Mapping]) -> list[str]:
+    """One line per hybrid policy: its average JCT as a multiple of each parent's that ran."""
+    out = []
+    for policy, s in summary.items():
+        vs = s.get("vs_parents") or {}
+        parts = [f"{r:.3f}x {p}" for p, r in vs.items() if r is not None]
+        if parts:
+            out.append(f"{policy} (hybrid): average JCT " + ", ".join(parts) + " (mean paired ratio over repeats)")
     return out
 
 
@@ -356,6 +375,8 @@ def print_table(results: Mapping, summary: Mapping[str, Mapping], console=None) 
         from rich.console import Console
         console = Console()
     console.print(render_table(results, summary))
+    for line in hybrid_lines(summary):
+        console.print(line, highlight=False)
     for line in cpu_warnings(summary):
         console.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
 

@@ -47,14 +47,22 @@ def policy_order(policies: tuple[str, ...], repeat: int) -> list[str]:
     return list(policies[k:] + policies[:k])
 
 
-MLCC_POLICIES = ("mlcc", "mlcc-local", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate")
-SWITCH_POLICIES = ("mlcc", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate")  # bench policies that run switchemu
+HYBRID = "mlcc-bands"  # the daemon's policy of that name: mlcc's planner with switchemu plus bands in its job order
+# bench policies whose daemons plan with mlcc (all flows, workers' included; spread planning offsets)
+MLCC_POLICIES = ("mlcc", "mlcc-local", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate", HYBRID)
+SWITCH_POLICIES = ("mlcc", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate", HYBRID)  # bench policies that run switchemu
+# bench policy -> its --job-order (mlcc-bands: fixed, the order of mlcc-fixed, so that the hybrid differs
+# from mlcc-fixed by its bands only)
+JOB_ORDER = {"mlcc-fixed": "fixed", "mlcc-rotate": "rotate", HYBRID: "fixed"}
 
 
 def daemon_policy(policy: str) -> str:
     """`hostctl start --policy` of a bench policy: mlcc-local is mlcc without switchemu, mlcc-nodeps
     mlcc with switchemu but --no-deps, mlcc-fixed / mlcc-rotate mlcc with switchemu and --job-order
-    fixed / rotate, one-ingress / rr-ingress are one / rr with --ingress-rate."""
+    fixed / rotate, one-ingress / rr-ingress are one / rr with --ingress-rate; mlcc-bands is itself
+    (with switchemu and --job-order fixed)."""
+    if policy == HYBRID:
+        return HYBRID
     return "mlcc" if policy in MLCC_POLICIES else policy.removesuffix("-ingress")
 
 
@@ -232,8 +240,8 @@ class Run:
                 argv += ["--switch", self.switch_ep]
             if pol == "mlcc-nodeps":
                 argv += ["--no-deps"]
-            if pol in ("mlcc-fixed", "mlcc-rotate"):
-                argv += ["--job-order", pol.removeprefix("mlcc-")]
+            if pol in JOB_ORDER:
+                argv += ["--job-order", JOB_ORDER[pol]]
             if mlcc:  # one host name for all namespaces: spread the planning offsets by host index
                 from hostctl.daemon import nth_plan_offset
 

@@ -74,7 +74,8 @@ from hostctl.errors import ConfigError
 
 # bench-only names: mlcc-local = mlcc without switchemu; mlcc-nodeps = mlcc with switchemu, without Algorithm 2's
 # dependency rules (--no-deps); mlcc-fixed / mlcc-rotate = mlcc with switchemu and --job-order fixed / rotate;
-# one-ingress / rr-ingress = one / rr with ingress bands
+# one-ingress / rr-ingress = one / rr with ingress bands. (mlcc-bands, a daemon policy, runs with switchemu and
+# --job-order fixed: hostctl/bench/runner.py)
 POLICIES = (*ALL_POLICIES, "mlcc-local", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate", "one-ingress", "rr-ingress")
 
 KINDS = ("ps", "allreduce", "torch")

@@ -9,6 +9,10 @@ Policies:
   n_g gets rank (k + epoch) mod n_g). The daemon passes
   ``epoch = floor(unix_time / interval_s)``, so hosts carrying the same jobs agree
   without talking to each other.
+- ``fabric`` (the band order of policy ``mlcc-bands``, not a policy name itself): the
+  jobs in mlcc's fabric-wide job order (``fabric_order``: ``fabric_rank`` of the job id,
+  ``fixed`` or ``rotate`` with the rotation count ``epoch``), the order in which mlcc
+  plans them with ``--job-order``; model sizes play no part.
 
 Bands: 0 is the highest priority (htb prio 0). With n jobs and B bands, jobs are
 laid out in priority order and cut into bands of ceil(n / B) jobs (Q-T1): all
@@ -21,9 +25,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 POLICIES = ("fifo", "one", "rr")
+FABRIC = "fabric"  # bands in mlcc's fabric job order (policy mlcc-bands)
+BAND_POLICIES = (*POLICIES, FABRIC)
 MAX_BANDS = 7  # htb prio 0..6 for jobs; prio 7 is the default class
 
 
@@ -33,15 +39,18 @@ def _size_key(size: int | None) -> tuple[int, int]:
 
 
 def priority_order(
-    jobs: Mapping[str, int | None], policy: str, epoch: int = 0
+    jobs: Mapping[str, int | None], policy: str, epoch: int = 0, job_order: str = "fixed"
 ) -> list[str]:
     """Job ids from highest to lowest priority.
 
     jobs: job id -> model-update size in bytes (None when unknown).
-    epoch: rotation count; only used by ``rr``.
+    epoch: rotation count; only used by ``rr`` and by ``fabric`` with job_order ``rotate``.
+    job_order: ``fixed`` or ``rotate``, only used by ``fabric``.
     """
-    if policy not in POLICIES:
+    if policy not in BAND_POLICIES:
         raise ValueError(f"unknown policy {policy!r}")
+    if policy == FABRIC:
+        return fabric_order(jobs, job_order, epoch)
     rotation = epoch if policy == "rr" else 0
     groups: dict[tuple[int, int], list[str]] = {}
     for job_id in sorted(jobs):
@@ -56,16 +65,17 @@ def priority_order(
 
 
 def assign_bands(
-    jobs: Mapping[str, int | None], policy: str, bands: int, epoch: int = 0
+    jobs: Mapping[str, int | None], policy: str, bands: int, epoch: int = 0, job_order: str = "fixed"
 ) -> dict[str, int]:
-    """job id -> band (0 = highest priority). Empty for fifo or <= 1 job."""
+    """job id -> band (0 = highest priority). Empty for fifo or <= 1 job. job_order: the
+    fabric order (``fixed`` or ``rotate``) of policy ``fabric``; ignored by the others."""
     if not 1 <= bands <= MAX_BANDS:
         raise ValueError(f"bands must be within 1..{MAX_BANDS}, got {bands}")
     if policy == "fifo" or len(jobs) <= 1:
-        if policy not in POLICIES:
+        if policy not in BAND_POLICIES:
             raise ValueError(f"unknown policy {policy!r}")
         return {}
-    order = priority_order(jobs, policy, epoch)
+    order = priority_order(jobs, policy, epoch, job_order)
     per_band = math.ceil(len(order) / bands)
     return {job_id: pos // per_band for pos, job_id in enumerate(order)}
 
@@ -114,3 +124,13 @@ def fabric_rank(job_id: str, order: str, epoch: int = 0) -> int | None:
     else:
         raise ValueError(f"unknown job order {order!r} (one of {', '.join(JOB_ORDERS)})")
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
+
+
+def fabric_order(job_ids: Iterable[str], order: str, epoch: int = 0) -> list[str]:
+    """Job ids in mlcc's fabric-wide job order, first (planned first, top band) to last: by
+    ``fabric_rank``, ties by job id. This is the order MlccControl plans this host's jobs in under
+    ``--job-order`` (it sorts by the same key) and the band order of policy ``mlcc-bands``, so that
+    the job first on the fabric is the top band on every host. ``none`` has no order: an error."""
+    if order not in JOB_ORDERS or order == "none":
+        raise ValueError(f"a fabric order is fixed or rotate, not {order!r}")
+    return sorted(job_ids, key=lambda j: (fabric_rank(j, order, epoch), j))

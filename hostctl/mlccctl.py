@@ -1,55 +1,29 @@
-"""Policy ``mlcc``: the daemon's side of MLCC (spec tensorlights-mlcc.md 2.3), one call per slot.
+"""Policy ``mlcc``: the daemon's I/O around MLCC's decision (docs/mlcc.md), one call per slot.
 
 Each slot, for this host's DL flows (the host is their sender):
-  1. fetch feedback: per flow, the load of the switch-owned links on its path over the K
-     slots from now, without the flow's job (the paper's b_l: the load of *other* jobs; flows of
-     one job share a link as TCP shares it, as they must all finish for the job's barrier);
-     this host's flows of other jobs are subtracted as well, so the allocator sees only other
-     hosts' load (Q-M8: it coordinates this host's own flows itself);
-  2. plan: hostctl.core.mlcchost.host_slot (Algorithms 1 and 2 in job waves) over the links
-     of all paths: this host's NIC link (capacity = the link rate hostctl controls, the local
-     table) plus the switch links the feedback named (capacity from the switch);
-  3. publish the new K-slot schedules (update_schedule) and return the rates to apply now.
+  1. fetch (switch mode): per flow, the switches' rows for the links on its path: the load of the
+     *other* jobs (under a job order, those ranked up to the flow's job) and the flow's own job's load and
+     flows from other hosts; the peers' progress and this host's notifications (Algorithm 2);
+  2. build each local job's view of its links (core.mlccplan.FabricView: the switch's rows minus this
+     host's own published load of its other jobs, which it plans itself) and û of the NIC from the
+     measured cross traffic, and call core.mlccplan.plan_slot, the whole decision (it is pure);
+  3. publish the K-slot schedules (update_schedule), the progress and the notifications, and return the
+     rates to write to the pacer.
 
-Modes: ``switch`` (``--switch`` given and answering) and ``local`` (no ``--switch``, or the
-switches silent for ``SILENT_SLOTS`` slots in a row: the paper's mode for unknown fabrics,
-only the NIC link is planned). In local mode the daemon keeps trying the switches every slot
-(a failed send costs nothing: the sockets do not queue towards a peer that is not connected)
-and goes back to switch mode at the first answer. Both changes are logged once.
+Modes: ``switch`` (``--switch`` given and answering) and ``local`` (no ``--switch``, or the switches
+silent for ``SILENT_SLOTS`` slots in a row: only the NIC link is planned). In local mode the daemon keeps
+trying the switches every slot and goes back to switch mode at the first answer; both changes are logged
+once. A late reply does not hold up the slot: the fetch waits at most ``fetch_timeout_s`` (default a sixth
+of the slot), the publish at most ``publish_timeout_s``; a slot whose fetch did not answer plans with the
+last feedback received (if no older than K slots), else the NIC link alone. Slots are absolute,
+``floor(unix time / slot)``: hosts and switches must be NTP-synchronised.
 
-A late reply does not hold up the slot: the fetch waits at most ``fetch_timeout_s``
-(default a sixth of the slot), the publish at most ``publish_timeout_s``; a slot whose fetch
-did not answer plans with the last feedback received (if no older than K slots), else the
-NIC link alone. Slots are absolute, ``floor(unix time / slot)``: hosts and switches must be
-NTP-synchronised (switchemu refuses slots off by more than its --max-skew-ms).
-
-Choices (also in docs/mlcc.md): û (capacity available to DL traffic) is the capacity of
-each link, the NIC's being the link rate hostctl controls; DL flows are paced at most to
-their planned rate and TCP still shares with cross traffic, so pacing never takes more
-than TCP would.
-
-Dependencies (Algorithm 2, switch mode, ``deps=True``): the role of each flow follows from its job's
-``comm`` ("ps" or "ring" in the config) and the side of the connection (hostctl/core/deps.py). The
-fetch also asks the switches for the peers' progress (get_progress) and picks up the notifications
-sent to this host; the publish also reports this host's progress (report_progress: F = the
-connection's cumulative bytes plus the slot-0 volume) and sends the notifications of its
-aggregation and ring flows. A flow whose peers' progress is missing or older than
-PROGRESS_MAX_AGE slots is planned without Delta. In local mode there is nobody to exchange
-progress with: every flow has role NONE.
-
-Job order (``job_order="fixed"`` or ``"rotate"``, switch mode; hostctl's addition, off by default): all
-hosts rank the jobs alike (``bands.fabric_rank``: a hash of the job id, and of the rotation count for
-``rotate``) and send each flow's job rank with its schedules and queries. The switch then leaves the
-jobs ranked *after* a flow's job out of its feedback, so a job plans around the jobs before it only,
-and this host plans its own jobs one after another in that order (each job around the ones before
-it, their plans scaled by each flow's kept fraction, as the other hosts see them: a flow that cannot
-use its plan, held by its receiver's other senders or waiting for a ring predecessor, leaves the rest
-to the later jobs). A job ranked later waits for the reservations of the earlier ones instead of
-sharing the links with them, TensorLights' strict priority carried to the fabric's links: on
-racks-uplink the PS jobs' updates then take turns on the oversubscribed uplink, one job computing
-while the next sends (docs/benchmarks.md). An idle flow of an ordered job starts a new burst at its
-path's headroom only (not at an equal share of its NIC), so that it does not run over an earlier
-job's reservation.
+Dependencies (Algorithm 2, switch mode, ``deps=True``): roles follow from the job's ``comm`` and the side
+of the connection (hostctl/core/deps.py); progress is counted per iteration and reported under names both
+sides compute (core.mlccplan.progress_bytes); received notifications hold the paced rate. Job order
+(``job_order="fixed"`` or ``"rotate"``, switch mode): every host ranks the jobs alike
+(``bands.fabric_rank``), sends each flow's rank with its schedules and queries, and plans its own jobs as
+waves of one plan in that order.
 """
 
 from __future__ import annotations

@@ -64,8 +64,8 @@ Choices for the open questions (section 3 of the spec), also in ``docs/mlcc.md``
   when the caller does not know the successor's bytes (NaN), always notify.
 - Q-M10: default ``r' = min(r + Delta, max(r, B_i))`` (the cap never lowers the Alg. 1
   rate); ``literal_b_cap=True``: ``r' = r + Delta if r + Delta < B_i else B_i``.
-  The increase does not check link headroom (the paper caps with B_i only) unless
-  ``delta_within_avail=True``.
+  The increase is limited to the headroom left in slot 0 (``delta_within_avail=True``, the
+  default: Delta never books a link beyond capacity); ``False`` caps with B_i only, as the paper.
 - Q-M11: ring flows carry ``slack_bytes`` (one chunk, G_f/N); the ceiling sent to a
   ring successor is ``F_i + slack``; the increase rule uses F_pred without slack
   (property 16).

@@ -138,6 +138,7 @@ class MlccControl:
         self.last_applied = np.zeros(0)
         self.last_held = np.zeros(0, dtype=bool)
         self._nic_hist: deque[tuple[float, float]] = deque(maxlen=4)  # (NIC, DL) tx rates of the last slots
+        self.nic_avail_min: int | None = None  # the least û of the NIC seen (status: how much cross traffic took)
         self._last_ids: list[str] = []
         self._same_rows: np.ndarray | None = None  # _prev_rows' answer when the flows are the last plan's
         # the flows' jobs, reused while equal: (jobs, job -> index, index per flow, object array)
@@ -522,6 +523,8 @@ class MlccControl:
         """The NIC's measured transmit rate over the last slot and this host's DL flows' part of it
         (bytes/s; NaN: not measured): û of the NIC link follows the cross traffic (spec 2.7)."""
         self._nic_hist.append((float(nic_Bps), float(dl_Bps)))
+        u = int(self.nic_avail_Bps)
+        self.nic_avail_min = u if self.nic_avail_min is None else min(self.nic_avail_min, u)
 
     @property
     def nic_avail_Bps(self) -> float:
@@ -687,6 +690,7 @@ class MlccControl:
             "exchange_ms_p90": pct(self.exchange_ms, 0.9), "errors": dict(self.errors),
             "negotiation_seconds": self.rtt_hist.to_dict(),
             "nic_load_Bps": [int(x) for x in nic], "nic_capacity_Bps": self.caps[NIC],
+            "nic_avail_Bps": int(self.nic_avail_Bps), "nic_avail_min_Bps": self.nic_avail_min,
             "links": len(self.prev_used) if self.last_flows else 0,
             "deps": {"enabled": self.use_deps, "flows": sum(1 for d in self.deps or () if d.role != Role.NONE),
                      **self.dep_counts},

@@ -77,7 +77,8 @@ class PaceControl:
         self.tick_ms: deque[float] = deque(maxlen=200)
         self.full_warned = 0
         self.mlcc = None
-        self._nic_last: tuple[int | None, float] = (None, 0.0)  # the NIC's tx counter and when it was read
+        # the NIC's tx counter, when it was read, and the DL flows' bytes_sent then
+        self._nic_last: tuple[int | None, float, dict[FlowKey, int]] = (None, 0.0, {})
         if config.plans_mlcc:  # mlcc, mlcc-bands (whose bands the daemon sets in the same job order)
             from hostctl.mlccctl import MlccControl
 
@@ -159,18 +160,22 @@ class PaceControl:
                 self._ids.pop(k, None)
 
         if self.mlcc is not None:
-            self._observe_nic(readout.link_tx_bytes, t_read)
+            self._observe_nic(readout.link_tx_bytes, readout.flows, t_read)
         self.table = self.plan(jobs)
         self.datapath.pace(self.table)
         self.datapath.heartbeat()
 
-    def _observe_nic(self, tx_bytes: int | None, t: float) -> None:
-        """The NIC's transmit rate since the last read and the DL flows' part of it, for MLCC's û."""
-        last, self._nic_last = self._nic_last, (tx_bytes, t)
+    def _observe_nic(self, tx_bytes: int | None, flows: list[FlowRecord], t: float) -> None:
+        """The NIC's transmit rate since the last read and the DL flows' part of it (their bytes_sent, read
+        with it), for MLCC's û."""
+        sent = {r.key: r.bytes_sent for r in flows}
+        last, self._nic_last = self._nic_last, (tx_bytes, t, sent)
         if tx_bytes is None or last[0] is None or t <= last[1] or tx_bytes < last[0]:
             return
-        dl = float(np.nansum(self.monitor.flow_stats().rate_Bps))
-        self.mlcc.observe_nic((tx_bytes - last[0]) / (t - last[1]), dl)
+        before = last[2]
+        dl = sum(max(b - before.get(k, 0), 0) for k, b in sent.items())
+        dt = t - last[1]
+        self.mlcc.observe_nic((tx_bytes - last[0]) / dt, dl / dt)
 
     def plan(self, jobs: Mapping[str, Job]) -> PaceTable:
         """Selectors for every job; rates from the policy (cap or mlcc)."""

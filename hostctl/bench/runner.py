@@ -280,7 +280,8 @@ class Run:
             ml = (st.get("pacing") or {}).get("mlcc")
             if ml:  # the last sample: mode, negotiation latency, Algorithm 2's counters
                 d["mlcc"] = {k: ml.get(k) for k in ("mode", "fallbacks", "negotiation_ms_p90", "errors",
-                                                    "late_publishes", "deps", "wire_versions")}
+                                                    "late_publishes", "deps", "wire_versions", "nic_avail_min_Bps",
+                                                    "nic_capacity_Bps")}
             for j in st.get("jobs", []):
                 e = d["jobs"].setdefault(j["job_id"], {"bands": [], "flows": 0, "tx_bytes": 0})
                 if j["band"] is not None and j["band"] not in e["bands"]:

@@ -229,16 +229,7 @@ class SwitchClient:
         for ep, kinds in per_ep.items():
             if not kinds:
                 continue
-            frames, ids, v = [], {}, self.version[ep]
-            for kind in ("update_schedule", "report_progress", "notify", "fetch_feedback", "get_progress"):
-                items = kinds.get(kind)
-                if items is None:
-                    continue
-                for i in range(0, max(1, len(items)), wire.MAX_ITEMS):
-                    rid = next(self._ids)
-                    chunk = tuple(items[i:i + wire.MAX_ITEMS])
-                    ids[rid] = chunk
-                    frames.append(wire.encode_request(Request(kind, rid, slot, self.host, chunk, v)))
+            frames, ids = self._frames(kinds, slot, self.version[ep])
             for i in range(0, len(frames), wire.MAX_PARTS):
                 try:
                     self.socks[ep].send_multipart(frames[i:i + wire.MAX_PARTS], zmq.NOBLOCK)
@@ -254,6 +245,22 @@ class SwitchClient:
                 res.errors.setdefault(ep, f"timeout after {timeout_s * 1000:g} ms")
         self._mark_incomplete(res)
         return res
+
+    def _frames(self, kinds: Mapping[str, Sequence], slot: int, v: int) -> tuple[list[bytes], dict[int, tuple]]:
+        """One endpoint's request frames for the slot, in the order the switch applies them (update_schedule,
+        report_progress, notify, fetch_feedback, get_progress), at most MAX_ITEMS items each; and each
+        frame's request id -> its items."""
+        frames, ids = [], {}
+        for kind in ("update_schedule", "report_progress", "notify", "fetch_feedback", "get_progress"):
+            items = kinds.get(kind)
+            if items is None:
+                continue
+            for i in range(0, max(1, len(items)), wire.MAX_ITEMS):
+                rid = next(self._ids)
+                chunk = tuple(items[i:i + wire.MAX_ITEMS])
+                ids[rid] = chunk
+                frames.append(wire.encode_request(Request(kind, rid, slot, self.host, chunk, v)))
+        return frames, ids
 
     def _drain_late(self) -> None:
         for s in self.socks.values():

@@ -10,7 +10,6 @@ import time
 
 from hostctl.core import wire
 from hostctl.core.topology import Topology
-from hostctl.core.wire import Request
 from hostctl.switchclient import ExchangeResult, SwitchClient
 from switchemu.server import SwitchState
 
@@ -95,16 +94,7 @@ class LocalClient(SwitchClient):
         if get_progress:
             kinds["get_progress"] = list(get_progress)
         res = ExchangeResult(slot)
-        frames, pend = [], {}
-        for kind in ("update_schedule", "report_progress", "notify", "fetch_feedback", "get_progress"):
-            items = kinds.get(kind)
-            if items is None:
-                continue
-            for i in range(0, max(1, len(items)), wire.MAX_ITEMS):
-                rid = next(self._ids)
-                chunk = tuple(items[i:i + wire.MAX_ITEMS])
-                pend[rid] = chunk
-                frames.append(wire.encode_request(Request(kind, rid, slot, self.host, chunk, self.version["local"])))
+        frames, pend = self._frames(kinds, slot, self.version["local"])
         if not frames:
             return res
         t0 = time.perf_counter()

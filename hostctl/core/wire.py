@@ -709,6 +709,19 @@ def _feedback_v1(flows: Any, k: int | None) -> tuple[FlowFeedback, ...]:
 _feedback = functools.partial(tuple.__new__, FlowFeedback)  # FlowFeedback(*fields) without its Python __new__
 
 
+def _unpack_loads(packed: bytes, what: str) -> tuple[array, list[int]]:
+    """A packed int64 array of a reply (little-endian) as an array and a list, each value checked to be in
+    0..MAX_LOAD_Bps (a non-empty array)."""
+    vals = array("q")
+    vals.frombytes(packed)
+    if _BIG_ENDIAN:
+        vals.byteswap()
+    v = vals.tolist()
+    if min(v) < 0 or max(v) > MAX_LOAD_Bps:
+        raise WireError(Code.MALFORMED, f"reply {what} values must be in 0..{MAX_LOAD_Bps}")
+    return vals, v
+
+
 def _job_view_v2(fb: tuple[FlowFeedback, ...], loads: Any, counts: Any, k: int | None) -> tuple[FlowFeedback, ...]:
     """Version 2's job view: ``job_Bps`` and ``job_flows`` packed as ``loads_Bps`` (a row per link of each
     flow, in order); attached to each flow's feedback."""
@@ -718,17 +731,8 @@ def _job_view_v2(fb: tuple[FlowFeedback, ...], loads: Any, counts: Any, k: int |
         raise WireError(Code.MALFORMED, f"reply job_Bps and job_flows must be bytes of {nrows} rows of K int64 values")
     if not nrows:
         return fb
-    out = []
-    for packed, hi in ((loads, MAX_LOAD_Bps), (counts, MAX_LOAD_Bps)):
-        vals = array("q")
-        vals.frombytes(packed)
-        if _BIG_ENDIAN:
-            vals.byteswap()
-        v = vals.tolist()
-        if min(v) < 0 or max(v) > hi:
-            raise WireError(Code.MALFORMED, f"reply job_Bps and job_flows values must be in 0..{hi}")
-        out.append(iter(list(zip(*[iter(v)] * k))))
-    jl, jn = out
+    jl = iter(list(zip(*[iter(_unpack_loads(loads, "job_Bps")[1])] * k)))
+    jn = iter(list(zip(*[iter(_unpack_loads(counts, "job_flows")[1])] * k)))
     return tuple(f._replace(job_Bps=tuple(islice(jl, len(f.links))), job_flows=tuple(islice(jn, len(f.links))))
                  if f.links else f for f in fb)
 
@@ -752,13 +756,7 @@ def _feedback_v2(flows: Any, loads: Any, k: int | None) -> tuple[FlowFeedback, .
                                         "int64 values")
     if not nrows:
         return tuple(FlowFeedback(f, s, (), (), () if s else (0,) * k) for f, s in zip(fids, sts))
-    vals = array("q")  # (numpy only for path sums: for a few rows its calls cost more than the rows)
-    vals.frombytes(loads)
-    if _BIG_ENDIAN:
-        vals.byteswap()
-    v = vals.tolist()
-    if min(v) < 0 or max(v) > MAX_LOAD_Bps:
-        raise WireError(Code.MALFORMED, f"reply loads_Bps values must be in 0..{MAX_LOAD_Bps}")
+    vals, v = _unpack_loads(loads, "loads_Bps")  # (numpy only for path sums: for a few rows it costs more)
     rows = list(zip(*[iter(v)] * k))
     if n.count(1) == len(n):  # one link per flow (a single switch): the path is the row
         return tuple(map(_feedback, zip(fids, sts, lks, [(r,) for r in rows], rows, repeat(()), repeat(()))))

@@ -275,6 +275,19 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
         ends_now[planned] = (plan.beta == 1) & ~unknown[planned]
     r0 = np.where(ends_now, np.maximum(rates[:, 0], head0), rates[:, 0])
     idle = ~(active | unknown)  # (kind == "idle")
+    if waves is not None and not idle_share and idle.any() and planned.size:
+        # under a job order an idle flow's new burst must not run over the slot-0 plans of the jobs
+        # ranked before its own on this host: its headroom is what they leave
+        wv = np.asarray(waves, dtype=np.int64)
+        for w in np.unique(wv[idle]).tolist():
+            before = planned[wv[planned] < w]
+            if before.size == 0:
+                continue
+            rb = pidx[before]
+            use = np.bincount(np.where(rb >= 0, rb, L).ravel(), weights=np.repeat(rates[before, 0], rb.shape[1]),
+                              minlength=L + 1)[:L]
+            sel = idle & (wv == w)
+            head0[sel] = np.append(np.maximum(link_head0 - use, 0.0), np.inf)[gidx[sel]].min(axis=1)
     applied = np.where(idle, np.maximum(share if idle_share else floor, head0), np.maximum(r0, floor))
     applied = np.minimum(applied, path_cap)
     rates[:, 0] = np.where(idle, 0.0, np.maximum(rates[:, 0], np.minimum(floor, applied)))

@@ -266,3 +266,17 @@ def test_delta_raises_a_lagging_flow_only_into_headroom_and_a_notification_lower
     assert held.reduced_bytes[0] > 0 and held.rates_Bps[0, 0] < 0.05 * C  # published: held
     # (host_slot leaves the paced rate to core.mlccplan.plan_slot, which holds it: tests/unit/test_mlccplan.py)
     assert held.rates_Bps[0].sum() * T == pytest.approx(G[0])  # its bytes moved later, not dropped
+
+
+def test_under_a_job_order_an_idle_flow_starts_in_what_the_earlier_jobs_leave():
+    # job 0 (wave 0) plans the whole NIC this slot; job 1's idle flow (a new burst may start) gets the
+    # wait floor, not the link's headroom: it must not run over job 0's plan on this host
+    G = np.array([20 * C * T, 0.0])
+    kw = dict(params=P, idle_share=False)
+    hs = host_slot(G, np.full(2, C), np.zeros(2), np.array(["a", "b"], dtype=object), nic_only(2), np.array([C]),
+                   np.array([C]), np.zeros((1, P.K)), moving=np.array([True, False]), waves=np.array([0, 1]), **kw)
+    assert hs.applied_Bps[0] == pytest.approx(C) and hs.applied_Bps[1] == pytest.approx(wait_floor_Bps(T))
+    # the other way round: the idle flow's job is first, it may start at the whole headroom
+    hs = host_slot(G, np.full(2, C), np.zeros(2), np.array(["a", "b"], dtype=object), nic_only(2), np.array([C]),
+                   np.array([C]), np.zeros((1, P.K)), moving=np.array([True, False]), waves=np.array([1, 0]), **kw)
+    assert hs.applied_Bps[1] == pytest.approx(C)

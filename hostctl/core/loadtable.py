@@ -197,43 +197,46 @@ class LoadTable:
         if self._dirty:
             self.settle()
         ring = self.ring
-        # the slots passed, each with its column: read its final booking, then zero it
-        passed = [(s, s % ring) for s in range(old, min(now_slot, old + ring))]
-        for ln, row in enumerate(self._rows):
-            for s, c in passed:
+        # each slot passed: read its column's final booking (the booking counters), then zero it
+        booked, over, final, limit = self._booked, self._over, self._final, self._limit
+        for s in range(old, min(now_slot, old + ring)):
+            c = s % ring
+            for ln, row in enumerate(self._rows):
                 v = row[c]
                 if v:
-                    self._final_booking(ln, s, v)
                     row[c] = 0
+                    booked[ln] += 1
+                    if v > limit[ln]:
+                        over[ln] += 1
+                    if v > final[ln]:
+                        self._new_final(ln, s, v)
         self.now_slot = now_slot
         return self._expire(old, now_slot)
 
-    def _final_booking(self, ln: int, s: int, v: int) -> None:
-        """Slot ``s`` of link ``ln`` ends with booking ``v`` > 0."""
-        self._booked[ln] += 1
-        if v > self._limit[ln]:
-            self._over[ln] += 1
-        if v > self._final[ln]:
-            self._final[ln] = v
-            self._final_slot[ln] = s
-            n = 0
-            flows = self._flows
-            for key in self._on_link[ln]:
-                e = flows[key]
-                j = s - e.start_slot
-                if 0 <= j < len(e.rates_Bps) and e.rates_Bps[j]:
-                    n += 1
-            self._final_flows[ln] = n
+    def _new_final(self, ln: int, s: int, v: int) -> None:
+        """Slot ``s`` ends with the largest booking ``v`` of link ``ln`` so far: count its flows."""
+        self._final[ln] = v
+        self._final_slot[ln] = s
+        n = 0
+        flows = self._flows
+        for key in self._on_link[ln]:
+            e = flows[key]
+            j = s - e.start_slot
+            if 0 <= j < len(e.rates_Bps) and e.rates_Bps[j]:
+                n += 1
+        self._final_flows[ln] = n
 
     def settle(self) -> None:
         """Sample the booking peak of the links updated since the last call: a moment readers can see
         (the switch calls it after each update frame, so the order of one frame's flows does not count)."""
-        rows, peak = self._rows, self._peak
-        for ln in self._dirty:
-            m = max(rows[ln])
-            if m > peak[ln]:
-                peak[ln] = m
-        self._dirty.clear()
+        d = self._dirty
+        if d:
+            rows, peak = self._rows, self._peak
+            for ln in d:
+                m = max(rows[ln])
+                if m > peak[ln]:
+                    peak[ln] = m
+            d.clear()
 
     def booking(self, settle: bool = True) -> list[LinkBooking]:
         """Per link, how far the schedules booked it so far (``LinkBooking``). ``settle=False`` reads
@@ -348,7 +351,7 @@ class LoadTable:
                 self._unjob(key, old)
                 if job_id:
                     self._job(key, job_id)
-            if old.links != idx:
+            if old.links is not idx and old.links != idx:
                 self._unlink(key, old.links)
                 for ln in idx:
                     self._on_link[ln].add(key)

@@ -27,12 +27,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
 import zmq
 
 from hostctl.core import wire
 from hostctl.core.topology import Topology
 from hostctl.core.wire import Code, Reply, Request, WireError
-from hostctl.errors import ConfigError
+from hostctl.errors import ConfigError, HostctlError
 
 log = logging.getLogger("hostctl")
 
@@ -397,6 +398,51 @@ class SwitchClient:
                 return ProbeResult(lat, r.slot_now, error=f"error reply {r.status}: {r.message}")
             return ProbeResult(lat, r.slot_now, r.slot_s, r.horizon, version=r.version)
         return ProbeResult(error="slot or version refused three times")
+
+    def status(self, timeout_s: float = 2.0, reset_booking: bool = False) -> dict:
+        """The first endpoint's status (``switchemu status``; ``SwitchState.status`` in switchemu/server.py,
+        docs/switchemu.md): the switch, its table and the booking of its links. ``reset_booking`` starts
+        the booking over after reading it. HostctlError if there is no answer within ``timeout_s`` or an
+        error reply (a switchemu that predates status answers unknown_type)."""
+        ep = self.endpoints[0]
+        sock = self.socks[ep]
+        deadline = time.monotonic() + timeout_s
+        rid = next(self._ids)
+        req: dict[str, Any] = {"v": 1, "type": "status", "id": rid}
+        if reset_booking:
+            req["reset_booking"] = True
+        frame = msgpack.packb(req, use_bin_type=True)
+        while True:
+            try:
+                sock.send_multipart([frame], zmq.NOBLOCK)
+                break
+            except zmq.Again:
+                if time.monotonic() >= deadline:
+                    raise HostctlError(f"cannot connect to {ep} within {timeout_s:g} s: is switchemu running "
+                                       "there, with matching --curve-keys?") from None
+                time.sleep(0.005)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sock.poll(max(1, int(left * 1000))):
+                if time.monotonic() >= deadline:
+                    raise HostctlError(f"no status from {ep} within {timeout_s:g} s: is switchemu running there, "
+                                       "with matching --curve-keys?")
+                continue
+            for part in sock.recv_multipart():
+                try:
+                    m = msgpack.unpackb(part, raw=False)
+                except (ValueError, msgpack.UnpackException):
+                    continue
+                if not isinstance(m, dict) or m.get("id") != rid:
+                    self.late_replies += 1
+                    continue
+                if m.get("type") == "status" and isinstance(m.get("switch_status"), dict):
+                    return m["switch_status"]
+                if m.get("status") == Code.UNKNOWN_TYPE:
+                    raise HostctlError(f"{ep} does not answer status requests: it runs a switchemu from before "
+                                       "'switchemu status'")
+                raise HostctlError(f"{ep} answered the status request with error {m.get('status')}: "
+                                   f"{m.get('msg', '')}")
 
     def _await(self, sock: zmq.Socket, rid: int, deadline: float) -> Reply | None:
         while True:

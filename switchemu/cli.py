@@ -20,7 +20,8 @@ app = typer.Typer(
     add_completion=False, pretty_exceptions_enable=False, invoke_without_command=True,
     help="Emulated MLCC switch: per-link load over K future slots, served over ZeroMQ.",
     epilog="Examples:\n\n  switchemu --bind tcp://127.0.0.1:5555 --topology topo.toml\n\n"
-           "  switchemu probe --connect tcp://127.0.0.1:5555\n\n  switchemu keygen /etc/switchemu/keys",
+           "  switchemu probe --connect tcp://127.0.0.1:5555\n\n"
+           "  switchemu status --connect tcp://127.0.0.1:5555\n\n  switchemu keygen /etc/switchemu/keys",
 )
 
 
@@ -71,6 +72,7 @@ def serve(
     metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on this port."),
     metrics_addr: str = typer.Option("127.0.0.1", "--metrics-addr", help="Address for --metrics-port."),
     csv_rates: Optional[str] = typer.Option(None, "--csv-rates", help="Lingjun CSV capacities HOST,TOR_UP,AGG_UP (default 25gbit,100gbit,400gbit)."),
+    booking_tolerance: float = typer.Option(0.01, "--booking-tolerance", help="A slot booked above capacity x (1 + this) counts as overbooked (switchemu status)."),
     log_level: str = typer.Option("INFO", "--log-level"),
 ) -> None:
     """Run one emulated switch in the foreground (SIGTERM / Ctrl-C stop it)."""
@@ -91,12 +93,15 @@ def serve(
         raise ConfigError(f"--horizon must be within 1..1000 slots, got {horizon}")
     if not (0.0 <= max_skew_ms < slot_ms):
         raise ConfigError(f"--max-skew-ms must be within 0..slot length ({slot_ms:g} ms), got {max_skew_ms:g}")
+    if not (0.0 <= booking_tolerance <= 10.0):
+        raise ConfigError(f"--booking-tolerance must be within 0..10 (a fraction of capacity), got {booking_tolerance:g}")
     if metrics_port is not None and not (0 < metrics_port < 65536):
         raise ConfigError(f"--metrics-port must be within 1..65535, got {metrics_port}")
     if curve_keys is not None and not os.path.isdir(curve_keys):
         raise ConfigError(f"--curve-keys {curve_keys} is not a folder: create it with switchemu keygen {curve_keys}")
     topo = load_topology(topology, csv_rates)
-    state = SwitchState(topo, name, slot_s=slot_ms / 1000.0, horizon=horizon, max_skew_s=max_skew_ms / 1000.0)
+    state = SwitchState(topo, name, slot_s=slot_ms / 1000.0, horizon=horizon, max_skew_s=max_skew_ms / 1000.0,
+                        booking_tolerance=booking_tolerance)
     cfg = ServerConfig(bind=bind, slot_s=slot_ms / 1000.0, horizon=horizon, max_skew_s=max_skew_ms / 1000.0,
                        curve_dir=curve_keys, metrics_port=metrics_port, metrics_addr=metrics_addr)
     server = SwitchServer(state, cfg)
@@ -142,6 +147,67 @@ def probe(
                            "there, with matching --curve-keys?")
     typer.echo(f"{connect}: fetch round trip {res.latency_s * 1000:.3f} ms (slot_now {res.slot_now}, "
                f"K {res.horizon}, slot {res.slot_s * 1000:g} ms, wire version {res.version})")
+
+
+@app.command()
+def status(
+    connect: str = typer.Option(..., "--connect", help="Endpoint of a running switchemu, e.g. tcp://127.0.0.1:5555."),
+    curve_keys: Optional[str] = typer.Option(None, "--curve-keys", help="DIR with client.key_secret and server.key."),
+    timeout: float = typer.Option(2.0, "--timeout", help="Seconds to wait for the reply."),
+    as_json: bool = typer.Option(False, "--json", help="Print the whole status as JSON."),
+    top: int = typer.Option(20, "--top", help="Links shown, most booked first (0: all)."),
+    reset_booking: bool = typer.Option(False, "--reset-booking", help="Start the booking over after reading it."),
+) -> None:
+    """The switch's table and how far the hosts' schedules booked each of its links (docs/switchemu.md)."""
+    import json
+
+    from hostctl.errors import ConfigError
+    from hostctl.switchclient import CurveClientKeys, SwitchClient
+
+    if timeout <= 0:
+        raise ConfigError("--timeout must be positive")
+    if top < 0:
+        raise ConfigError(f"--top must be >= 0, got {top}")
+    keys = CurveClientKeys.from_dir(curve_keys) if curve_keys else None
+    client = SwitchClient([connect], curve=keys)
+    try:
+        st = client.status(timeout_s=timeout, reset_booking=reset_booking)
+    finally:
+        client.close()
+    if as_json:
+        typer.echo(json.dumps(st, indent=2, sort_keys=True))
+        return
+    typer.echo(format_status(connect, st, top))
+
+
+def format_status(endpoint: str, st: dict, top: int = 20) -> str:
+    """The text ``switchemu status`` prints for a status dict (SwitchState.status)."""
+    b = st.get("booking") or {}
+    links = b.get("links") or {}
+    lines = [f"{endpoint}: switch {st.get('switch')}, slot {st.get('slot_now')} ({st.get('slot_s', 0) * 1000:g} ms), "
+             f"K {st.get('K')}; {st.get('links')} links, {st.get('flows')} flows in the table, "
+             f"{st.get('frames')} frames ({st.get('errors')} errors)"]
+    tol = b.get("tolerance", 0.0)
+    if not links:
+        lines.append("booking: no link booked yet")
+        return "\n".join(lines)
+    w = b["worst"]
+    lines.append(f"booking: {len(links)} link{'s' if len(links) != 1 else ''} booked; worst {w['link']}: slot peak {w['slot_peak_ratio']:.3f} x capacity "
+                 f"({w['over_slots']} of {w['slots']} slots above capacity x {1 + tol:g}), peak {w['peak_ratio']:.3f}")
+    head = ("link", "capacity B/s", "peak", "slot peak", "over/slots", "worst slot", "excess B/s", "flows")
+    rows = []
+    order = sorted(links, key=lambda k: (-links[k]["slot_peak_ratio"], -links[k]["peak_ratio"], k))
+    for lid in order[:top or None]:
+        x = links[lid]
+        rows.append((lid, f"{x['capacity_Bps']:,}", f"{x['peak_ratio']:.3f}", f"{x['slot_peak_ratio']:.3f}",
+                     f"{x['over_slots']}/{x['slots']}", "-" if x["worst_slot"] is None else str(x["worst_slot"]),
+                     f"{x['worst_excess_Bps']:,}", str(x["worst_flows"])))
+    width = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
+    for r in (head, *rows):
+        lines.append("  ".join(c.ljust(width[i]) if i == 0 else c.rjust(width[i]) for i, c in enumerate(r)).rstrip())
+    if len(order) > len(rows):
+        lines.append(f"({len(order) - len(rows)} more links: --top 0 shows all)")
+    return "\n".join(lines)
 
 
 @app.command()

@@ -32,6 +32,9 @@ log = logging.getLogger("switchemu")
 BATCH = 64  # messages handled per clock read (and per burst of replies)
 LATENCY_BUCKETS_S = (10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1)
 ALL_SWITCHES = "all"
+STATUS = "status"  # the status request (switchemu's own, not in wire.REQUEST_TYPES: see SwitchState.status)
+STATUS_KEYS = frozenset({"v", "type", "id", "reset_booking"})
+BOOKING_TOLERANCE = 0.01  # a slot booked above capacity x (1 + this) counts as overbooked (docs/switchemu.md)
 _NAMES = {c: c.name.lower() for c in Code}  # Code -> its counter label (Enum.name is a slow property)
 
 
@@ -42,7 +45,7 @@ class Stats:
 
     messages: int = 0  # ZeroMQ messages received
     frames: int = 0  # request frames received
-    replies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(wire.REQUEST_TYPES, 0))
+    replies: dict[str, int] = field(default_factory=lambda: dict.fromkeys((*wire.REQUEST_TYPES, STATUS), 0))
     errors: dict[str, int] = field(default_factory=lambda: {c.name.lower(): 0 for c in Code if c})
     flow_errors: dict[str, int] = field(default_factory=lambda: {c.name.lower(): 0 for c in Code if c})
     bytes_in: int = 0
@@ -76,11 +79,15 @@ class SwitchState:
     other types, and anything malformed, whose error the generic validator words) goes through the
     reference path: ``wire.request_from_map`` -> dataclasses -> ``wire.encode_reply``. Both give
     byte-identical replies and the same state and counters (tests/unit/test_switchemu_fastpath.py);
-    ``fast=False`` uses the reference path for every frame."""
+    ``fast=False`` uses the reference path for every frame.
+
+    ``booking_tolerance``: a slot whose final booking exceeds a link's capacity x (1 + this) counts as
+    overbooked (``status`` and the metrics; see ``booking``)."""
 
     def __init__(self, topology: Topology, switch: str | None, *, slot_s: float = 0.06, horizon: int = 10,
                  max_skew_s: float = 0.005, max_flows: int = 1_000_000, max_progress: int = 1_000_000,
-                 notify_queue: int = 1024, max_frame_bytes: int = wire.MAX_FRAME_BYTES, fast: bool = True):
+                 notify_queue: int = 1024, max_frame_bytes: int = wire.MAX_FRAME_BYTES, fast: bool = True,
+                 booking_tolerance: float = BOOKING_TOLERANCE):
         self.topo = topology
         self.switch = resolve_switch(topology, switch)
         if self.switch == ALL_SWITCHES:
@@ -95,7 +102,9 @@ class SwitchState:
         self.horizon = horizon
         self.max_skew_s = max_skew_s
         skew_slots = math.ceil(max_skew_s / slot_s) + 1
-        self.table = LoadTable(len(owned), horizon, ring=horizon + 2 * skew_slots)
+        self.table = LoadTable(len(owned), horizon, ring=horizon + 2 * skew_slots,
+                               capacities_Bps=[topology.links[g].capacity_Bps for g in owned],
+                               tolerance=booking_tolerance)
         self.max_flows = max_flows
         self.max_progress = max_progress
         self.notify_queue = notify_queue
@@ -153,6 +162,9 @@ class SwitchState:
                     out = self._fast_update(rid, slot, items, slot_now, v)
                 else:
                     out = self._fast_fetch(rid, slot, host, items, slot_now, v)
+            elif m.get("type") == STATUS:
+                t = STATUS
+                out = self._status_frame(m, slot_now)
             else:
                 req = wire.request_from_map(m, self.horizon)
                 t = req.type
@@ -237,6 +249,7 @@ class SwitchState:
             else:
                 status.append(self._flow_error(Code.REORDERED))
                 bad = bad or status[-1]
+        table.settle()  # the frame's end: a moment readers can see (the booking peak)
         m = {"v": v, "type": "update_schedule", "id": rid, "status": bad, "slot_now": slot_now}
         if bad:
             m["flow_status"] = status
@@ -368,6 +381,7 @@ class SwitchState:
             ok = table.update(f.flow_id, idx, req.slot, f.rates_Bps, slot_now, seq=f.seq, job_id=f.job_id,
                               rank=f.rank, host=f.src)
             status.append(0 if ok else self._flow_error(Code.REORDERED))
+        table.settle()  # as in _fast_update
         return _status_reply(req, slot_now, status)
 
     def _fetch(self, req: wire.Request, slot_now: int) -> Reply:
@@ -396,6 +410,54 @@ class SwitchState:
         return Reply("fetch_feedback", req.req_id, status, slot_now, slot=req.slot, slot_s=self.slot_s,
                      horizon=self.horizon, capacities_Bps=caps, feedback=tuple(fb), notifications=notes,
                      version=req.version)
+
+    # ------------------------------------------------------------------ status
+
+    def booking(self, settle: bool = True) -> dict:
+        """How far the hosts' schedules booked this switch's links (docs/switchemu.md, "Booking"):
+        ``{"tolerance", "links": {link id: LinkBooking.to_dict()}, "worst": {"link", ...} | None}``, over
+        the links that were ever booked; ``worst`` is the link with the largest slot_peak_ratio (then
+        peak_ratio). ``settle=False`` for a reader in another thread (the metrics)."""
+        links = {}
+        topo = self.topo
+        for g, b in zip(self.owned, self.table.booking(settle)):
+            if b.peak_Bps or b.slots:
+                links[topo.links[g].link_id] = b.to_dict()
+        worst = None
+        if links:
+            lid = max(links, key=lambda x: (links[x]["slot_peak_ratio"], links[x]["peak_ratio"]))
+            worst = {"link": lid, **links[lid]}
+        return {"tolerance": self.table.tolerance, "links": links, "worst": worst}
+
+    def status(self, slot_now: int | None = None) -> dict:
+        """What ``switchemu status`` shows: the switch, its table and the booking of its links."""
+        st = self.stats
+        return {"switch": self.switch, "slot_s": self.slot_s, "K": self.horizon,
+                "slot_now": self._now_slot if slot_now is None else slot_now, "links": len(self.owned),
+                "flows": len(self.table), "progress_flows": len(self.progress), "frames": st.frames,
+                "errors": sum(st.errors.values()), "booking": self.booking()}
+
+    def _status_frame(self, m: dict, slot_now: int) -> bytes:
+        """A status request ``{v, type: "status", id, reset_booking?: bool}`` -> its reply: the frame's
+        common keys plus ``status()`` under ``"switch_status"``; with ``reset_booking`` the booking is
+        read, then started over."""
+        rid = m.get("id")
+        if type(rid) is not int or not 0 <= rid <= wire.MAX_U64:
+            raise WireError(Code.MALFORMED, "status: id must be an unsigned 64-bit int")
+        v = m.get("v")
+        if v not in wire.WIRE_VERSIONS or type(v) is not int:
+            raise WireError(Code.UNKNOWN_VERSION, f"status: unknown version {v!r}", rid)
+        extra = set(m) - STATUS_KEYS
+        if extra:
+            raise WireError(Code.MALFORMED, f"status: unknown keys {sorted(extra)}", rid)
+        reset = m.get("reset_booking", False)
+        if type(reset) is not bool:
+            raise WireError(Code.MALFORMED, "status: reset_booking must be a bool", rid)
+        out = self.status(slot_now)
+        if reset:
+            self.table.reset_booking()
+        return self._pack({"v": v, "type": STATUS, "id": rid, "status": 0, "slot_now": slot_now,
+                           "switch_status": out})
 
     def _report(self, req: wire.Request, slot_now: int) -> Reply:
         host = req.host or ""
@@ -629,6 +691,7 @@ class StatsCollector:
         yield GaugeMetricFamily("switchemu_table_flows", "Flows in the load table", value=len(self.state.table))
         yield GaugeMetricFamily("switchemu_table_links", "Links owned by this switch", value=len(self.state.owned))
         yield GaugeMetricFamily("switchemu_progress_flows", "Flows in the progress store", value=len(self.state.progress))
+        yield from self._booking()
         buckets, acc = [], 0
         counts = list(s.latency_buckets)
         for le, c in zip((*map(str, LATENCY_BUCKETS_S), "+Inf"), counts):
@@ -637,6 +700,32 @@ class StatsCollector:
         h = HistogramMetricFamily("switchemu_frame_seconds", "Time to handle one request frame, seconds",
                                   buckets=buckets, sum_value=s.latency_sum_s)
         yield h
+
+
+    def _booking(self):
+        """Per link that was ever booked (docs/switchemu.md, "Booking"); read without settling (this is
+        the HTTP thread), so a scrape may miss the last update frame's peak."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        fams = (
+            (GaugeMetricFamily, "switchemu_link_booking_peak_ratio",
+             "Largest booking of any slot / capacity, at any moment", "peak_ratio"),
+            (GaugeMetricFamily, "switchemu_link_slot_booking_peak_ratio",
+             "Largest final booking of a slot (when the clock passed it) / capacity", "slot_peak_ratio"),
+            (GaugeMetricFamily, "switchemu_link_booking_worst_excess_bytes_per_second",
+             "Final booking of the worst slot above capacity, bytes/s (0: within)", "worst_excess_Bps"),
+            (GaugeMetricFamily, "switchemu_link_booking_worst_flows",
+             "Flows with a rate in the worst slot when the clock passed it", "worst_flows"),
+            (CounterMetricFamily, "switchemu_link_overbooked_slots",
+             "Slots whose final booking exceeded capacity x (1 + tolerance)", "over_slots"),
+            (CounterMetricFamily, "switchemu_link_booked_slots", "Slots whose final booking was above 0", "slots"),
+        )
+        links = self.state.booking(settle=False)["links"]
+        for cls, name, text, key in fams:
+            fam = cls(name, text, labels=["link"])
+            for lid, b in links.items():
+                fam.add_metric([lid], b[key])
+            yield fam
 
 
 def start_metrics(state: SwitchState, port: int, addr: str) -> None:

@@ -12,7 +12,10 @@
          "links": {link: {"bytes": int, "rate_bps": int, "seconds": float, "utilisation": float,
                           "drops": int | None}},  # packets dropped by the link's queue
          "active": {"start_s": float, "end_s": float, "links": {...as above}} | None,  # all jobs running
-         "cpu": {"mean_pct": float, "max_pct": float}}]}
+         "cpu": {"mean_pct": float, "max_pct": float},
+         # policies with a switchemu (runner.SWITCH_POLICIES): its booking at the end (docs/switchemu.md)
+         "booking": {"tolerance": float, "links": {link: {...}}, "worst": {"link": str, "peak_ratio": float,
+                     "slot_peak_ratio": float, "over_slots": int, "slots": int, ...} | None} | None}]}
 
 Only runs with ``ok`` true count; the others are counted as ``failed``. Every
 part but ``runs`` may be missing (no cross traffic, no fifo, one repeat, ...):
@@ -158,6 +161,12 @@ def _drops(run: Mapping) -> tuple[int, str] | None:
     return sum(c for c, _ in counts), max(counts)[1]
 
 
+def _booking_worst(run: Mapping) -> Mapping | None:
+    """The run's worst-booked link (its switch's ``booking.worst``), None without a switch or booking."""
+    w = (run.get("booking") or {}).get("worst") if isinstance(run.get("booking"), Mapping) else None
+    return w if isinstance(w, Mapping) and _num(w.get("slot_peak_ratio")) is not None else None
+
+
 def _most_common(names: list[str]) -> str | None:
     return max(set(names), key=lambda n: (names.count(n), n)) if names else None
 
@@ -173,6 +182,8 @@ def _policy_stats(runs: list[dict]) -> dict:
     cpu_max = [v for r in runs if (v := _num((r.get("cpu") or {}).get("max_pct"))) is not None]
     names = [b[0] for b in busiest]
     drops = [d for d in map(_drops, runs) if d is not None]
+    booked = [w for w in map(_booking_worst, runs) if w is not None]
+    worst = max(booked, key=lambda w: w["slot_peak_ratio"]) if booked else None
     return {
         "avg_jct_s": _mean(per_run_avg),
         "p95_jct_s": float(np.percentile(pooled, 95)) if pooled else None,
@@ -185,6 +196,11 @@ def _policy_stats(runs: list[dict]) -> dict:
         "cpu_max_pct": max(cpu_max) if cpu_max else None,
         "queue_drops": _mean([d[0] for d in drops]),
         "most_drops_link": _most_common([d[1] for d in drops if d[0] > 0]),
+        "booked_slot_peak_ratio": worst["slot_peak_ratio"] if worst else None,
+        "booked_peak_ratio": max(_num(w.get("peak_ratio")) or 0.0 for w in booked) if booked else None,
+        "booked_link": worst.get("link") if worst else None,
+        "overbooked_slots": sum(int(_num(w.get("over_slots")) or 0) for w in booked) if booked else None,
+        "booked_slots": sum(int(_num(w.get("slots")) or 0) for w in booked) if booked else None,
     }
 
 
@@ -228,7 +244,11 @@ def summarize(results: Mapping) -> dict[str, dict]:
     active_utilisation_ratio_vs_fifo = that / fifo's; cpu_mean_pct: mean of the runs'
     mean CPU; cpu_max_pct: largest of the runs' max CPU; queue_drops: mean per run of the
     packets dropped by all link queues (switch port buffers, host NIC qdiscs; None if not
-    recorded), most_drops_link: the link that dropped most, most often; runs: ok runs; failed: runs
+    recorded), most_drops_link: the link that dropped most, most often; booked_slot_peak_ratio:
+    the largest over the runs of their switch's worst slot_peak_ratio (a slot's final booking /
+    capacity, docs/switchemu.md; None for policies without a switch), booked_link its link,
+    booked_peak_ratio the largest peak_ratio of the runs' worst links, overbooked_slots /
+    booked_slots the sums of those links' over_slots / slots; runs: ok runs; failed: runs
     not ok; gap_to_bound: avg_jct_s / lower_bound avg_jct_s. Ratios are None without an
     ok fifo baseline.
     """
@@ -313,7 +333,10 @@ def caption(results: Mapping) -> str:
         neck = lb.get("bottleneck")
         text = f"lower bound on avg JCT: {v:.2f} s, " + (
             f"bottleneck {neck}" if neck else "no link binds (standalone times dominate)")
-    return text + "; vs fifo: mean paired ratio, 95% t interval over repeats"
+    text += "; vs fifo: mean paired ratio, 95% t interval over repeats"
+    if any(isinstance(r.get("booking"), Mapping) for r in results.get("runs") or []):
+        text += "; booked: worst slot's final booking / capacity on the switch (docs/switchemu.md)"
+    return text
 
 
 def render_table(results: Mapping, summary: Mapping[str, Mapping]):
@@ -326,7 +349,7 @@ def render_table(results: Mapping, summary: Mapping[str, Mapping]):
     t = Table(title=title, caption=caption(results))
     for col in ("policy", "avg JCT", "p95 JCT", "vs fifo", "\u00d7bound", "barrier-wait std ms (% fifo)",
                 "cross Mbit/s (% fifo)", "bottleneck util run | all jobs (% fifo)", "queue drops/run (most at)",
-                "CPU mean/max"):
+                "booked", "CPU mean/max"):
         t.add_column(col, justify="left" if col in ("policy", "vs fifo") else "right")
     for policy, s in summary.items():
         label = policy + (f" ({s['failed']} failed)" if s.get("failed") else "")
@@ -350,6 +373,7 @@ def render_table(results: Mapping, summary: Mapping[str, Mapping]):
             + _fmt(None if act is None else act * 100, ".0f", "%")
             + ("" if act is None else _fmt_pct_of_fifo(policy, s.get("active_utilisation_ratio_vs_fifo"))),
             _fmt(drops, ",.0f") + ("" if drops is None or at is None else f" ({at})"),
+            _fmt(s.get("booked_slot_peak_ratio"), ".3f", "\u00d7"),
             DASH if cm is None and cx is None else f"{_fmt(cm, '.0f')}/{_fmt(cx, '.0f')}%",
         )
     return t

@@ -210,6 +210,18 @@ class Run:
                     err = open(os.path.join(self.raw_dir, "switchemu.err")).read().strip()
                     raise RunError(f"switchemu did not start: {err[-400:] or 'no answer'}")
 
+    def switch_booking(self) -> dict:
+        """How far the daemons' published schedules booked the fabric's links in this run: the switch's
+        booking (switchemu status over its socket; docs/switchemu.md, "Booking"), or {"error": why} if it
+        does not answer."""
+        from hostctl.switchclient import SwitchClient
+
+        try:
+            with SwitchClient([self.switch_ep]) as c:
+                return c.status(timeout_s=3.0)["booking"]
+        except (HostctlError, KeyError) as e:
+            return {"error": f"switch booking not read: {e}"}
+
     def start_daemons(self) -> None:
         sc, tb = self.sc, self.tb
         assert tb is not None
@@ -441,6 +453,8 @@ class Run:
                 res["active"] = {"start_s": ta - t0, "end_s": tb_ - t0,
                                  "links": link_window(rates, *ca, *cb, tb_ - ta)}
             self.observe(res)
+            if self.switch_ep:  # the run's switchemu: how far the schedules booked its links
+                res["booking"] = self.switch_booking()
             res["daemon_cpu"] = self.daemon_cpu(t_end - t0)
             self.stop_daemons()
             errors = [f"{n}: {e}" for n, s in res["jobs"].items() for e in s.get("errors", [])]

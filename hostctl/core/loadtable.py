@@ -10,6 +10,13 @@ the link. Rules (spec section 4, properties 19-21):
   nothing for K slots) contributes 0 and is forgotten.
 * **Self-exclusion** (Q-M8): ``loads(..., exclude=flow)`` leaves out that flow's own schedule and keeps
   everybody else's, including the same job's other flows.
+* **Booking** (hostctl's addition, docs/switchemu.md "Booking"): how far the published schedules book
+  each link. ``booked(l, s)`` is the aggregate of link l's column for absolute slot s. The table keeps per
+  link the peak of booked(l, s) over all stored slots, sampled at ``settle()`` (the switch calls it after
+  every update frame: the moments a reader can see; ``advance()`` and ``booking()`` settle too), and the
+  *final* booking of each slot, sampled in ``advance()`` just before its column is zeroed: the largest
+  (with the slot and the number of flows booked in it then), how many slots had any booking and how many
+  exceeded capacity x (1 + tolerance).
 * **Job order** (hostctl's addition, ``--job-order``): a job's updates may carry a *rank*, its place in a
   fabric-wide job order (lower = first). A read with ``below_rank=r`` also leaves out the jobs whose rank
   is greater than ``r``: a flow plans around the jobs ranked before it only, and the jobs ranked after it
@@ -23,7 +30,10 @@ integers (``floor(unix_time / slot_s)``); this module never reads a clock: every
 Cost: the aggregate per link is kept incrementally in a ring of ``ring`` slot columns, so an update is
 O(links of the flow x K) and a read O(links x K), independent of the number of flows. Advancing the
 clock zeroes the columns that became past (O(links x slots advanced)) and forgets expired flows
-(amortised O(1) per flow, from per-slot expiry buckets).
+(amortised O(1) per flow, from per-slot expiry buckets). Booking: an update marks its links, ``settle()``
+takes the max of each marked link's ring (O(marked links x ring)); ``advance()`` reads each column it
+zeroes; the flows of a slot are counted (O(flows on the link)) only when its final booking is a new
+largest for its link.
 
 Representation: the aggregate is a Python list of ``ring`` ints per link and a schedule a list of K ints,
 not numpy arrays: the arrays here are tiny (a flow crosses 1-4 links, K = 10), where numpy's per-call
@@ -60,6 +70,44 @@ class FlowEntry:
         return self.start_slot + len(self.rates_Bps) - 1
 
 
+@dataclass(slots=True)
+class LinkBooking:
+    """How far the schedules in the table booked one link (see the module docstring, "Booking").
+
+    ``peak_Bps``: the largest booked(l, s) seen at any settle, over all stored slots;
+    ``slot_peak_Bps``: the largest final booking of a slot (what the hosts last planned for it, sampled as
+    the clock moved past it), ``worst_slot`` that slot (absolute; None before any) and ``worst_flows`` the
+    flows with a rate in it then; ``over_slots``: slots whose final booking exceeded capacity x
+    (1 + tolerance); ``slots``: slots whose final booking was above 0. With a capacity, the ratios are
+    booking / capacity and ``worst_excess_Bps`` = max(0, slot_peak_Bps - capacity)."""
+
+    capacity_Bps: int | None
+    peak_Bps: int
+    slot_peak_Bps: int
+    worst_slot: int | None
+    worst_flows: int
+    over_slots: int
+    slots: int
+
+    @property
+    def peak_ratio(self) -> float | None:
+        return self.peak_Bps / self.capacity_Bps if self.capacity_Bps else None
+
+    @property
+    def slot_peak_ratio(self) -> float | None:
+        return self.slot_peak_Bps / self.capacity_Bps if self.capacity_Bps else None
+
+    @property
+    def worst_excess_Bps(self) -> int | None:
+        return max(0, self.slot_peak_Bps - self.capacity_Bps) if self.capacity_Bps else None
+
+    def to_dict(self) -> dict:
+        return {"capacity_Bps": self.capacity_Bps, "peak_Bps": self.peak_Bps, "peak_ratio": self.peak_ratio,
+                "slot_peak_Bps": self.slot_peak_Bps, "slot_peak_ratio": self.slot_peak_ratio,
+                "worst_slot": self.worst_slot, "worst_excess_Bps": self.worst_excess_Bps,
+                "worst_flows": self.worst_flows, "over_slots": self.over_slots, "slots": self.slots}
+
+
 def _index_add(index: dict, k: Hashable, key: Hashable) -> None:
     """Add key to the set index[k] (the expiry buckets by last slot, the flows by job)."""
     b = index.get(k)
@@ -85,9 +133,14 @@ class LoadTable:
     length of every schedule and of every read window. ``ring`` (default 2K) is how many slots from
     ``now`` on are stored; slots at or beyond ``now + ring`` are dropped from schedules, so ``ring``
     must cover K plus any start-slot skew the caller accepts.
+
+    ``capacities_Bps`` (one per link, optional) and ``tolerance`` set the booking limit of each link,
+    capacity x (1 + tolerance): a slot whose final booking exceeds it counts in ``over_slots``
+    (without capacities, none does and the booking ratios are None).
     """
 
-    def __init__(self, n_links: int, horizon: int, ring: int | None = None):
+    def __init__(self, n_links: int, horizon: int, ring: int | None = None, *,
+                 capacities_Bps: Sequence[int] | None = None, tolerance: float = 0.0):
         if n_links < 0 or horizon < 1:
             raise ValueError("need n_links >= 0 and horizon >= 1")
         self.n_links = n_links
@@ -103,6 +156,27 @@ class LoadTable:
         self._expiry: dict[int, set[Hashable]] = {}  # last_slot -> flows whose schedule ends there
         self.now_slot: int | None = None
         self.expired_flows = 0  # counter: flows forgotten because their schedule ran out
+        # booking (module docstring): per link
+        if capacities_Bps is not None and len(capacities_Bps) != n_links:
+            raise ValueError(f"need {n_links} capacities, got {len(capacities_Bps)}")
+        if not (math.isfinite(tolerance) and tolerance >= 0):
+            raise ValueError("tolerance must be a finite number >= 0")
+        self.capacities_Bps = None if capacities_Bps is None else [int(c) for c in capacities_Bps]
+        self.tolerance = float(tolerance)
+        self._limit = ([math.inf] * n_links if capacities_Bps is None
+                       else [c * (1.0 + tolerance) for c in self.capacities_Bps])
+        self._on_link: list[set[Hashable]] = [set() for _ in range(n_links)]  # flows crossing each link
+        self._dirty: set[int] = set()  # links whose columns grew since the last settle()
+        self._reset_booking()
+
+    def _reset_booking(self) -> None:
+        n = self.n_links
+        self._peak = [0] * n  # largest booked(l, s) at a settle
+        self._final = [0] * n  # largest final booking of a slot
+        self._final_slot: list[int | None] = [None] * n
+        self._final_flows = [0] * n
+        self._over = [0] * n  # slots whose final booking exceeded the limit
+        self._booked = [0] * n  # slots whose final booking was above 0
 
     # ------------------------------------------------------------------ clock
 
@@ -120,18 +194,64 @@ class LoadTable:
             return 0
         if now_slot <= old:
             return 0
+        if self._dirty:
+            self.settle()
         ring = self.ring
-        if now_slot - old >= ring:
-            zeros = [0] * ring
-            for row in self._rows:
-                row[:] = zeros
-        else:
-            cols = [s % ring for s in range(old, now_slot)]
-            for row in self._rows:
-                for c in cols:
+        # each slot passed: read its column's final booking (the booking counters), then zero it
+        booked, over, final, limit = self._booked, self._over, self._final, self._limit
+        for s in range(old, min(now_slot, old + ring)):
+            c = s % ring
+            for ln, row in enumerate(self._rows):
+                v = row[c]
+                if v:
                     row[c] = 0
+                    booked[ln] += 1
+                    if v > limit[ln]:
+                        over[ln] += 1
+                    if v > final[ln]:
+                        self._new_final(ln, s, v)
         self.now_slot = now_slot
         return self._expire(old, now_slot)
+
+    def _new_final(self, ln: int, s: int, v: int) -> None:
+        """Slot ``s`` ends with the largest booking ``v`` of link ``ln`` so far: count its flows."""
+        self._final[ln] = v
+        self._final_slot[ln] = s
+        n = 0
+        flows = self._flows
+        for key in self._on_link[ln]:
+            e = flows[key]
+            j = s - e.start_slot
+            if 0 <= j < len(e.rates_Bps) and e.rates_Bps[j]:
+                n += 1
+        self._final_flows[ln] = n
+
+    def settle(self) -> None:
+        """Sample the booking peak of the links updated since the last call: a moment readers can see
+        (the switch calls it after each update frame, so the order of one frame's flows does not count)."""
+        d = self._dirty
+        if d:
+            rows, peak = self._rows, self._peak
+            for ln in d:
+                m = max(rows[ln])
+                if m > peak[ln]:
+                    peak[ln] = m
+            d.clear()
+
+    def booking(self, settle: bool = True) -> list[LinkBooking]:
+        """Per link, how far the schedules booked it so far (``LinkBooking``). ``settle=False`` reads
+        without sampling pending updates first (for a reader in another thread: it then changes nothing)."""
+        if settle and self._dirty:
+            self.settle()
+        caps = self.capacities_Bps or [None] * self.n_links
+        return [LinkBooking(caps[i], self._peak[i], self._final[i], self._final_slot[i], self._final_flows[i],
+                            self._over[i], self._booked[i]) for i in range(self.n_links)]
+
+    def reset_booking(self) -> None:
+        """Start the booking over: the counters and final peaks from 0, the peak from the current booking."""
+        self._reset_booking()
+        self._dirty = set(range(self.n_links))
+        self.settle()
 
     def _expire(self, old: int, now_slot: int) -> int:
         # buckets with last_slot in [old - 1, now_slot - 1] are now wholly past
@@ -146,6 +266,7 @@ class LoadTable:
                 if e is not None and e.last_slot < now_slot:
                     del self._flows[key]
                     self._unjob(key, e)
+                    self._unlink(key, e.links)
                     n += 1
         # a bucket below old - 1 can only exist if the clock was set before the first update
         self.expired_flows += n
@@ -212,12 +333,15 @@ class LoadTable:
                 del flows[key]
                 self._unbucket(key, old.start_slot + k - 1)
                 self._unjob(key, old)
+                self._unlink(key, old.links)
             return True
         if old is None:
             flows[key] = FlowEntry(idx, start_slot, rates, seq, job_id, host)
             self._bucket(key, last)
             if job_id:
                 self._job(key, job_id)
+            for ln in idx:
+                self._on_link[ln].add(key)
         else:  # replace in place (the common case: a flow's schedule for the next slot)
             old_last = old.start_slot + k - 1
             if old_last != last:
@@ -227,9 +351,14 @@ class LoadTable:
                 self._unjob(key, old)
                 if job_id:
                     self._job(key, job_id)
+            if old.links is not idx and old.links != idx:
+                self._unlink(key, old.links)
+                for ln in idx:
+                    self._on_link[ln].add(key)
             old.links, old.start_slot, old.rates_Bps, old.seq, old.job_id, old.host = (idx, start_slot, rates, seq,
                                                                                        job_id, host)
         self._add(idx, start_slot, rates, add)
+        self._dirty.update(idx)
         if job_id:
             if rank is None:
                 self._job_rank.pop(job_id, None)
@@ -252,7 +381,12 @@ class LoadTable:
         self._add(e.links, e.start_slot, e.rates_Bps, sub)
         self._unbucket(key, e.last_slot)
         self._unjob(key, e)
+        self._unlink(key, e.links)
         return True
+
+    def _unlink(self, key: Hashable, links: tuple[int, ...]) -> None:
+        for ln in links:
+            self._on_link[ln].discard(key)
 
     def _unjob(self, key: Hashable, e: FlowEntry) -> None:
         _index_discard(self._by_job, e.job_id, key)

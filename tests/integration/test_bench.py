@@ -271,6 +271,13 @@ def test_mlcc_bench_runs_with_and_without_switchemu(tmp_path):
                 for pol, run in runs.items()}
     assert versions["mlcc"] and all(set(v.values()) == {WIRE_VERSION} for v in versions["mlcc"])
     assert all(v == {} for v in versions["mlcc-local"])
+    # the switch's booking at the end of each switch run (docs/switchemu.md, "Booking"); none in local mode
+    for pol in ("mlcc", "mlcc-nodeps"):
+        bk = runs[pol]["booking"]
+        w = bk["worst"]
+        assert w["link"] in bk["links"] and w["slots"] > 0 and 0 < w["slot_peak_ratio"] <= w["peak_ratio"], bk
+        assert 0 <= w["over_slots"] <= w["slots"] and w["worst_flows"] >= 1
+    assert "booking" not in runs["mlcc-local"]
     raw = [d for d in os.listdir(res["raw_dir"]) if d.endswith("-mlcc")]
     topo = open(os.path.join(res["raw_dir"], raw[0], "switch-topology.toml")).read()
     assert 'name = "tor0"' in topo and 'uplink_rate = "50000000bit"' in topo

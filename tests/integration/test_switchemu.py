@@ -5,6 +5,7 @@ Every process started here is stopped by its PID in a fixture finalizer, even wh
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -172,6 +173,49 @@ def test_round_trip_self_exclusion_progress_and_notification(server):
         assert r4.notifications == []
     m = metrics(mport)
     assert m["switchemu_table_flows"] == 2
+
+
+def test_status_and_metrics_report_the_booking(server, tmp_path):
+    """Two flows book h1's downlink (125 MB/s) at 80 + 60 = 140 MB/s in one real update frame: status (client,
+    CLI text and JSON) and the metrics report a peak of 1.12 x capacity, slots that ended overbooked with the
+    excess and the two flows, and nothing for the other links; reset_booking starts the counters over."""
+    ep, mport, _ = server
+    with SwitchClient([ep], host="h0") as c:
+        r = exchange_ok(c, updates=[sched("a", "h0", "h1", 80_000_000), sched("b", "h2", "h1", 60_000_000)])
+        assert r.ok, r.errors
+        start = r.slot
+        while slot_now() < start + 3:  # let a few booked slots end
+            time.sleep(0.01)
+        st = c.status()
+        assert st["switch"] == "sw0" and st["flows"] == 2 and st["K"] == K
+        bk = st["booking"]
+        assert bk["tolerance"] == 0.01 and set(bk["links"]) == {"sw0>h1"}
+        b = bk["links"]["sw0>h1"]
+        assert b["capacity_Bps"] == 125_000_000 and b["peak_Bps"] == 140_000_000 and b["peak_ratio"] == 1.12
+        assert b["slot_peak_ratio"] == 1.12 and b["worst_excess_Bps"] == 15_000_000 and b["worst_flows"] == 2
+        assert b["over_slots"] == b["slots"] >= 2 and start <= b["worst_slot"] < slot_now()
+        assert bk["worst"] == {"link": "sw0>h1", **b}
+        m = metrics(mport)
+        assert m['switchemu_link_booking_peak_ratio{link="sw0>h1"}'] == 1.12
+        assert m['switchemu_link_slot_booking_peak_ratio{link="sw0>h1"}'] == 1.12
+        assert m['switchemu_link_booking_worst_excess_bytes_per_second{link="sw0>h1"}'] == 15e6
+        assert m['switchemu_link_booking_worst_flows{link="sw0>h1"}'] == 2
+        assert m['switchemu_link_overbooked_slots_total{link="sw0>h1"}'] >= 2
+        assert m['switchemu_link_booked_slots_total{link="sw0>h1"}'] >= 2
+        assert not any("sw0>h0" in k for k in m)
+        assert m['switchemu_requests_total{type="status"}'] == 1
+        js = _cli("status", "--connect", ep, "--json")
+        assert js.returncode == 0, js.stderr
+        assert json.loads(js.stdout)["booking"]["worst"]["peak_ratio"] == 1.12
+        txt = _cli("status", "--connect", ep)
+        assert txt.returncode == 0 and "worst sw0>h1: slot peak 1.120 x capacity" in txt.stdout, txt.stdout
+        # reset: the counts start over, the peak from what is booked at that moment (60 MB/s)
+        assert exchange_ok(c, updates=[sched("a", "h0", "h1", 0, seq=2), sched("b", "h2", "h1", 60_000_000, seq=2)]).ok
+        over = c.status(reset_booking=True)["booking"]["links"]["sw0>h1"]["over_slots"]
+        after = c.status()["booking"]["links"]["sw0>h1"]
+        assert after["peak_Bps"] == 60_000_000 and after["over_slots"] == 0 < over
+    bad = _cli("status", "--connect", f"ipc://{tmp_path}/nobody.sock", "--timeout", "0.3")
+    assert bad.returncode == 1 and bad.stderr.startswith("switchemu: error: ") and len(bad.stderr.splitlines()) == 1
 
 
 def test_a_version_1_client_is_served_in_version_1(server):
@@ -440,6 +484,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     (["--bind", "tcp://127.0.0.1:1", "--topology", "TOPO", "--curve-keys", "/nonexistent"], "--curve-keys"),
     (["--bind", "tcp://127.0.0.1:1", "--topology", "BAD"], "host_rate"),
     (["probe"], "--connect"),
+    (["status"], "--connect"),
+    (["status", "--connect", "ipc:///x", "--top", "-1"], "--top"),
+    (["--bind", "tcp://127.0.0.1:1", "--topology", "TOPO", "--booking-tolerance", "-1"], "--booking-tolerance"),
 ])
 def test_cli_errors_are_one_line(args, fragment, topo_file, tmp_path):
     racks = tmp_path / "racks.toml"

@@ -323,3 +323,166 @@ def test_job_order_example():
     assert t.rows([0], 10, 10, "a1", "a", 1) == [[600] * K]
     t.withdraw("b1", 10)
     assert t.job_rank("b") is None and t.job_rank("a") == 1
+
+
+# ---------------------------------------------------------------------- booking (docs/switchemu.md, "Booking")
+
+def _bk(t: LoadTable, ln: int = 0) -> dict:
+    return t.booking()[ln].to_dict()
+
+
+def test_booking_two_flows_on_one_link():
+    """cap 100, tolerance 10%: 60 + 55 = 115 in slots 10-11 (over 110), 60 alone in 12-13."""
+    t = LoadTable(1, K, capacities_Bps=[100], tolerance=0.1)
+    t.update("f1", [0], 10, [60, 60, 60, 60], 10)
+    t.update("f2", [0], 10, [55, 55, 0, 0], 10)
+    t.settle()
+    assert _bk(t) == {"capacity_Bps": 100, "peak_Bps": 115, "peak_ratio": 1.15, "slot_peak_Bps": 0,
+                      "slot_peak_ratio": 0.0, "worst_slot": None, "worst_excess_Bps": 0, "worst_flows": 0,
+                      "over_slots": 0, "slots": 0}  # no slot has ended yet
+    t.advance(12)
+    b = _bk(t)
+    assert (b["slot_peak_Bps"], b["worst_slot"], b["worst_flows"], b["worst_excess_Bps"]) == (115, 10, 2, 15)
+    assert (b["over_slots"], b["slots"], b["slot_peak_ratio"]) == (2, 2, 1.15)
+    t.advance(20)  # slots 12, 13 end with f1 alone (60); 14.. were never booked
+    b = _bk(t)
+    assert (b["over_slots"], b["slots"], b["slot_peak_Bps"], b["worst_slot"], b["peak_Bps"]) == (2, 4, 115, 10, 115)
+
+
+def test_booking_a_slot_overbooked_then_corrected_before_its_end():
+    """The peak sees the 120 that was booked for a while; the slot's final booking is what was last planned."""
+    t = LoadTable(1, K, capacities_Bps=[100])
+    t.update("f1", [0], 10, [80] * K, 10, seq=1)
+    t.update("f2", [0], 10, [40] * K, 10, seq=1)
+    t.settle()
+    t.update("f2", [0], 10, [10] * K, 10, seq=2)
+    t.settle()
+    t.advance(11)
+    b = _bk(t)
+    assert (b["peak_Bps"], b["peak_ratio"], b["slot_peak_Bps"], b["slot_peak_ratio"]) == (120, 1.2, 90, 0.9)
+    assert (b["over_slots"], b["slots"], b["worst_slot"], b["worst_flows"], b["worst_excess_Bps"]) == (0, 1, 10, 2, 0)
+
+
+def test_booking_a_withdrawn_flow_no_longer_counts():
+    t = LoadTable(2, K, capacities_Bps=[100, 100])
+    t.update("f1", [0, 1], 10, [80] * K, 10)
+    t.update("f2", [0], 10, [40] * K, 10)
+    t.update("f3", [1], 10, [40] * K, 10)
+    t.settle()
+    assert t.withdraw("f2", 10)
+    t.update("f3", [1], 10, [0] * K, 10)  # an all-zero schedule withdraws too
+    t.advance(12)
+    for ln in (0, 1):
+        b = _bk(t, ln)
+        assert (b["peak_Bps"], b["slot_peak_Bps"], b["over_slots"], b["slots"], b["worst_flows"]) == (120, 80, 0, 2, 1)
+    t.advance(20)  # f1 expired: it is forgotten by the per-link index too
+    assert not any(t._on_link) and _bk(t)["slots"] == 4
+
+
+def test_booking_peak_is_sampled_at_settle_not_per_flow():
+    """Inside one update frame the order of the flows does not count: the switch settles after the frame."""
+    t = LoadTable(1, K, capacities_Bps=[100])
+    t.update("f1", [0], 10, [80] * K, 10, seq=1)
+    t.update("f2", [0], 10, [20] * K, 10, seq=1)
+    t.settle()
+    t.update("f2", [0], 10, [40] * K, 10, seq=2)  # 120 between these two updates ...
+    t.update("f1", [0], 10, [60] * K, 10, seq=2)  # ... 100 again before anyone could read it
+    t.settle()
+    assert _bk(t)["peak_Bps"] == 100
+    t.update("f2", [0], 10, [50] * K, 10, seq=3)
+    assert t.booking()[0].peak_Bps == 110  # booking() settles first
+
+
+def test_booking_counts_only_flows_with_a_rate_in_the_worst_slot_and_reset():
+    t = LoadTable(1, K, capacities_Bps=[100], tolerance=0.0)
+    t.update("a", [0], 10, [50, 0, 0, 0], 10)
+    t.update("b", [0], 10, [0, 70, 0, 0], 10)
+    t.update("c", [0], 9, [9, 60, 60, 0], 10)  # a slot back (skew): slot 9 is past; 110 in slot 10, 130 in 11
+    t.advance(13)
+    b = _bk(t)
+    assert (b["worst_slot"], b["slot_peak_Bps"], b["worst_flows"], b["over_slots"], b["slots"]) == (11, 130, 2, 2, 2)
+    t.reset_booking()
+    b = _bk(t)
+    assert (b["peak_Bps"], b["slot_peak_Bps"], b["over_slots"], b["slots"], b["worst_slot"]) == (0, 0, 0, 0, None)
+    t.update("a", [0], 13, [30] * K, 13)
+    t.reset_booking()  # the peak starts from what is booked now
+    assert _bk(t)["peak_Bps"] == 30
+
+
+def test_booking_without_capacities_has_no_ratios():
+    t = LoadTable(1, K)
+    t.update("a", [0], 10, [10**12] * K, 10)
+    t.advance(11)
+    b = t.booking()[0]
+    assert (b.peak_ratio, b.slot_peak_ratio, b.worst_excess_Bps, b.over_slots, b.slots) == (None, None, None, 0, 1)
+    with pytest.raises(ValueError):
+        LoadTable(2, K, capacities_Bps=[1])
+    with pytest.raises(ValueError):
+        LoadTable(1, K, capacities_Bps=[1], tolerance=-0.1)
+
+
+class BookingModel(Model):
+    """Model plus the booking, from scratch: booked(l, s) summed over the latest schedules after every
+    operation (a settled moment) over the stored slots [now, now + RING), and each slot's booking
+    sampled as the clock passes it (before expiry)."""
+
+    def __init__(self, caps, tol):
+        super().__init__()
+        self.limit = [c * (1 + tol) for c in caps]
+        n = len(caps)
+        self.peak, self.final, self.final_slot = [0] * n, [0] * n, [None] * n
+        self.final_flows, self.over, self.booked = [0] * n, [0] * n, [0] * n
+
+    def booked_at(self, ln, s):
+        return sum(r[s - s0] for ls, s0, r, _ in self.flows.values() if ln in ls and s0 <= s < s0 + K)
+
+    def advance(self, now):
+        if self.now is not None and now > self.now:
+            for ln in range(len(self.limit)):
+                for s in range(self.now, min(now, self.now + RING)):
+                    v = self.booked_at(ln, s)
+                    if v:
+                        self.booked[ln] += 1
+                        self.over[ln] += v > self.limit[ln]
+                        if v > self.final[ln]:
+                            self.final[ln], self.final_slot[ln] = v, s
+                            self.final_flows[ln] = sum(1 for ls, s0, r, _ in self.flows.values()
+                                                       if ln in ls and s0 <= s < s0 + K and r[s - s0])
+        super().advance(now)
+
+    def settle(self):
+        for ln in range(len(self.limit)):
+            for s in range(self.now, self.now + RING):
+                self.peak[ln] = max(self.peak[ln], self.booked_at(ln, s))
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops)
+def test_booking_matches_a_brute_force_model(seq_ops):
+    caps = [10**9, 2 * 10**9, 5 * 10**8, 10**9, 3 * 10**9]
+    t, m = LoadTable(N_LINKS, K, ring=RING, capacities_Bps=caps, tolerance=0.05), BookingModel(caps, 0.05)
+    now = 100
+    m.advance(now)
+    t.advance(now)
+    for op in seq_ops:
+        if op[0] == "update":
+            _, f, links, off, rates, seq = op
+            t.update(f, links, now + off, rates, now, seq=seq)
+            m.update(f, links, now + off, rates, now, seq)
+        elif op[0] == "withdraw":
+            t.withdraw(op[1], now)
+            m.advance(now)
+            m.flows.pop(op[1], None)
+        else:
+            now += op[1]
+            t.advance(now)
+            m.advance(now)
+        t.settle()
+        m.settle()
+        got = t.booking(settle=False)
+        assert [b.peak_Bps for b in got] == m.peak
+        assert [b.slot_peak_Bps for b in got] == m.final
+        assert [b.worst_slot for b in got] == m.final_slot
+        assert [b.worst_flows for b in got] == m.final_flows
+        assert [b.over_slots for b in got] == m.over
+        assert [b.slots for b in got] == m.booked

@@ -111,3 +111,34 @@ def test_build_info_without_a_daemon_version():
     del st["version"]
     fams = assert_conventions(exposition(st))
     assert fams["hostctl_build_info"].samples[0].labels == {"version": "unknown"}
+
+
+def test_switchemu_families_follow_the_conventions():
+    """switchemu's collector (its own prefix), with a booked link so the per-link booking families are there."""
+    import msgpack
+
+    from hostctl.core.topology import Topology
+    from switchemu.server import StatsCollector, SwitchState
+
+    topo = Topology.from_toml('[[switch]]\nname = "sw0"\nhosts = {count = 2, prefix = "h", first_addr = "10.9.0.1"}\n'
+                              'host_rate = "8mbit"\n')
+    s = SwitchState(topo, None, slot_s=0.06, horizon=4)
+    now = 1.7e9
+    frame = {"v": 2, "type": "update_schedule", "id": 1, "slot": int(now // 0.06),
+             "flows": [{"flow": "a", "job": "j", "src": "h0", "dst": "h1", "seq": 1, "rates_Bps": [2e6] * 4}]}
+    s.handle_frame(msgpack.packb(frame), now)
+    s.handle_frame(msgpack.packb({"v": 1, "type": "status", "id": 2}), now + 0.2)
+    reg = CollectorRegistry()
+    reg.register(StatsCollector(s))
+    families = {f.name: f for f in text_string_to_metric_families(generate_latest(reg).decode())}
+    for name, fam in families.items():
+        assert name.startswith("switchemu_"), name
+        assert not BAD_NAME.search(name), name
+        for smp in fam.samples:
+            assert not EXPLODING_LABELS & set(smp.labels), smp
+            if fam.type == "counter":
+                assert smp.name.endswith(("_total", "_created")), smp.name
+    peak = families["switchemu_link_booking_peak_ratio"]
+    assert [(x.labels, x.value) for x in peak.samples] == [({"link": "sw0>h1"}, 2.0)]
+    over = families["switchemu_link_overbooked_slots"]
+    assert [(x.name, x.value) for x in over.samples] == [("switchemu_link_overbooked_slots_total", 3.0)]

@@ -297,3 +297,22 @@ def test_bench_compare_cli(tmp_path):
     r = subprocess.run([HOSTCTL, "bench-compare", str(tmp_path / "list.json"), "a", "b"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "not a results JSON" in r.stderr
+
+
+def test_booked_column_from_the_runs_switch_booking():
+    """booked = the largest worst slot_peak_ratio over a policy's ok runs; a dash without a switch."""
+    res = make_results()
+    for run in res["runs"]:
+        if run["policy"] == "one":
+            w = {"link": f"tor{run['repeat']}>agg", "peak_ratio": 1.2 + run["repeat"] / 10,
+                 "slot_peak_ratio": [1.004, 1.031, 0.9][run["repeat"]], "over_slots": run["repeat"], "slots": 50}
+            run["booking"] = {"tolerance": 0.01, "links": {w["link"]: w}, "worst": w}
+    res["runs"][2]["booking"] = {"error": "switch booking not read: no status"}  # rr, repeat 0: not counted
+    s = report.summarize(res)
+    one = s["one"]
+    assert (one["booked_slot_peak_ratio"], one["booked_link"]) == (1.031, "tor1>agg")
+    assert one["booked_peak_ratio"] == pytest.approx(1.4)
+    assert (one["overbooked_slots"], one["booked_slots"]) == (3, 150)
+    assert s["fifo"]["booked_slot_peak_ratio"] is None and s["rr"]["booked_slot_peak_ratio"] is None
+    text = render(res, s)
+    assert "booked" in text and "1.031\u00d7" in text and "worst slot's final booking / capacity" in text

@@ -135,7 +135,7 @@ def _snapshot(s: SwitchState):
     counters = (st.messages, st.frames, st.replies, st.errors, st.flow_errors, st.bytes_in, st.bytes_out,
                 st.expired_flows, st.latency_count)
     return (flows, t._rows, {j: set(v) for j, v in t._by_job.items()}, t._expiry, t.now_slot, counters,
-            dict(s.progress), {h: list(q) for h, q in s.notes.items()})
+            dict(s.progress), {h: list(q) for h, q in s.notes.items()}, s.booking())
 
 
 @pytest.mark.parametrize("switch", ["tor0", "all"])
@@ -154,6 +154,7 @@ def test_fast_path_replies_and_state_match_the_reference(seed, switch):
     assert n_fast > 100  # the stream exercised the fast path
     assert st.errors["stale_slot"] and st.errors["future_slot"] and st.errors["malformed"]
     assert st.flow_errors["unknown_host"] and st.flow_errors["reordered"]
+    assert any(b["over_slots"] for b in fast.booking()["links"].values())  # both paths booked alike
 
 
 def _is_fast(frame: bytes) -> bool:

@@ -1,7 +1,7 @@
 """An independent optimum model of a testbed scenario: how much could ANY schedule gain over fifo?
 
     python benchmarks/opt_tworack.py [SCENARIO.toml ...] [--out-dir DIR] [--lp-iterations 2]
-           [--lp-slot 0.02] [--lp-time 60] [--order-work 300000] [--no-lp] [--cross-share 0.8]
+           [--lp-slot 0.02] [--lp-time 60] [--order-work 300000] [--max-orders 700] [--no-lp] [--cross-share 0.8]
            [--cross-positions all|bottom]
 
 Default scenario: examples/scenarios/two-rack.toml; one JSON per scenario, DIR/<name>.json (default
@@ -44,7 +44,8 @@ b. strict priority orders: an order of the jobs (and of the cross traffic, as on
    within an entry ("max-min in a job") or, second variant, by worker rank within a job ("by
    worker": a PS sends its updates one worker after another, and the first worker starts computing
    early), work-conserving. Every order is simulated in both variants; jobs with identical
-   definitions are interchangeable, so orders that only swap them are simulated once; the cross
+   definitions are interchangeable, so orders that only swap them are simulated once (with more than
+   --max-orders, a sample of 100: the scenario's order, by size both ways, random ones); the cross
    traffic is put at every position (--cross-positions all) or last (bottom). Reported: the best
    (lowest average JCT), the best that leaves the cross traffic >= --cross-share of its fifo
    throughput, and the worst order.
@@ -94,9 +95,10 @@ import json
 import math
 import os
 import platform
+import random
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,7 +208,6 @@ class Model:
     cross: tuple[Cross, ...] = ()
 
     def with_iterations(self, n: int) -> "Model":
-        from dataclasses import replace
         return replace(self, jobs=tuple(replace(j, iterations=min(n, j.iterations)) for j in self.jobs))
 
 
@@ -464,27 +465,67 @@ def simulate(model: Model, order: list[str] | tuple[str, ...] | None = None, by_
 
 # ------------------------------------------------------------------------------- order search
 
-def unique_orders(model: Model, cross_positions: str = "all") -> list[tuple[str, ...]]:
+def multiset_orders(items: list, key) -> tuple[int, "itertools.chain"]:
+    """The number of distinct orders of items when items with the same key(item) are
+    interchangeable, and an iterator over one representative of each (first seen first)."""
+    groups: dict = {}
+    for it in items:
+        groups.setdefault(key(it), []).append(it)
+    keys = list(groups)
+    count = math.factorial(len(items))
+    for k in keys:
+        count //= math.factorial(len(groups[k]))
+
+    def gen(left: dict, prefix: tuple):
+        if not any(left.values()):
+            yield prefix
+            return
+        for k in keys:
+            if left[k]:
+                nxt = dict(left)
+                nxt[k] -= 1
+                # the i-th job of a group placed is always its i-th member
+                yield from gen(nxt, prefix + (groups[k][len(groups[k]) - left[k]],))
+
+    return count, gen({k: len(v) for k, v in groups.items()}, ())
+
+
+def unique_orders(model: Model, cross_positions: str = "all", max_orders: int = 700, sample: int = 100,
+                  seed: int = 0) -> tuple[list[tuple[str, ...]], bool]:
     """Every strict-priority order of the jobs, orders that only swap identical jobs once; the
-    cross traffic (one entry for all of it) at every position ('all') or last ('bottom')."""
+    cross traffic (one entry for all of it) at every position ('all') or last ('bottom').
+    Returns (orders, exhaustive): with more than max_orders, only `sample` orders: the jobs in the
+    scenario's order, by bytes per iteration (fewest first, most first) and random ones."""
     jobs = list(model.jobs)
-    sig = {j.name: j.signature() for j in jobs}
-    seen, orders = set(), []
-    for perm in itertools.permutations([j.name for j in jobs]):
-        key = tuple(sig[n] for n in perm)
-        if key in seen:
-            continue
-        seen.add(key)
-        orders.append(perm)
+    npos = len(jobs) + 1 if model.cross and cross_positions == "all" else 1
+    count, it = multiset_orders([j.name for j in jobs], {j.name: j.signature() for j in jobs}.get)
+    if count * npos <= max_orders:
+        orders, exhaustive = list(it), True
+    else:
+        def size(j) -> float:
+            if isinstance(j, PSJob):
+                return 2.0 * sum(j.shard) * len(j.workers)
+            return float(j.chunk * j.steps * len(j.workers))
+        names = [j.name for j in jobs]
+        by_size = [j.name for j in sorted(jobs, key=size)]
+        picked = dict.fromkeys([tuple(names), tuple(by_size), tuple(reversed(by_size))])
+        rng = random.Random(seed)
+        for _ in range(100 * sample):
+            if (len(picked) + 1) * npos > sample:
+                break
+            p = names[:]
+            rng.shuffle(p)
+            picked[tuple(p)] = None
+        orders, exhaustive = list(picked), False
     if not model.cross:
-        return orders
+        return orders, exhaustive
     ents = tuple(c.entity for c in model.cross)
     out = []
     for perm in orders:
         positions = range(len(perm) + 1) if cross_positions == "all" else [len(perm)]
         for p in positions:
             out.append(perm[:p] + ents + perm[p:])
-    return out
+    return out, exhaustive
 
 
 def cross_share(res: SimResult, fifo: SimResult) -> float | None:
@@ -493,9 +534,10 @@ def cross_share(res: SimResult, fifo: SimResult) -> float | None:
     return min(shares) if shares else None
 
 
-def search_orders(model: Model, fifo: SimResult, cross_positions: str = "all", min_share: float = 0.8) -> dict:
-    """Every order, each with max-min within a job and with the job's workers in rank order."""
-    orders = unique_orders(model, cross_positions)
+def search_orders(model: Model, fifo: SimResult, cross_positions: str = "all", min_share: float = 0.8,
+                  max_orders: int = 700) -> dict:
+    """Every order (unique_orders), each with max-min within a job and with the job's workers in rank order."""
+    orders, exhaustive = unique_orders(model, cross_positions, max_orders)
     rows = []
     for o in orders:
         for bw in (False, True):
@@ -510,7 +552,7 @@ def search_orders(model: Model, fifo: SimResult, cross_positions: str = "all", m
                 "cross_share": cross_share(r, fifo), "cross_throughput_bps": r.cross_bps}
 
     plain = [row for row in rows if not row[1]]
-    out = {"orders_tried": len(orders), "best": entry(rows[0]), "best_maxmin": entry(plain[0]),
+    out = {"orders_tried": len(orders), "exhaustive": exhaustive, "best": entry(rows[0]), "best_maxmin": entry(plain[0]),
            "worst": entry(plain[-1])}
     if model.cross:
         ok = [row for row in rows if (cross_share(row[3], fifo) or 0.0) >= min_share - 1e-9]
@@ -832,17 +874,12 @@ def lp_bound(model: Model, slot: float | None, sum_completion: float, *,
     if base is not None:
         link = max(lp.work, key=lambda l: (sum(v[0] for v in lp.work[l].values()), -l))
         jobs = sorted(lp.work[link])
-        sig = {j: model.jobs[j].signature() for j in jobs}
-        perms, seen = [], set()
-        for p in itertools.permutations(jobs):
-            key = tuple(sig[j] for j in p)
-            if key not in seen:
-                seen.add(key)
-                perms.append(p)
+        count, it = multiset_orders(jobs, lambda j: model.jobs[j].signature())
         out["order_link"] = model.net.links[link]
-        out["orders"] = len(perms)
+        out["orders"] = count
         out["order_bound_avg_jct_s"] = None
-        if len(perms) * lp.nvar <= order_work:
+        if count * lp.nvar <= order_work:
+            perms = list(it)
             vals = []
             for p in perms:
                 r = lp.solve(lp.order_rows(link, p), time_limit=time_limit)
@@ -877,11 +914,11 @@ def _ratio(x: float | None, ref: float) -> float | None:
 
 
 def analyse_one(model: Model, *, slot: float | None, lp_time: float, order_work: int,
-                cross_positions: str, min_share: float) -> dict:
+                cross_positions: str, min_share: float, max_orders: int = 700) -> dict:
     """fifo, the order search and the bounds of one model (slot None: the bound without time index)."""
     fifo = simulate(model)
     out = {"iterations": {j.name: j.iterations for j in model.jobs}, "fifo": _sim_dict(fifo),
-           **search_orders(model, fifo, cross_positions, min_share)}
+           **search_orders(model, fifo, cross_positions, min_share, max_orders)}
     if model.cross:
         out["cross_after_jobs"] = all(c.start >= fifo.makespan for c in model.cross)
     # the best schedule found bounds the optimum's sum of completion times (it may leave the cross
@@ -913,17 +950,18 @@ def testbed_fifo(name: str) -> dict | None:
 
 def analyse(model: Model, *, lp_iterations: int = 2, lp_slot: float = 0.02, lp_time: float = 60.0,
             order_work: int = 300_000, do_lp: bool = True, cross_positions: str = "all",
-            min_share: float = 0.8) -> dict:
+            min_share: float = 0.8, max_orders: int = 700) -> dict:
     t0 = time.monotonic()
     out: dict = {}
     if do_lp:
         out["full"] = analyse_one(model, slot=None, lp_time=lp_time, order_work=order_work,
-                                  cross_positions=cross_positions, min_share=min_share)
+                                  cross_positions=cross_positions, min_share=min_share, max_orders=max_orders)
         out["small"] = analyse_one(model.with_iterations(lp_iterations), slot=lp_slot, lp_time=lp_time,
-                                   order_work=order_work, cross_positions=cross_positions, min_share=min_share)
+                                   order_work=order_work, cross_positions=cross_positions, min_share=min_share,
+                                   max_orders=max_orders)
     else:
         fifo = simulate(model)
-        out["full"] = {"fifo": _sim_dict(fifo), **search_orders(model, fifo, cross_positions, min_share)}
+        out["full"] = {"fifo": _sim_dict(fifo), **search_orders(model, fifo, cross_positions, min_share, max_orders)}
     tb = testbed_fifo(model.name)
     if tb:
         f = out["full"]
@@ -958,7 +996,8 @@ def print_report(name: str, res: dict, min_share: float) -> None:
             print("  (the cross traffic starts after the last job's end under fifo: its place in an order hardly matters)")
         line("fifo (per-flow max-min)", f["fifo"]["avg_jct_s"], 1.0, 1.0 if has_cross else None)
         b = f["best"]
-        line(f"best of {f['orders_tried']} orders x 2 ({b['within_job']} in a job)", b["avg_jct_s"],
+        tried = f"{f['orders_tried']}{'' if f.get('exhaustive', True) else ' sampled'}"
+        line(f"best of {tried} orders x 2 ({b['within_job']} in a job)", b["avg_jct_s"],
              b["ratio_vs_fifo"], b["cross_share"])
         print(f"      {' > '.join(b['order'])}")
         m = f["best_maxmin"]
@@ -1012,14 +1051,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lp-time", type=float, default=60.0, help="HiGHS time limit per LP, seconds")
     ap.add_argument("--order-work", type=int, default=300_000,
                     help="the per-order LPs of a bound run when orders x LP columns is at most this")
+    ap.add_argument("--max-orders", type=int, default=700,
+                    help="simulate every order up to this many (with the cross traffic's positions), else a sample")
     ap.add_argument("--no-lp", action="store_true", help="fifo and the orders only (no scipy needed)")
     ap.add_argument("--cross-share", type=float, default=0.8,
                     help="share of its fifo throughput the cross traffic must keep (best_cross_ok)")
     ap.add_argument("--cross-positions", choices=("all", "bottom"), default="all",
                     help="the cross traffic at every position of an order, or last only")
     a = ap.parse_args(argv)
-    if a.lp_iterations < 1 or not 0.001 <= a.lp_slot <= 1.0 or a.lp_time <= 0 or not 0 <= a.cross_share <= 1:
-        ap.error("--lp-iterations >= 1, --lp-slot within 0.001..1, --lp-time > 0, --cross-share within 0..1")
+    if (a.lp_iterations < 1 or not 0.001 <= a.lp_slot <= 1.0 or a.lp_time <= 0 or not 0 <= a.cross_share <= 1
+            or a.max_orders < 1 or a.order_work < 0):
+        ap.error("--lp-iterations >= 1, --lp-slot within 0.001..1, --lp-time > 0, --cross-share within 0..1, "
+                 "--max-orders >= 1, --order-work >= 0")
     for path in a.scenarios:
         try:
             model = model_from_scenario(load_scenario(path))
@@ -1028,7 +1071,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         res = analyse(model, lp_iterations=a.lp_iterations, lp_slot=a.lp_slot, lp_time=a.lp_time,
                       order_work=a.order_work, do_lp=not a.no_lp, cross_positions=a.cross_positions,
-                      min_share=a.cross_share)
+                      min_share=a.cross_share, max_orders=a.max_orders)
         print_report(model.name, res, a.cross_share)
         try:
             import scipy
@@ -1042,7 +1085,7 @@ def main(argv: list[str] | None = None) -> int:
                "scenario": {"name": model.name, "path": os.path.relpath(os.path.abspath(path), ROOT),
                             "jobs": [j.name for j in model.jobs], "cross": [c.name for c in model.cross]},
                "settings": {"lp_iterations": a.lp_iterations, "lp_slot_s": a.lp_slot, "lp_time_s": a.lp_time,
-                            "order_work": a.order_work, "cross_share": a.cross_share,
+                            "order_work": a.order_work, "max_orders": a.max_orders, "cross_share": a.cross_share,
                             "cross_positions": a.cross_positions,
                             "cross_model": "backlogged flows for the cross traffic's duration"},
                **res}

@@ -105,9 +105,25 @@ def test_identical_jobs_are_ordered_once():
     m = two_jobs_one_link()
     same = opt.Model("same", m.net, (opt.PSJob("a", ("h0",), (MB,), ("h1",), 0.0, 1),
                                      opt.PSJob("b", ("h0",), (MB,), ("h1",), 0.0, 1)))
-    assert len(opt.unique_orders(m)) == 2 and len(opt.unique_orders(same)) == 1
+    assert opt.unique_orders(m) == ([("a", "b"), ("b", "a")], True)
+    assert opt.unique_orders(same) == ([("a", "b")], True)
     with_cross = opt.Model("c", m.net, m.jobs, (opt.Cross("x", "h1", "h2", 0.0, 1.0),))
-    assert len(opt.unique_orders(with_cross)) == 6 and len(opt.unique_orders(with_cross, "bottom")) == 2
+    assert len(opt.unique_orders(with_cross)[0]) == 6 and len(opt.unique_orders(with_cross, "bottom")[0]) == 2
+
+
+def test_many_jobs_are_sampled_not_enumerated():
+    # 12 identical jobs: one order; 12 distinct ones: 479001600 orders, so a sample
+    net = opt.make_net([f"h{i}" for i in range(13)], RATE)
+    same = opt.Model("s", net, tuple(opt.PSJob(f"j{k}", ("h0",), (MB,), ("h1",), 0.0, 1) for k in range(12)))
+    assert opt.unique_orders(same) == ([tuple(f"j{k}" for k in range(12))], True)
+    distinct = opt.Model("d", net, tuple(opt.PSJob(f"j{k}", ("h0",), ((k + 1) * MB,), (f"h{k + 1}",), 0.0, 1)
+                                         for k in range(12)))
+    orders, exhaustive = opt.unique_orders(distinct, max_orders=700, sample=50)
+    assert not exhaustive and len(orders) == 50 and len(set(orders)) == 50
+    # the scenario's order (here also by size, smallest first), then largest first, then random ones
+    assert orders[0] == tuple(f"j{k}" for k in range(12)) and orders[1] == orders[0][::-1]
+    count, _ = opt.multiset_orders(["a", "b", "c", "d"], {"a": 1, "b": 1, "c": 2, "d": 3}.get)
+    assert count == 12
 
 
 @pytest.mark.parametrize("slot", [None, 0.05])

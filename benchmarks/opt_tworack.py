@@ -552,7 +552,8 @@ def search_orders(model: Model, fifo: SimResult, cross_positions: str = "all", m
                 "cross_share": cross_share(r, fifo), "cross_throughput_bps": r.cross_bps}
 
     plain = [row for row in rows if not row[1]]
-    out = {"orders_tried": len(orders), "exhaustive": exhaustive, "best": entry(rows[0]), "best_maxmin": entry(plain[0]),
+    out = {"orders_tried": len(orders), "exhaustive": exhaustive, "best": entry(rows[0]),
+           "best_maxmin": entry(plain[0]),
            "worst": entry(plain[-1])}
     if model.cross:
         ok = [row for row in rows if (cross_share(row[3], fifo) or 0.0) >= min_share - 1e-9]
@@ -993,7 +994,8 @@ def print_report(name: str, res: dict, min_share: float) -> None:
         print(f"-- {title}" + (f" ({'/'.join(map(str, its))} iterations per job)" if its else ""))
         has_cross = bool(f["fifo"]["cross_throughput_bps"])
         if f.get("cross_after_jobs"):
-            print("  (the cross traffic starts after the last job's end under fifo: its place in an order hardly matters)")
+            print("  (the cross traffic starts after the last job's end under fifo: "
+                  "its place in an order hardly matters)")
         line("fifo (per-flow max-min)", f["fifo"]["avg_jct_s"], 1.0, 1.0 if has_cross else None)
         b = f["best"]
         tried = f"{f['orders_tried']}{'' if f.get('exhaustive', True) else ' sampled'}"

@@ -254,10 +254,18 @@ def path_links(path, n: int, L: int) -> tuple[np.ndarray, np.ndarray]:
     return inc, pidx
 
 
+def _path_min(ext: np.ndarray, pT: np.ndarray) -> np.ndarray:
+    """min over each flow's path of a per-link array with the padding row, ext [L + 1, ...] (row L: +inf),
+    for the transposed padded index pT [P, n] -> [n, ...]. (Link-major: one contiguous gather per path
+    position and an elementwise min over them; ext[pidx].min(axis=1) gives the same floats, several times
+    slower.)"""
+    return ext.take(pT, axis=0).min(axis=0)
+
+
 def _gather_min(per_link: np.ndarray, pidx: np.ndarray) -> np.ndarray:
     """min over each flow's path of a per-link array [L, K] -> [n, K] (padding = +inf)."""
     ext = np.concatenate([per_link, np.full((1, per_link.shape[1]), np.inf)], axis=0)
-    return ext[pidx].min(axis=1)
+    return _path_min(ext, pidx.T)
 
 
 @functools.lru_cache(maxsize=64)
@@ -328,6 +336,12 @@ def initial_schedule(G_bytes, avail_Bps, price, *, slot_s: float, w_beta: float 
     if n == 0:
         z = np.zeros(0)
         return Alg1Result(np.zeros((0, K)), z.astype(np.int64), z, z.astype(bool))
+    return _alg1(G, _tol(G), A, pr, slot_s, w_beta, first_slot)
+
+
+def _alg1(G, tol, A, pr, slot_s, w_beta, first_slot, rates_only=False):
+    """initial_schedule for n >= 1 flows (tol = _tol(G)); rates_only: its rates_Bps alone."""
+    n, K = A.shape
     rows = np.arange(n)[:, None]
     order = np.argsort(pr, axis=1, kind="stable")  # line 3: H sorted by price, earlier slot on ties
     cap_sorted = A[rows, order] * slot_s  # bytes each slot can carry, in price order
@@ -336,9 +350,7 @@ def initial_schedule(G_bytes, avail_Bps, price, *, slot_s: float, w_beta: float 
     slot1 = order[:, None, :] + 1  # 1-based slot of each sorted position
     c = cap_sorted[:, None, :] * (slot1 <= deadlines)  # [n, D, K] capacity usable under beta_hat
     cum = c.cumsum(axis=2)
-    Gc = G[:, None, None]
-    tol = _tol(G)
-    fill = Gc - cum  # lines 6-8 in price order: min(c, rest before the slot), rest = G - (cum - c)
+    fill = G[:, None, None] - cum  # lines 6-8 in price order: min(c, rest before the slot), rest = G - (cum - c)
     fill += c
     np.minimum(fill, c, out=fill)
     used = fill > tol[:, None, None]  # no slot is opened for rounding dust (also drops fill <= 0)
@@ -354,6 +366,8 @@ def initial_schedule(G_bytes, avail_Bps, price, *, slot_s: float, w_beta: float 
     r1 = rows[:, 0]
     rates = np.empty((n, K))
     rates[rows, order] = fill[r1, best] / slot_s
+    if rates_only:
+        return rates
     beta = np.where(any_feasible, beta_d[r1, best], K)
     cost = np.where(any_feasible, cost_d[r1, best], w_beta * K + bw_d[r1, best])
     cost[G <= 0] = 0.0
@@ -377,7 +391,7 @@ def _alg1_rates(G: np.ndarray, tol: np.ndarray, A: np.ndarray, price: np.ndarray
     flat = (price == price[:, :1]).all(axis=1) & ~short
     hard = ~(short | flat)
     if hard.all():
-        return initial_schedule(G, A, price, slot_s=slot_s, w_beta=w_beta).rates_Bps
+        return _alg1(G, tol, A, price, slot_s, w_beta, 0, rates_only=True)
     rates = np.where(At > tol[:, None], At, 0.0) / slot_s
     if flat.any():
         c = At[flat]
@@ -387,7 +401,7 @@ def _alg1_rates(G: np.ndarray, tol: np.ndarray, A: np.ndarray, price: np.ndarray
         fill *= fill > tol[flat][:, None]
         rates[flat] = fill / slot_s
     if hard.any():
-        rates[hard] = initial_schedule(G[hard], A[hard], price[hard], slot_s=slot_s, w_beta=w_beta).rates_Bps
+        rates[hard] = _alg1(G[hard], tol[hard], A[hard], price[hard], slot_s, w_beta, 0, rates_only=True)
     return rates
 
 
@@ -528,36 +542,31 @@ def allocate_prepared(G, inc, pidx, load, avail, cap, B, sent, prio, p: MlccPara
     if prio is None:
         waves = [active] if active.any() else []
     else:
-        pa = prio[active]
-        if pa.size and pa.min() == pa.max():  # one wave (the common case): no np.unique
-            waves = [active]
-        else:
-            waves = [active & (prio == v) for v in np.unique(pa)]
+        values = sorted(set(prio[active].tolist()))
+        waves = [active] if len(values) == 1 else [active & (prio == v) for v in values]
     # Each round is a cheap feasibility test on the shares (a deadline exists iff the
     # widest one, K, holds the bytes); Algorithm 1 runs once per flow, in the round
     # where the flow is frozen, so rounds cost O(n K) and Alg. 1 O(n K^2) once.
+    pT = np.ascontiguousarray(pidx.T)  # [P, n] (for _path_min)
+    need = G - tolG  # the bytes a bound must carry for the flow to fit
     for wave in waves:
         todo = wave.copy()
         for rnd in range(p.max_rounds):
-            idx = np.flatnonzero(todo)
+            idx = todo.nonzero()[0]
             if idx.size == 0:
                 break
-            pid = pidx[idx]
+            pt = pT[:, idx]
             np.maximum(todo @ inc, 1.0, out=cntx[:L])  # the wave's unplanned flows on each link
-            Rx[:L] = R
-            Rp = Rx[pid]  # [m, P, K] what is left on each link of each flow's path
-            A = (Rp / cntx[pid][:, :, None]).min(axis=1)  # equal split
+            Rx[:L] = R  # what is left on each link
+            A = _path_min(Rx / cntx[:, None], pt)  # equal split [m, K]
+            ci = idx
             if rnd < p.max_rounds - 1:
-                fits = A.sum(axis=1) * t >= G[idx] - tolG[idx]
+                fits = A.sum(axis=1) * t >= need[idx]
                 # freeze flows that fit, and flows no split limits (more rounds cannot give them more)
-                stuck = (A >= Rp.min(axis=1) * (1 - 1e-12)).all(axis=1)
+                stuck = (A >= _path_min(Rx, pt) * (1 - 1e-12)).all(axis=1)
                 commit = fits | stuck
-                if not commit.any():
-                    commit[:] = True  # nothing changes in a later round: commit all now
-                ci = idx[commit]
-                A = A[commit]
-            else:
-                ci = idx
+                if commit.any() and not commit.all():  # (none: nothing changes in a later round, commit all now)
+                    ci, A = idx[commit], A[commit]
             ic = inc[ci]
             price = ic @ ((load + own) * inv_cap)  # Q-M3, with own committed load (Q-M8)
             rc = _alg1_rates(G[ci], tolG[ci], A, price, t, p.w_beta)
@@ -566,7 +575,8 @@ def allocate_prepared(G, inc, pidx, load, avail, cap, B, sent, prio, p: MlccPara
             price_used[ci] = price
             use = ic.T @ rc
             own += use
-            R = np.maximum(R - use, 0.0)
+            R -= use
+            np.maximum(R, 0.0, out=R)
             todo[ci] = False
 
     # step 3: starvation floor (Q-M4), shared by this host's flows on each link

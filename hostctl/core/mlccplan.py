@@ -129,16 +129,17 @@ def job_rows(view: FabricView, flow_job: np.ndarray, path: np.ndarray, planned: 
     hcap = np.minimum(np.asarray(view.avail_Bps, dtype=np.float64).reshape(L, -1), cap[:, None])  # ĉ [L, 1|K]
     hcap = np.broadcast_to(hcap, (L, K))
     m = np.zeros((J, L + 1))  # this host's planned flows per job and link (column L: padding)
-    pj = np.where(path >= 0, path, L)
     if n and J:
-        rows = np.repeat(flow_job[planned], pj.shape[1])
-        np.add.at(m, (rows, pj[planned].ravel()), 1.0)
+        cell = flow_job[planned, None] * (L + 1) + np.where(path[planned] >= 0, path[planned], L)
+        m = np.bincount(cell.ravel(), minlength=J * (L + 1)).reshape(J, L + 1).astype(np.float64)
     m = m[:, :L]
     other, same, nsame = view.other_Bps, view.same_Bps, view.same_flows
     H = np.maximum(hcap[None] - other, 0.0)  # what the other jobs leave to job j [J, L, K]
     mn = m[:, :, None] + nsame
     share_rem = np.where(mn > 0, H * nsame / np.where(mn > 0, mn, 1.0), 0.0)
     vis = other + np.minimum(same, share_rem)  # what job j plans around on l [J, L, K]
+    if J == 1:  # one local job: its view is the row (what the lines below give then)
+        return path, cap, np.asarray(hcap, dtype=np.float64).copy(), vis[0].copy(), 0
     local = m > 0  # [J, L]
     # the host's sum on a link: around the least that any of its planned jobs there sees
     big = np.where(local[:, :, None], vis, np.inf)

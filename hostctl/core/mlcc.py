@@ -95,7 +95,8 @@ ABS_EPS_BYTES = 1e-6
 
 
 class Role(IntEnum):
-    """Dependency role of a flow (spec 2.8.1). Pass as an int array (``Role.RING`` etc.)."""
+    """Dependency role of a flow (spec 2.8.1). Pass as an int array (``Role.RING`` etc.). Compare arrays
+    with ``Role.RING.value``: numpy takes several times longer to compare with the enum member itself."""
 
     NONE = 0  # no dependency: Delta = 0, no notification
     AGGREGATION = 1  # worker -> PS p; reference F_b^max(p); notifies p's broadcast flows
@@ -262,12 +263,6 @@ def _path_min(ext: np.ndarray, pT: np.ndarray) -> np.ndarray:
     return ext.take(pT, axis=0).min(axis=0)
 
 
-def _gather_min(per_link: np.ndarray, pidx: np.ndarray) -> np.ndarray:
-    """min over each flow's path of a per-link array [L, K] -> [n, K] (padding = +inf)."""
-    ext = np.concatenate([per_link, np.full((1, per_link.shape[1]), np.inf)], axis=0)
-    return _path_min(ext, pidx.T)
-
-
 @functools.lru_cache(maxsize=64)
 def _deadlines(K: int, first_slot: int) -> np.ndarray:
     d = np.arange(first_slot + 1, K + 1)[None, :, None]
@@ -388,11 +383,13 @@ def _alg1_rates(G: np.ndarray, tol: np.ndarray, A: np.ndarray, price: np.ndarray
     # then gives the same fill (the slots after the bytes are covered get only dust, which is
     # dropped) and so the same cost, and the earliest wins; the fill below is the widest deadline's,
     # computed with the same float operations as initial_schedule's.
+    rates = np.where(At > tol[:, None], At, 0.0) / slot_s  # (the short ones' rates)
+    if short.all():
+        return rates
     flat = (price == price[:, :1]).all(axis=1) & ~short
     hard = ~(short | flat)
     if hard.all():
         return _alg1(G, tol, A, price, slot_s, w_beta, 0, rates_only=True)
-    rates = np.where(At > tol[:, None], At, 0.0) / slot_s
     if flat.any():
         c = At[flat]
         fill = G[flat][:, None] - c.cumsum(axis=1)  # lines 6-8: min(A t, rest before the slot)
@@ -411,8 +408,8 @@ def _alg1_rates(G: np.ndarray, tol: np.ndarray, A: np.ndarray, price: np.ndarray
 
 def _notifications(role, cum, slack, succ, tol):
     """Alg. 2 lines 13-16 with Q-M9/Q-M11: ceiling for the receiver's subsequent flows."""
-    agg = role == Role.AGGREGATION
-    ring = role == Role.RING
+    agg = role == Role.AGGREGATION.value
+    ring = role == Role.RING.value
     ceiling = np.where(agg, cum, np.where(ring, cum + slack, np.nan))
     reduce = np.maximum(succ - ceiling, 0.0)  # NaN where succ or ceiling unknown
     notify = (agg | ring) & (np.isnan(succ) | (reduce > tol))
@@ -487,7 +484,7 @@ def allocate(G_bytes, path, load_Bps, avail_Bps, cap_Bps, B_Bps, *, role=None, s
     rl = rl.astype(np.int8)
     sent = np.zeros(n) if sent_bytes is None else _arr(sent_bytes, "sent_bytes", 1)
     _shape(sent, "sent_bytes", (n,))
-    dep = rl != Role.NONE
+    dep = rl != Role.NONE.value
     if ref_bytes is None:
         if dep.any():
             raise ValueError("ref_bytes: required when some flow has a dependency role")
@@ -503,7 +500,7 @@ def allocate(G_bytes, path, load_Bps, avail_Bps, cap_Bps, B_Bps, *, role=None, s
     slack = np.zeros(n) if slack_bytes is None else _arr(slack_bytes, "slack_bytes", 1)
     _shape(slack, "slack_bytes", (n,))
     if succ_bytes is None:
-        succ = np.where(rl == Role.AGGREGATION, ref, np.nan)
+        succ = np.where(rl == Role.AGGREGATION.value, ref, np.nan)
     else:
         succ = _arr(succ_bytes, "succ_bytes", 1, allow_nan=True)
         _shape(succ, "succ_bytes", (n,))
@@ -584,10 +581,10 @@ def allocate_prepared(G, inc, pidx, load, avail, cap, B, sent, prio, p: MlccPara
     floored = active & ~(rates > 0).any(axis=1)
     if floored.any() and p.min_rate_frac > 0:
         fl_link = p.min_rate_frac * cap / np.maximum(cnt_all, 1.0)
-        fi = np.flatnonzero(floored)
-        floor = _gather_min(np.broadcast_to(fl_link[:, None], (L, 1)), pidx[fi])[:, 0]
+        fi = floored.nonzero()[0]
+        floor = _path_min(np.append(fl_link, np.inf), pT[:, fi])
         k = np.arange(K)[None, :]
-        rf = np.clip((G[fi, None] - k * floor[:, None] * t) / t, 0.0, floor[:, None])
+        rf = np.minimum(np.maximum((G[fi, None] - k * floor[:, None] * t) / t, 0.0), floor[:, None])  # (clip)
         rf = np.where(rf * t > tolG[fi, None], rf, 0.0)
         rates[fi] = rf
         use = inc[fi].T @ rf
@@ -598,7 +595,8 @@ def allocate_prepared(G, inc, pidx, load, avail, cap, B, sent, prio, p: MlccPara
     alg1 = rates.copy()
 
     # per-flow limit for re-planning: own plan + an equal split of what is left (sum-safe)
-    spare = _gather_min(R / np.maximum(cnt_all, 1.0)[:, None], pidx) if n else np.zeros((0, K))
+    Rx[:L] = R / np.maximum(cnt_all, 1.0)[:, None]
+    spare = _path_min(Rx, pT) if n else np.zeros((0, K))
     limit = np.where(active[:, None], rates + spare, 0.0)
 
     if rl is None:  # no dependency roles: no Delta, no notification (what step 4 and 5 give then)
@@ -613,7 +611,7 @@ def allocate_prepared(G, inc, pidx, load, avail, cap, B, sent, prio, p: MlccPara
             rounds=batches)
 
     # step 4: Algorithm 2 (spec 2.8.4), vectorised over flows
-    dep = rl != Role.NONE
+    dep = rl != Role.NONE.value
     r0 = rates[:, 0]
     F = sent + r0 * t  # line 18: bytes by the end of this slot with the Alg. 1 rate
     delta = np.where(dep, np.maximum(ref - F, 0.0), 0.0) / t  # lines 19-25 (Delta as a rate)
@@ -628,7 +626,7 @@ def allocate_prepared(G, inc, pidx, load, avail, cap, B, sent, prio, p: MlccPara
         grow = extra > 0
         if grow.any():
             cnt_up = grow.astype(np.float64) @ inc
-            room = _gather_min((R[:, :1] / np.maximum(cnt_up, 1.0)[:, None]), pidx)[:, 0]
+            room = _path_min(np.append(R[:, 0] / np.maximum(cnt_up, 1.0), np.inf), pT)
             up = np.where(grow, r0 + np.minimum(extra, room), up)
     new0 = np.where(delta > 0, up, r0)
     capped = (delta > 0) & (new0 < r0 + delta - 1e-12 * (r0 + delta))
@@ -681,10 +679,11 @@ def apply_reductions(plan: MlccPlan, ceiling_bytes, params: MlccParams = MlccPar
     new0 = np.maximum(r0 - red / t, 0.0)  # property 18
     rates = plan.rates_Bps.copy()
     changed = np.flatnonzero(new0 < r0 - 1e-12 * np.maximum(r0, 1.0))
-    if changed.size:
-        rr, _ = _replan_future(plan.remaining_bytes[changed], new0[changed], plan.limit_Bps[changed],
-                               plan.price[changed], t, params.w_beta)
-        rates[changed] = rr
+    if changed.size == 0:  # nothing to reduce: the plan as it was (what the lines below compute then)
+        return replace(plan, rates_Bps=rates, reduction_bytes=plan.reduction_bytes + 0.0)
+    rr, _ = _replan_future(plan.remaining_bytes[changed], new0[changed], plan.limit_Bps[changed],
+                           plan.price[changed], t, params.w_beta)
+    rates[changed] = rr
     beta, cost, complete = schedule_cost(rates, plan.price, plan.remaining_bytes, slot_s=t, w_beta=params.w_beta)
     cum = plan.sent_bytes + rates[:, 0] * t
     notify, ceiling, reduce = _notifications(plan.role, cum, plan.slack_bytes, plan.succ_bytes, _tol(cum))

@@ -128,10 +128,12 @@ def _fill_slot0(rates, planned, wave, pidx, head0, t) -> None:
     on_some = (links < L).any(axis=1)  # flows on some link
     cand, links = cand[on_some], links[on_some]
     cw = wave[cand]
-    for w in np.unique(cw).tolist():
+    # free only decreases: a wave whose flows all have a full path now gets nothing (and changes nothing)
+    open_now = _path_min(free, links.T) > 1e-9
+    for w in sorted(set(cw[open_now].tolist())):
         sel = cw == w
         rs, M = cand[sel], links[sel]
-        act = free[M].min(axis=1) > 1e-9  # (a flow whose path is full gets nothing)
+        act = _path_min(free, M.T) > 1e-9  # (a flow whose path is full gets nothing)
         if not act.any():
             continue
         need = rates[rs, 1:].sum(axis=1)
@@ -142,13 +144,13 @@ def _fill_slot0(rates, planned, wave, pidx, head0, t) -> None:
             Ma = M[act]
             on = np.bincount(Ma.ravel(), minlength=L + 1).astype(np.float64)  # filling flows per link
             on[L] = 1.0
-            offer = np.maximum(np.minimum(need[act], (free / np.maximum(on, 1.0))[Ma].min(axis=1)), 0.0)
+            offer = np.maximum(np.minimum(need[act], _path_min(free / np.maximum(on, 1.0), Ma.T)), 0.0)
             given[act] += offer
             need[act] -= offer
             free -= np.bincount(Ma.ravel(), weights=np.repeat(offer, Ma.shape[1]), minlength=L + 1)
             free[L] = np.inf
             # done: flows with nothing left to move, or on a link that is full now
-            act &= (need > 1e-9 * np.maximum(1.0, given)) & (free[M].min(axis=1) > 1e-9)
+            act &= (need > 1e-9 * np.maximum(1.0, given)) & (_path_min(free, M.T) > 1e-9)
         moved = given > 0
         if moved.any():
             rs, extra = rs[moved], given[moved]
@@ -172,7 +174,7 @@ def _allocate(G, path, load, avail, cap, B, sent, prio, params: MlccParams, dep:
         ok = all(np.isfinite(a).all() for a in (load, B, G)) and (cap > 0).all()
     else:  # everything allocate() checks of these arguments (its shapes hold by construction but load's)
         rl = dep["role"]
-        on = rl != Role.NONE
+        on = rl != Role.NONE.value
         ref = np.where(on, dep["ref_bytes"], 0.0)  # (allocate ignores the others' references)
         slack = dep.get("slack_bytes", np.zeros(n))
         vals = np.concatenate((load.ravel(), avail.ravel(), cap, B, sent, G, ref, np.abs(dep["ref_bytes"]), slack))
@@ -266,11 +268,11 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
         if role is not None:
             ref = np.asarray(ref_bytes, dtype=np.float64)[planned]
             rl = np.asarray(role, dtype=np.int64)[planned]
-            if (rl != Role.NONE).any():
+            if (rl != Role.NONE.value).any():
                 # no reference: ref 0 gives no Delta; the flow still notifies its receiver (succ unknown)
                 has_ref = ~np.isnan(ref)
                 dep = {"role": rl, "ref_bytes": np.where(has_ref, ref, 0.0),
-                       "succ_bytes": np.where(has_ref & (rl == Role.AGGREGATION), ref, np.nan)}
+                       "succ_bytes": np.where(has_ref & (rl == Role.AGGREGATION.value), ref, np.nan)}
                 if slack_bytes is not None:
                     dep["slack_bytes"] = np.asarray(slack_bytes, dtype=np.float64)[planned]
         plan = _allocate(Gp, pidx[planned], load, avail, cap, B, sent_p, w, params, dep)

@@ -174,9 +174,9 @@ def progress_bytes(role, sent_bytes, G_bytes, rate0_Bps, kind, slot_s: float) ->
     idle = np.asarray(kind) == "idle"
     F = sent + np.asarray(rate0_Bps, dtype=np.float64) * slot_s
     F = np.where(idle, sent, F)
-    F = np.where((rl == Role.AGGREGATION) & idle, sent + G, F)
-    F = np.where((rl == Role.BROADCAST) & idle, np.nan, F)
-    return np.where(rl == Role.NONE, np.nan, F)
+    F = np.where((rl == Role.AGGREGATION.value) & idle, sent + G, F)
+    F = np.where((rl == Role.BROADCAST.value) & idle, np.nan, F)
+    return np.where(rl == Role.NONE.value, np.nan, F)
 
 
 def plan_slot(G_bytes, B_Bps, sent_bytes, flow_job, path, view: FabricView, *, moving=None,

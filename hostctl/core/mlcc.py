@@ -558,12 +558,12 @@ def allocate_prepared(G, inc, pidx, load, avail, cap, B, sent, prio, p: MlccPara
             A = _path_min(Rx / cntx[:, None], pt)  # equal split [m, K]
             ci = idx
             if rnd < p.max_rounds - 1:
-                fits = A.sum(axis=1) * t >= need[idx]
                 # freeze flows that fit, and flows no split limits (more rounds cannot give them more)
-                stuck = (A >= _path_min(Rx, pt) * (1 - 1e-12)).all(axis=1)
-                commit = fits | stuck
-                if commit.any() and not commit.all():  # (none: nothing changes in a later round, commit all now)
-                    ci, A = idx[commit], A[commit]
+                commit = A.sum(axis=1) * t >= need[idx]
+                if not commit.all():
+                    commit |= (A >= _path_min(Rx, pt) * (1 - 1e-12)).all(axis=1)
+                    if commit.any() and not commit.all():  # (none: nothing changes in a later round, commit all now)
+                        ci, A = idx[commit], A[commit]
             ic = inc[ci]
             price = ic @ ((load + own) * inv_cap)  # Q-M3, with own committed load (Q-M8)
             rc = _alg1_rates(G[ci], tolG[ci], A, price, t, p.w_beta)

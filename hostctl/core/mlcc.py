@@ -378,18 +378,18 @@ def _alg1_rates(G: np.ndarray, tol: np.ndarray, A: np.ndarray, price: np.ndarray
     any difference in summation order, skip it); and those with one price in every slot (below)."""
     At = A * slot_s
     short = At.sum(axis=1) < (G - tol) * (1.0 - 1e-9)
+    if short.all():
+        return np.where(At > tol[:, None], At, 0.0) / slot_s
     # A flow whose price is the same in every slot (local mode's first round: no load yet) is filled
     # slot by slot in time order: Algorithm 1's stable sort keeps that order, every feasible deadline
     # then gives the same fill (the slots after the bytes are covered get only dust, which is
     # dropped) and so the same cost, and the earliest wins; the fill below is the widest deadline's,
     # computed with the same float operations as initial_schedule's.
-    rates = np.where(At > tol[:, None], At, 0.0) / slot_s  # (the short ones' rates)
-    if short.all():
-        return rates
     flat = (price == price[:, :1]).all(axis=1) & ~short
     hard = ~(short | flat)
     if hard.all():
         return _alg1(G, tol, A, price, slot_s, w_beta, 0, rates_only=True)
+    rates = np.where(At > tol[:, None], At, 0.0) / slot_s  # (the short ones' rates)
     if flat.any():
         c = At[flat]
         fill = G[flat][:, None] - c.cumsum(axis=1)  # lines 6-8: min(A t, rest before the slot)

@@ -2,6 +2,7 @@
 
     nice -n 10 .venv/bin/python benchmarks/bench_plan_slot.py [--slots 1000] [--repeat 3]
         [--flows 10,100,1000] [--jobs 1,4,10] [--out docs/results/mlcc/plan25/bench_plan_slot.json]
+    .venv/bin/python benchmarks/bench_plan_slot.py --table RESULTS.json [...]   (the table of saved runs)
 
 Requirement measured: the one-call ordered allocator, so that a job order (mlccctl --job-order) costs one
 plan per slot; decision p90 <= 1 ms for 100 flows. Pure CPU, no I/O, no root.
@@ -16,9 +17,9 @@ Workload (seeded; a new input is drawn for every slot, outside the timed region)
 sees it. L = 30 links: column 0 this host's NIC (10 Gbit/s), 1 its rack uplink (20 Gbit/s), 2..5 the
 downlinks of 4 remote racks (20 Gbit/s), 6..29 the NIC downlinks of 24 remote hosts (6 per remote rack;
 10 Gbit/s). A flow goes to a host of its job's peer set (each job has 6 peers drawn from the 24, so jobs
-overlap): 20% to a host of the same rack (2 links: NIC, remote NIC; here the remote host is drawn from
-rack 2's hosts, reached through the own ToR), 20% to a remote rack without a known last hop (3 links) and
-60% to a remote host (4 links). Flows are spread over J jobs at random. Sizes: 70% known (log-uniform
+overlap): 20% over 2 links (the NIC and the peer's NIC downlink, as to a peer behind the same ToR), 20%
+over 3 (NIC, rack uplink, the peer rack's downlink: no known last hop) and 60% over 4 (and the peer's NIC
+downlink). Flows are spread over J jobs at random. Sizes: 70% known (log-uniform
 1 MB..500 MB), 15% unknown (NaN), 15% idle (0); 5% did not move in the last slot.
 
 The FabricView: external load (jobs with no flow here) uniform 0..40% of each link's capacity with 30% of
@@ -40,6 +41,7 @@ per repeat; the table shows the median over the repeats of each statistic.
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import statistics
 import sys
@@ -186,10 +188,13 @@ def run_case(n: int, J: int, ordered: bool, alg2: bool, slots: int, seed: int, p
 def table(results: list[dict]) -> list[str]:
     """One line per case: the median over the repeats of each number (ms; ratios to the reference's p90)."""
     keys = sorted({(r["n"], r["J"], r["order"], r["alg2"]) for r in results})
-    cols = [("wall med", lambda r: r["decision_wall_ms"]["median"]), ("wall p90", lambda r: r["decision_wall_ms"]["p90"]),
-            ("wall p99", lambda r: r["decision_wall_ms"]["p99"]), ("cpu med", lambda r: r["decision_cpu_ms"]["median"]),
-            ("cpu p90", lambda r: r["decision_cpu_ms"]["p90"]), ("ref wall p90", lambda r: r["reference_wall_ms"]["p90"]),
-            ("ref cpu p90", lambda r: r["reference_cpu_ms"]["p90"]), ("wall/ref", lambda r: r["p90_wall_over_reference"]),
+    def stat(key: str, q: str):
+        return lambda r: r[key][q]
+
+    cols = [("wall med", stat("decision_wall_ms", "median")), ("wall p90", stat("decision_wall_ms", "p90")),
+            ("wall p99", stat("decision_wall_ms", "p99")), ("cpu med", stat("decision_cpu_ms", "median")),
+            ("cpu p90", stat("decision_cpu_ms", "p90")), ("ref wall p90", stat("reference_wall_ms", "p90")),
+            ("ref cpu p90", stat("reference_cpu_ms", "p90")), ("wall/ref", lambda r: r["p90_wall_over_reference"]),
             ("cpu/ref", lambda r: r["p90_cpu_over_reference"]), ("virtual", lambda r: r["virtual_links_mean"])]
     lines = ["| n | J | order | alg2 | " + " | ".join(c for c, _ in cols) + " |",
              "|" + "---:|" * (4 + len(cols))]
@@ -210,7 +215,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", default="1,4,10", help="local job counts (default 1,4,10)")
     ap.add_argument("--K", type=int, default=MlccParams().K)
     ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--table", nargs="+", metavar="JSON", help="print the table of saved results (their cases "
+                    "pooled: medians over all their repeats) and exit")
     args = ap.parse_args(argv)
+    if args.table:
+        try:
+            results = [r for f in args.table for r in json.loads(Path(f).read_text())["results"]]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"bench_plan_slot: cannot read the results ({e})", file=sys.stderr)
+            return 2
+        print("\n".join(table(results)))
+        return 0
     try:
         flows = [int(x) for x in args.flows.split(",")]
         jobs = [int(x) for x in args.jobs.split(",")]

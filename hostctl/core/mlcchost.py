@@ -163,6 +163,22 @@ def _fill_slot0(rates, planned, wave, pidx, head0, t) -> None:
             break  # every link is full: the later waves would get nothing
 
 
+def _left_by_earlier_waves(wave, idle, planned, rate0, gidx, head0) -> np.ndarray:
+    """For each idle flow, the least over its path of what the planned flows of the waves before its own
+    leave in slot 0: head0 [L] minus their slot-0 rates rate0 [n] on each link (gidx [n, P]: padding L).
+    One bincount over the cells (idle wave, link), wave-major and the flows in row order within a wave,
+    so every sum adds in the same order as one bincount per wave."""
+    L = head0.shape[0]
+    waves, row = np.unique(wave[idle], return_inverse=True)  # the idle flows' waves; each idle flow's one
+    bw, bi = (wave[planned][None, :] < waves[:, None]).nonzero()  # (idle wave, earlier planned flow)
+    rb = gidx[planned[bi]]
+    use = np.bincount((bw[:, None] * (L + 1) + rb).ravel(), weights=np.repeat(rate0[planned[bi]], rb.shape[1]),
+                      minlength=waves.size * (L + 1)).reshape(waves.size, L + 1)
+    left = np.maximum(head0 - use[:, :L], 0.0)  # [W, L]
+    left = np.concatenate([left, np.full((waves.size, 1), np.inf)], axis=1).ravel()
+    return _path_min(left, row * (L + 1) + gidx[idle].T)
+
+
 def _allocate(G, path, load, avail, cap, B, sent, prio, params: MlccParams, dep: dict) -> MlccPlan:
     """allocate() on host_slot's arrays for its planned flows (dep: role, ref_bytes, succ_bytes and
     slack_bytes, or empty). Arrays that allocate() would accept go straight to allocate_prepared (the
@@ -297,16 +313,8 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     if waves is not None and not idle_share and idle.any() and planned.size:
         # under a job order an idle flow's new burst must not run over the slot-0 plans of the jobs
         # ranked before its own on this host: its headroom is what they leave
-        wv = np.asarray(waves, dtype=np.int64)
-        for w in np.unique(wv[idle]).tolist():
-            before = planned[wv[planned] < w]
-            if before.size == 0:
-                continue
-            rb = pidx[before]
-            use = np.bincount(np.where(rb >= 0, rb, L).ravel(), weights=np.repeat(rates[before, 0], rb.shape[1]),
-                              minlength=L + 1)[:L]
-            sel = idle & (wv == w)
-            head0[sel] = _path_min(np.append(np.maximum(link_head0 - use, 0.0), np.inf), gT[:, sel])
+        head0[idle] = _left_by_earlier_waves(np.asarray(waves, dtype=np.int64), idle, planned, rates[:, 0],
+                                             gT.T, link_head0)
     idle_rate = floor
     if idle_share and idle.any():
         # at least an equal share of the tightest link among this host's flows on it

@@ -159,3 +159,35 @@ def test_apply_reductions_without_a_binding_ceiling_is_the_plan_recomputed(args,
     for f in fields(plan):
         _same(getattr(got, f.name), want.get(f.name, getattr(plan, f.name)), f.name)
     assert got.rates_Bps is not plan.rates_Bps
+
+
+def _left_per_wave(wave, idle, planned, rate0, gidx, head0):
+    """host_slot's idle headroom under a job order as first written: one bincount per idle wave."""
+    L = head0.shape[0]
+    out = np.append(head0, np.inf)[gidx].min(axis=1)
+    for w in np.unique(wave[idle]).tolist():
+        before = planned[wave[planned] < w]
+        if before.size == 0:
+            continue
+        rb = gidx[before]
+        use = np.bincount(rb.ravel(), weights=np.repeat(rate0[before], rb.shape[1]), minlength=L + 1)[:L]
+        sel = idle & (wave == w)
+        out[sel] = np.append(np.maximum(head0 - use, 0.0), np.inf)[gidx[sel]].min(axis=1)
+    return out[idle]
+
+
+@SETTINGS
+@given(st.integers(1, 12), st.integers(1, 5), st.integers(1, 4), st.data())
+def test_idle_headroom_under_a_job_order_equals_one_bincount_per_wave(n, L, P, data):
+    """What the earlier waves leave an idle flow (mlcchost._left_by_earlier_waves, one bincount for all
+    waves): the same floats as a bincount per wave."""
+    wave = np.array(data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)))
+    idle = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    idle[0] = True
+    planned = (~idle & np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))).nonzero()[0]
+    rate0 = np.array(data.draw(st.lists(st.sampled_from([0.0, 1e3, C / 7, C / 3, C]), min_size=n, max_size=n)))
+    gidx = np.array(data.draw(st.lists(st.integers(0, L), min_size=n * P, max_size=n * P))).reshape(n, P)
+    gidx[:, 0] = np.minimum(gidx[:, 0], L - 1)  # (every flow crosses a link)
+    head0 = np.array(data.draw(st.lists(st.sampled_from([0.0, C / 5, C / 2, C]), min_size=L, max_size=L)))
+    want = _left_per_wave(wave, idle, planned, rate0, gidx, head0)
+    np.testing.assert_array_equal(mlcchost._left_by_earlier_waves(wave, idle, planned, rate0, gidx, head0), want)

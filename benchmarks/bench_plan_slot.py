@@ -29,22 +29,34 @@ by 1..3 flows (same_flows); a job's other_Bps = external load + the other local 
 NIC 70..100% of its capacity, the other links their capacity. With J >= 2 the NIC is shared by several
 local jobs with different views, so virtual links appear (reported as ``virtual_links_mean``).
 
+``--baseline REV`` also times plan_slot as it was at git revision REV (its core/mlcc.py, mlcchost.py and
+mlccplan.py, loaded beside the working tree's under another package name) on the same inputs, in the same
+loop (the two alternate which goes first), and counts the slots where both decide the same, bit for bit:
+a before/after comparison that the machine's load drifts cannot bias.
+
 Variants: ``order`` none (wave None: one wave) or ``rank`` (wave = the job's rank: one wave per job);
 ``alg2`` off, or on: roles (30% aggregation, 30% broadcast, 30% ring, 10% none), the peers' F (20% NaN),
 ring slack (one eighth of the iteration) and received ceilings (15% of the flows, some of them binding).
 
 Times on a shared machine are noisy: each sample records wall time (perf_counter) and this thread's CPU
-time (thread_time); wall >> CPU means the process was preempted. Medians, p90 and p99 over the slots,
+time (thread_time); wall >> CPU means the process was preempted, or waited for OpenBLAS's worker threads
+(matrix products of a few hundred thousand multiply-adds and more, at n = 1000; OPENBLAS_NUM_THREADS=1
+avoids them and gives the same floats; the results file records the variable). Medians, p90 and p99 over the slots,
 per repeat; the table shows the median over the repeats of each statistic.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import os
 import platform
+import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -150,6 +162,35 @@ class Reference:
         return float(o[0]) + float(a[0, 0]) + s
 
 
+BASELINE_MODULES = ("mlcc", "mlcchost", "mlccplan")
+
+
+def load_baseline(rev: str):
+    """plan_slot as it was at git revision REV: its three planner modules from ``git show``, imports among
+    them renamed to a package of their own in a temporary folder (other imports stay the working tree's)."""
+    root = Path(__file__).resolve().parents[1]
+    tag = "_plan_slot_" + "".join(c if c.isalnum() else "_" for c in rev)
+    pkg = Path(tempfile.mkdtemp(prefix="bench_plan_slot_")) / tag
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for m in BASELINE_MODULES:
+        src = subprocess.run(["git", "-C", str(root), "show", f"{rev}:hostctl/core/{m}.py"], capture_output=True,
+                             text=True)
+        if src.returncode != 0:
+            raise ValueError(f"--baseline {rev}: {src.stderr.strip() or 'git show failed'}")
+        text = re.sub(r"\bhostctl\.core\.(" + "|".join(BASELINE_MODULES) + r")\b", tag + r".\1", src.stdout)
+        (pkg / f"{m}.py").write_text(text)
+    sys.path.insert(0, str(pkg.parent))
+    return importlib.import_module(f"{tag}.mlccplan").plan_slot
+
+
+def same_decision(a, b) -> bool:
+    """Both plans' published and applied rates, bit for bit (NaN equal)."""
+    return all(np.array_equal(x, y, equal_nan=True) for x, y in (
+        (a.applied_Bps, b.applied_Bps), (a.slot.rates_Bps, b.slot.rates_Bps), (a.reports, b.reports),
+        (a.held, b.held)))
+
+
 def pct(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
@@ -161,28 +202,46 @@ def summary(xs: list[float]) -> dict:
 
 
 def run_case(n: int, J: int, ordered: bool, alg2: bool, slots: int, seed: int, params: MlccParams,
-             ref: Reference, warmup: int = 20) -> dict:
+             ref: Reference, warmup: int = 20, baseline=None) -> dict:
     rng = np.random.default_rng(seed)
-    wall, cpu, rwall, rcpu, virt = [], [], [], [], []
+    wall, cpu, rwall, rcpu, virt, bwall, bcpu = [], [], [], [], [], [], []
+    same = 0
+
+    def timed(fn, kw):
+        c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
+        d = fn(params=params, **kw)
+        w1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+        return d, (w1 - w0) / 1e6, (c1 - c0) / 1e6
+
     for s in range(slots + warmup):  # warm-up slots are not recorded
         kw = make_slot(rng, n, J, params.K, ordered, alg2)
-        c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
-        d = plan_slot(params=params, **kw)
-        w1, c1 = time.perf_counter_ns(), time.thread_time_ns()
-        ref()
-        w2, c2 = time.perf_counter_ns(), time.thread_time_ns()
+        if baseline is not None and s % 2:
+            b, bw, bc = timed(baseline, kw)
+        d, w, c = timed(plan_slot, kw)
+        if baseline is not None and not s % 2:
+            b, bw, bc = timed(baseline, kw)
+        _, rw, rc = timed(lambda params: ref(), {})
         if s >= warmup:
-            wall.append((w1 - w0) / 1e6)
-            cpu.append((c1 - c0) / 1e6)
-            rwall.append((w2 - w1) / 1e6)
-            rcpu.append((c2 - c1) / 1e6)
+            wall.append(w)
+            cpu.append(c)
+            rwall.append(rw)
+            rcpu.append(rc)
             virt.append(d.L_virtual)
+            if baseline is not None:
+                bwall.append(bw)
+                bcpu.append(bc)
+                same += same_decision(d, b)
     w, r = summary(wall), summary(rwall)
     c, rc = summary(cpu), summary(rcpu)
-    return {"n": n, "J": J, "order": "rank" if ordered else "none", "alg2": alg2, "slots": slots,
-            "decision_wall_ms": w, "decision_cpu_ms": c, "reference_wall_ms": r, "reference_cpu_ms": rc,
-            "p90_wall_over_reference": w["p90"] / r["p90"], "p90_cpu_over_reference": c["p90"] / rc["p90"],
-            "virtual_links_mean": statistics.fmean(virt)}
+    out = {"n": n, "J": J, "order": "rank" if ordered else "none", "alg2": alg2, "slots": slots,
+           "decision_wall_ms": w, "decision_cpu_ms": c, "reference_wall_ms": r, "reference_cpu_ms": rc,
+           "p90_wall_over_reference": w["p90"] / r["p90"], "p90_cpu_over_reference": c["p90"] / rc["p90"],
+           "virtual_links_mean": statistics.fmean(virt)}
+    if baseline is not None:
+        bw, bc = summary(bwall), summary(bcpu)
+        out.update(baseline_wall_ms=bw, baseline_cpu_ms=bc, baseline_p90_cpu_over_reference=bc["p90"] / rc["p90"],
+                   same_decisions=same / slots)
+    return out
 
 
 def table(results: list[dict]) -> list[str]:
@@ -196,13 +255,17 @@ def table(results: list[dict]) -> list[str]:
             ("cpu p90", stat("decision_cpu_ms", "p90")), ("ref wall p90", stat("reference_wall_ms", "p90")),
             ("ref cpu p90", stat("reference_cpu_ms", "p90")), ("wall/ref", lambda r: r["p90_wall_over_reference"]),
             ("cpu/ref", lambda r: r["p90_cpu_over_reference"]), ("virtual", lambda r: r["virtual_links_mean"])]
+    if all("baseline_cpu_ms" in r for r in results):
+        cols += [("base cpu med", stat("baseline_cpu_ms", "median")), ("base cpu p90", stat("baseline_cpu_ms", "p90")),
+                 ("base/ref", lambda r: r["baseline_p90_cpu_over_reference"]),
+                 ("same", lambda r: r["same_decisions"])]
     lines = ["| n | J | order | alg2 | " + " | ".join(c for c, _ in cols) + " |",
              "|" + "---:|" * (4 + len(cols))]
     for k in keys:
         rs = [r for r in results if (r["n"], r["J"], r["order"], r["alg2"]) == k]
         vals = [statistics.median(f(r) for r in rs) for _, f in cols]
         lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {'on' if k[3] else 'off'} | "
-                     + " | ".join(f"{v:.2f}" if c in ("wall/ref", "cpu/ref") else f"{v:.1f}" if c == "virtual"
+                     + " | ".join(f"{v:.2f}" if c in ("wall/ref", "cpu/ref", "base/ref", "same") else f"{v:.1f}" if c == "virtual"
                                   else f"{v:.3f}" for (c, _), v in zip(cols, vals)) + " |")
     return lines
 
@@ -215,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", default="1,4,10", help="local job counts (default 1,4,10)")
     ap.add_argument("--K", type=int, default=MlccParams().K)
     ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--baseline", metavar="REV", help="also time plan_slot as at git revision REV (e.g. main), "
+                    "interleaved, and compare its decisions")
     ap.add_argument("--table", nargs="+", metavar="JSON", help="print the table of saved results (their cases "
                     "pooled: medians over all their repeats) and exit")
     args = ap.parse_args(argv)
@@ -236,6 +301,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.slots < 1 or args.repeat < 1 or min(flows) < 1 or min(jobs) < 1:
         print("bench_plan_slot: --slots, --repeat, --flows and --jobs must be >= 1", file=sys.stderr)
         return 2
+    baseline = None
+    if args.baseline:
+        try:
+            baseline = load_baseline(args.baseline)
+        except (ValueError, OSError, ImportError, SyntaxError) as e:
+            print(f"bench_plan_slot: {e}", file=sys.stderr)
+            return 2
     ref = Reference()
     results = []
     for rep in range(args.repeat):
@@ -245,23 +317,26 @@ def main(argv: list[str] | None = None) -> int:
                 for ordered in (False, True):
                     for alg2 in (False, True):
                         seed = 100_000 * rep + 100 * n + 10 * J + 2 * ordered + alg2
-                        r = run_case(n, J, ordered, alg2, slots, seed, params, ref)
+                        r = run_case(n, J, ordered, alg2, slots, seed, params, ref, baseline=baseline)
                         r["repeat"] = rep
                         results.append(r)
                         w = r["decision_wall_ms"]
                         print(f"rep {rep} n={n:5d} J={J:2d} order={r['order']:>4} alg2={'on' if alg2 else 'off':>3}: "
                               f"wall median {w['median']:.3f} p90 {w['p90']:.3f} p99 {w['p99']:.3f} ms | "
                               f"cpu p90 {r['decision_cpu_ms']['p90']:.3f} | ref p90 {r['reference_wall_ms']['p90']:.3f}"
-                              f" -> p90/ref {r['p90_wall_over_reference']:.2f} | virtual {r['virtual_links_mean']:.1f}",
-                              flush=True)
+                              f" -> p90/ref {r['p90_wall_over_reference']:.2f} | virtual {r['virtual_links_mean']:.1f}"
+                              + (f" | baseline cpu p90 {r['baseline_cpu_ms']['p90']:.3f}, same "
+                                 f"{r['same_decisions']:.2f}" if baseline else ""), flush=True)
     print()
     print("\n".join(table(results)))
     write_results(args.out, "mlccplan plan_slot() per-slot decision time, with a fixed reference computation", {
-        "params": {"K": args.K, "slot_s": params.slot_s, "slots": args.slots, "repeat": args.repeat, "links": L},
+        "params": {"K": args.K, "slot_s": params.slot_s, "slots": args.slots, "repeat": args.repeat, "links": L,
+                   "baseline": args.baseline},
         "reference": "numpy: argsort of a fixed seeded 20000-float array + product of eight 64x64 matrices + "
                      "100 x np.maximum(row - 0.5, 0).sum() on rows of 30 floats",
         "results": results,
-    }, machine={"machine": platform.machine(), "numpy": np.__version__, "processor": platform.processor()})
+    }, machine={"machine": platform.machine(), "numpy": np.__version__, "processor": platform.processor(),
+                "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS")})
     return 0
 
 

@@ -54,3 +54,19 @@ def test_cases_run_and_write_results(tmp_path, capsys):
     assert lines[0].startswith("| n | J |") and len(lines) == 2 + 8
     assert bench.main(["--flows", "x"]) == 2
     assert bench.main(["--table", str(tmp_path / "missing.json")]) == 2
+
+
+def test_baseline_from_git_is_timed_beside_and_compared(tmp_path):
+    import shutil
+    import subprocess
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    if shutil.which("git") is None or subprocess.run(["git", "-C", root, "rev-parse", "HEAD"],
+                                                     capture_output=True).returncode != 0:
+        import pytest
+        pytest.skip("needs the git checkout")
+    out = tmp_path / "b.json"
+    assert bench.main(["--slots", "2", "--repeat", "1", "--flows", "4", "--jobs", "2", "--baseline", "HEAD",
+                       "--out", str(out)]) == 0
+    for r in json.loads(out.read_text())["results"]:
+        assert r["baseline_cpu_ms"]["p90"] > 0 and 0.0 <= r["same_decisions"] <= 1.0
+    assert bench.main(["--slots", "2", "--flows", "4", "--baseline", "no-such-revision"]) == 2

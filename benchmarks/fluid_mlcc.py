@@ -16,7 +16,8 @@ planned, as in the testbed. What the model gives the planner that the testbed do
 - exact, instant rates: a cap is a flow's rate at once (no TCP pacing bursts, no slow start, no
   callbacks) and the measured rate of a slot is exact;
 - switch mode: every host sees the others' published schedules of the slot before, shifted by one
-  slot and labelled by job and host (what switchemu gives the daemon: core.mlccplan.FabricView).
+  slot and labelled by job and host (what switchemu gives the daemon: core.mlccplan.FabricView), the
+  jobs in the order their schedules arrived (without a job order) or in the job order.
 
 Policies: ``fair`` (no planning: ideal fair sharing, fluid_mixed's pessimistic model of fifo);
 ``mlcc-local`` (each host plans its own NIC); ``mlcc`` (switch mode); ``mlcc-fixed`` (switch mode
@@ -89,6 +90,8 @@ class HostPlanner:
         self.cap = np.full(len(LINKS), CAP_BPS)
         self.conns: dict[str, set] = {}  # host -> its connections seen so far (DL only)
         self.pub: dict = {}  # conn -> (path columns, published K-slot rates) of the last slot
+        self.arrival: dict = {}  # job -> when its schedules arrived in the (model) switch's table
+        self.arrivals = 0
         self.slots = 0
         self.cpu_s = 0.0
 
@@ -111,8 +114,9 @@ class HostPlanner:
                     if c[0] == j:
                         same[i][cols] += row
                         nsame[i][cols] += row > 0
-                    elif self.rank is None or self.rank[c[0]] <= self.rank[j]:
-                        other[i][cols, :-1] += r[1:]
+                    elif (self.rank[c[0]] <= self.rank[j]) if self.rank is not None else \
+                            self.arrival.get(c[0], math.inf) < self.arrival.get(j, math.inf):
+                        other[i][cols] += row
         return FabricView(self.cap, self.cap.copy(), other, same, nsame)
 
     def tick(self) -> None:
@@ -134,6 +138,8 @@ class HostPlanner:
             wave = None
             if self.rank is not None:
                 wave = fj
+            elif self.mode == "switch":  # arrival order, as the daemon without a job order
+                wave = np.array([self.arrival.get(c[0], self.arrivals) for c in conns], dtype=np.int64)
             elif self.by_job:  # waves by bytes left on this host, fewest first
                 left = {j: sum(g for g, c in zip(G, conns) if c[0] == j) for j in jobs}
                 w = {j: i for i, j in enumerate(sorted(jobs, key=lambda j: (left[j], j)))}
@@ -145,6 +151,13 @@ class HostPlanner:
                 sim.caps[c] = float(d.applied_Bps[i])
                 pub[c] = (paths[i], np.maximum(d.slot.rates_Bps[i], 0.0))
         self.pub = pub
+        busy = {c[0] for c, (_, r) in pub.items() if r.any()}
+        for j in [j for j in self.arrival if j not in busy]:
+            del self.arrival[j]
+        for c, (_, r) in pub.items():  # in publishing order, as the switch records them
+            if c[0] in busy and c[0] not in self.arrival:
+                self.arrival[c[0]] = self.arrivals
+                self.arrivals += 1
         self.slots += 1
         self.cpu_s += time.process_time() - t0
         sim.after(self.slot_s, self.tick)

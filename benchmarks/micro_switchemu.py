@@ -10,9 +10,14 @@ run). Reports CPU microseconds per message (= per update + fetch pair) and per f
     .venv/bin/python benchmarks/micro_switchemu.py                  # ~3 s
     .venv/bin/python benchmarks/micro_switchemu.py --profile        # cProfile of one run, top 25
     .venv/bin/python benchmarks/micro_switchemu.py --socket         # + the ROUTER loop over ipc (recv/send)
+    .venv/bin/python benchmarks/micro_switchemu.py --compare /tmp/old --repeat 16 --out R.json
+                                                                    # against another checkout, alternated
 
-To time the code before a change, put that tree first on the path (the script inserts its own
-parent folder, so run a copy of it from inside the other tree).
+To time the code before a change, ``--compare DIR`` imports DIR's switchemu (e.g. ``git archive``
+of the old commit unpacked there) next to this tree's and alternates runs of the two in this one
+process (the order swapped every round), so drift of a shared machine hits both alike; it prints
+the min and median of each and their ratio. (Or run a copy of this script from inside the other tree:
+it inserts its own parent folder on the path.)
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import statistics
 import sys
 import time
 
@@ -55,14 +61,50 @@ def messages(n_daemons: int, n_slots: int, seed: int = 1, t0: float = 1.7e9) -> 
     return out
 
 
-def run(topo, msgs, state_kw=None) -> tuple[float, SwitchState, list[list[bytes]]]:
-    st = SwitchState(topo, None, slot_s=SLOT_S, horizon=K, **(state_kw or {}))
+def run(topo, msgs, state_kw=None, state_cls=SwitchState) -> tuple[float, SwitchState, list[list[bytes]]]:
+    st = state_cls(topo, None, slot_s=SLOT_S, horizon=K, **(state_kw or {}))
     handle = st.handle_message
     replies = []
     t0 = time.process_time()
     for now, parts in msgs:
         replies.append(handle(parts, now))
     return time.process_time() - t0, st, replies
+
+
+def other_tree(tree: str):
+    """(SwitchState, Topology) of another checkout, imported under the same module names; this tree's
+    modules are put back afterwards, so both live side by side in this process."""
+    roots = ("hostctl", "switchemu")
+    saved = {k: m for k, m in sys.modules.items() if k.split(".")[0] in roots}
+    for k in saved:
+        del sys.modules[k]
+    sys.path.insert(0, os.path.abspath(tree))
+    try:
+        from hostctl.core.topology import Topology as OtherTopology
+        from switchemu.server import SwitchState as OtherState
+    finally:
+        sys.path.pop(0)
+        for k in [k for k in sys.modules if k.split(".")[0] in roots]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+    return OtherState, OtherTopology
+
+
+def compare(tree: str, msgs, repeat: int) -> dict:
+    """CPU us per message of this tree's handler and ``tree``'s, alternated ``repeat`` rounds."""
+    other_cls, other_topo_cls = other_tree(tree)
+    sides = {"this": (SwitchState, topology()), "other": (other_cls, other_topo_cls.from_toml(TOPO))}
+    per: dict[str, list[float]] = {"this": [], "other": []}
+    for i in range(repeat):
+        for name in (("this", "other") if i % 2 == 0 else ("other", "this")):
+            cls, topo = sides[name]
+            per[name].append(run(topo, msgs, state_cls=cls)[0] / len(msgs) * 1e6)
+    out = {"other_tree": os.path.abspath(tree), "rounds": repeat, "us_per_message": per}
+    for name, v in per.items():
+        out[f"{name}_min_us"], out[f"{name}_median_us"] = min(v), statistics.median(v)
+    out["ratio_min"] = out["this_min_us"] / out["other_min_us"]
+    out["ratio_median"] = out["this_median_us"] / out["other_median_us"]
+    return out
 
 
 def socket_loop(topo, msgs, n: int, peers: int = 1) -> float:
@@ -142,10 +184,23 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--socket", action="store_true", help="also time the ROUTER loop over ipc (one thread)")
     ap.add_argument("--peers", type=int, default=1, help="DEALER sockets the --socket messages come from")
+    ap.add_argument("--compare", metavar="DIR", help="also time DIR's switchemu (another checkout), alternated")
+    ap.add_argument("--out", help="write the --compare results here (JSON)")
     args = ap.parse_args()
     topo = topology()
     msgs = messages(args.daemons, args.slots)
     run(topo, msgs[: min(len(msgs), 2000)])  # warm up (imports, caches)
+    if args.compare:
+        res = compare(args.compare, msgs, args.repeat)
+        print(f"{len(msgs)} messages per run, {args.repeat} alternated rounds, CPU us per message (update + fetch), "
+              f"handler only: this tree min {res['this_min_us']:.2f} median {res['this_median_us']:.2f}; "
+              f"{args.compare} min {res['other_min_us']:.2f} median {res['other_median_us']:.2f}; "
+              f"this / other: {res['ratio_min']:.3f} (min), {res['ratio_median']:.3f} (median)")
+        if args.out:
+            from hostctl.bench.results import write_results
+
+            write_results(args.out, "micro_switchemu --compare", {"daemons": args.daemons, "slots": args.slots, **res})
+        return
     if args.profile:
         import cProfile
         import pstats

@@ -4,9 +4,10 @@ Each slot, for this host's DL flows (the host is their sender):
   1. fetch (switch mode): per flow, the switches' rows for the links on its path: the load of the
      *other* jobs (under a job order, those ranked up to the flow's job) and the flow's own job's load and
      flows from other hosts; the peers' progress and this host's notifications (Algorithm 2);
-  2. build each local job's view of its links (core.mlccplan.FabricView: the switch's rows minus this
-     host's own published load of its other jobs, which it plans itself) and û of the NIC from the
-     measured cross traffic, and call core.mlccplan.plan_slot, the whole decision (it is pure);
+  2. build each local job's view of its links (core.mlccplan.FabricView: the switch's rows, which leave
+     out the jobs that arrived after the job and this host's own flows, or under a job order the jobs
+     ranked after it, this host's own load being subtracted here) and û of the NIC from the measured
+     cross traffic, and call core.mlccplan.plan_slot, the whole decision (it is pure);
   3. publish the K-slot schedules (update_schedule), the progress and the notifications, and return the
      rates to write to the pacer.
 
@@ -137,6 +138,8 @@ class MlccControl:
         self._written = np.zeros(0, dtype=np.int64)
         self.last_applied = np.zeros(0)
         self.last_held = np.zeros(0, dtype=bool)
+        self._arrived: dict[str, int] = {}  # busy jobs -> when they became busy (arrival order, no job order)
+        self._arrivals = 0
         self._nic_hist: deque[tuple[float, float]] = deque(maxlen=4)  # (NIC, DL) tx rates of the last slots
         self.nic_avail_min: int | None = None  # the least û of the NIC seen (status: how much cross traffic took)
         self._last_ids: list[str] = []
@@ -279,7 +282,10 @@ class MlccControl:
                     groups[g] = a = i
                     x = old.get(g)
                     if x is None or x.flow_id != i:
-                        x = wire.FlowQuery(i, f.key.laddr, f.key.raddr, job_id=f.job, rank=rank(f.job))
+                        # without a job order: the job's view in arrival order (the switch leaves out
+                        # the jobs that arrived after it and this host's own flows)
+                        x = wire.FlowQuery(i, f.key.laddr, f.key.raddr, job_id=f.job, rank=rank(f.job),
+                                           arrival=not self.ranks)
                     q.append(x)
                 asker.append(a)
             self._queries = dict(zip(groups, q))
@@ -371,7 +377,8 @@ class MlccControl:
                 continue
             partial[x.flow_id] = bool(need)
             if need:
-                out.append(wire.FlowQuery(x.flow_id, x.src, x.dst, links=need, job_id=x.job_id, rank=x.rank))
+                out.append(wire.FlowQuery(x.flow_id, x.src, x.dst, links=need, job_id=x.job_id, rank=x.rank,
+                                          arrival=x.arrival))
         return out, partial
 
     def _take_progress(self, slot: int, res) -> None:
@@ -463,11 +470,24 @@ class MlccControl:
         if self.ranks and self.mode == "switch":
             order = {j: w for w, j in enumerate(sorted(jobs, key=lambda j: (self.ranks[j], j)))}
             wave = np.array([order[j] for j in jobs], dtype=np.int64)[fj]
+        elif self.mode == "switch":
+            # arrival order (the switch's order of the jobs' first schedules): this host's own jobs too are
+            # planned one after another, the job whose flows became busy first first
+            busy = {jobs[j] for j, g, m in zip(fj.tolist(), (f.G_bytes for f in flows), moving.tolist())
+                    if m and not g <= 0}
+            for j in [j for j in self._arrived if j not in busy]:
+                del self._arrived[j]
+            for j in sorted(busy - self._arrived.keys()):
+                self._arrived[j] = self._arrivals
+                self._arrivals += 1
+            last = self._arrivals
+            wave = np.array([self._arrived.get(j, last) for j in jobs], dtype=np.int64)[fj]
         kw: dict[str, Any] = {}
         if deps is not None:
             kw = self._dep_inputs(slot, flows, deps)
         dec = plan_slot([f.G_bytes for f in flows], [f.B_Bps for f in flows], [f.sent_bytes for f in flows],
-                        fj, path, view, moving=moving, params=self.params, wave=wave, idle_share=wave is None, **kw)
+                        fj, path, view, moving=moving, params=self.params, wave=wave, idle_share=not self.ranks,
+                        **kw)
         if deps is not None:
             self.dep_counts["delta_flows"] += int((dec.slot.delta_Bps > 0).sum())
             self.dep_counts["reduced_flows"] += int((dec.slot.reduced_bytes > 0).sum())
@@ -499,24 +519,26 @@ class MlccControl:
                 if jr is not None:
                     same[j, c] = jr
                     nsame[j, c] = fl.job_flows[lid]
-        # this host's published load that the switch counted in job j's rows: its other jobs (under an
-        # order, those it ranked up to j's rank when it published)
-        own_jix, own_job, own_total = self._own_load(self.fb_slot, col, L)
+        # this host's published load that the switch counted in job j's rows: under an order, its other
+        # jobs that it ranked up to j's rank when it published; without one the switch left this host out
         if self.ranks:
+            own_jix, own_job, _ = self._own_load(self.fb_slot, col, L)
             pub = self._pub_ranks
             for j, name in enumerate(jobs):
                 rk = self.ranks.get(name)
                 for h, i in own_jix.items():
                     if h != name and (pub.get(h) is None or rk is None or pub[h] <= rk):
                         other[j] -= own_job[i]
-        else:
-            idx = np.array([own_jix.get(name, -1) for name in jobs], dtype=np.int64)
-            other -= own_total[None] - own_job[idx]
         other = np.maximum(other, 0.0)
-        if shift:
-            for a in (other, same, nsame):
+        for a in (other, same, nsame):
+            if shift:
                 a[:, :, :K - shift] = a[:, :, shift:].copy()
-                a[:, :, K - shift:] = 0.0
+            # the schedules the others published in an earlier slot end before this window does: what they
+            # still send in their last slot goes on (they plan those slots next); without it the window's
+            # last slots look free and are booked twice
+            end = K - 1 - shift  # the last column the feedback covers
+            if end >= 1:
+                a[:, :, end:] = np.maximum(a[:, :, end - 1:end], a[:, :, end:end + 1])
         return FabricView(cap, avail, other, same, nsame)
 
     def observe_nic(self, nic_Bps: float, dl_Bps: float) -> None:
@@ -578,6 +600,9 @@ class MlccControl:
         rows = np.round(published).tolist()  # one conversion for all flows (floats, as on the wire)
         ups = [wire.FlowSchedule(fid, f.job, f.key.laddr, f.key.raddr, self.seq, tuple(row), rank=rank(f.job))
                for fid, f, row in zip(ids, flows, rows)]
+        if self._arrived:  # the switch records jobs that arrive together in the order of their schedules
+            arrived, last = self._arrived, self._arrivals
+            ups.sort(key=lambda u: arrived.get(u.job_id, last))
         self._pub_ranks = {f.job: rank(f.job) for f in flows} if self.ranks else {}  # (read under an order only)
         # flows that ended: withdraw their schedules (all zeros)
         now = set(ids)

@@ -206,7 +206,8 @@ def format_status(endpoint: str, st: dict, top: int = 20) -> str:
     for r in (head, *rows):
         lines.append("  ".join(c.ljust(width[i]) if i == 0 else c.rjust(width[i]) for i, c in enumerate(r)).rstrip())
     if len(order) > len(rows):
-        lines.append(f"({len(order) - len(rows)} more links: --top 0 shows all)")
+        more = len(order) - len(rows)
+        lines.append(f"({more} more link{'s' if more != 1 else ''}: --top 0 shows all)")
     return "\n".join(lines)
 
 

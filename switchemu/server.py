@@ -271,7 +271,7 @@ class SwitchState:
         loads: list = []  # version 2: every row, packed at the end
         jloads: list = []  # the asking job's load from other hosts, row for row as loads
         jflows: list = []  # and how many of its flows have a rate > 0 in each slot
-        for flow, src, dst, links, job, rank in items:
+        for flow, src, dst, links, job, rank, arrival in items:
             p = paths.get((src, dst, links))
             if p is None:
                 try:
@@ -283,7 +283,7 @@ class SwitchState:
                               else [flow, code, []])
                     continue
             idx, ids, capl = p
-            rows = table.rows(idx, slot, slot_now, flow, job, rank, memo)
+            rows = table.rows(idx, slot, slot_now, flow, job, rank, memo, src if arrival else None)
             jl, jn = table.job_rows(idx, slot, slot_now, job, src, memo)  # the job's view (zeros without a job)
             for lid, cap in capl:
                 if lid not in caps:
@@ -397,7 +397,7 @@ class SwitchState:
                 fb.append(wire.FlowFeedback(f.flow_id, self._flow_error(e.code)))
                 continue
             loads = self.table.loads(idx, req.slot, slot_now, exclude=f.flow_id, exclude_job=f.job_id,
-                                     below_rank=f.rank, memo=memo)
+                                     below_rank=f.rank, memo=memo, arrival_host=f.src if f.arrival else None)
             jl, jn = self.table.job_rows(idx, req.slot, slot_now, f.job_id or "", f.src, memo)
             for lid in ids:
                 if lid not in caps:

@@ -153,6 +153,11 @@ class LoadTable:
         self._flows: dict[Hashable, FlowEntry] = {}
         self._by_job: dict[str, set[Hashable]] = {}  # job id -> its flows in the table
         self._job_rank: dict[str, int] = {}  # job id -> rank of its latest update (ordered jobs only)
+        # job id -> its place in the order jobs arrived in the table (a job that leaves it and comes back
+        # arrives again), and sending host -> its flows: a job's view in arrival order (``rows``)
+        self._job_arrival: dict[str, int] = {}
+        self._arrivals = 0
+        self._by_host: dict[str, set[Hashable]] = {}
         self._expiry: dict[int, set[Hashable]] = {}  # last_slot -> flows whose schedule ends there
         self.now_slot: int | None = None
         self.expired_flows = 0  # counter: flows forgotten because their schedule ran out
@@ -340,6 +345,8 @@ class LoadTable:
             self._bucket(key, last)
             if job_id:
                 self._job(key, job_id)
+            if host:
+                _index_add(self._by_host, host, key)
             for ln in idx:
                 self._on_link[ln].add(key)
         else:  # replace in place (the common case: a flow's schedule for the next slot)
@@ -347,10 +354,12 @@ class LoadTable:
             if old_last != last:
                 self._unbucket(key, old_last)
                 self._bucket(key, last)
-            if old.job_id != job_id:
+            if old.job_id != job_id or old.host != host:
                 self._unjob(key, old)
                 if job_id:
                     self._job(key, job_id)
+                if host:
+                    _index_add(self._by_host, host, key)
             if old.links is not idx and old.links != idx:
                 self._unlink(key, old.links)
                 for ln in idx:
@@ -370,6 +379,9 @@ class LoadTable:
         _index_add(self._expiry, last_slot, key)
 
     def _job(self, key: Hashable, job_id: str) -> None:
+        if job_id not in self._by_job:  # the job arrives (again)
+            self._job_arrival[job_id] = self._arrivals
+            self._arrivals += 1
         _index_add(self._by_job, job_id, key)
 
     def withdraw(self, key: Hashable, now_slot: int) -> bool:
@@ -389,9 +401,13 @@ class LoadTable:
             self._on_link[ln].discard(key)
 
     def _unjob(self, key: Hashable, e: FlowEntry) -> None:
+        """Take a flow that leaves the table (or changes job or host) out of the job and host indexes."""
         _index_discard(self._by_job, e.job_id, key)
         if e.job_id not in self._by_job:
             self._job_rank.pop(e.job_id, None)
+            self._job_arrival.pop(e.job_id, None)
+        if e.host:
+            _index_discard(self._by_host, e.host, key)
 
     def job_rank(self, job_id: str) -> int | None:
         """The rank of ``job_id``'s latest update (None: unordered or not in the table)."""
@@ -442,7 +458,7 @@ class LoadTable:
 
     def rows(self, links: Sequence[int], start_slot: int, now_slot: int, exclude: Hashable | None = None,
              exclude_job: str | None = None, below_rank: int | None = None,
-             memo: dict | None = None) -> list[list[int]]:
+             memo: dict | None = None, arrival_host: str | None = None) -> list[list[int]]:
         """``loads()`` as a list of K-int lists, one per link (the switch's per-frame read).
 
         ``memo``: a dict the caller keeps for a batch of reads at one ``now_slot`` with no update in
@@ -490,7 +506,31 @@ class LoadTable:
             for job, r in self._job_rank.items():
                 if r > below_rank and job != exclude_job:
                     self._subtract_job(out, links, job, exclude, start_slot, memo)
+        if arrival_host is not None and exclude_job:
+            self._arrival_view(out, links, exclude_job, exclude, arrival_host, start_slot, memo)
         return out
+
+    def _arrival_view(self, out: list[list[int]], links: Sequence[int], job: str, skip: Hashable | None, host: str,
+                      start_slot: int, memo: dict | None) -> None:
+        """``job``'s view in arrival order (hostctl's daemon without a job order, docs/switchemu.md): the rows
+        of ``out`` (``job`` and ``skip`` already left out) also leave out the jobs that arrived in the table
+        after ``job`` (they plan around it) and every flow that ``host`` sends (it plans those itself). A job
+        not in the table yet arrives last: it sees every other job."""
+        arrival = self._job_arrival
+        mine = arrival.get(job)
+        later = set()
+        if mine is not None:
+            for other, a in arrival.items():
+                if a > mine and other != job:
+                    later.add(other)
+                    self._subtract_job(out, links, other, skip, start_slot, memo)
+        flows = self._flows
+        for key in self._by_host.get(host, ()):
+            if key == skip:
+                continue
+            e = flows.get(key)
+            if e is not None and e.job_id != job and e.job_id not in later:
+                self._subtract(out, links, e, start_slot)
 
     def _job_links(self, job: str, memo: dict | None) -> dict[int, list[tuple[Hashable, FlowEntry]]]:
         """``job``'s flows indexed by link, kept in ``memo`` for the other reads of one batch."""
@@ -582,14 +622,15 @@ class LoadTable:
 
     def loads(self, links: Sequence[int] | np.ndarray, start_slot: int, now_slot: int,
               exclude: Hashable | None = None, exclude_job: str | None = None,
-              below_rank: int | None = None, memo: dict | None = None) -> np.ndarray:
+              below_rank: int | None = None, memo: dict | None = None,
+              arrival_host: str | None = None) -> np.ndarray:
         """Per-link load (bytes/s, int64) of ``links`` over K slots from ``start_slot``: an array of
         shape (len(links), K). Slots before now or not stored are 0. ``exclude``'s own schedule is
         left out (self-exclusion, Q-M8); with ``exclude_job``, so are all that job's flows (the
         paper's b_l: the load of *other* jobs); with ``below_rank``, so are the jobs ranked after it."""
         self.advance(now_slot)
         idx = links.tolist() if isinstance(links, np.ndarray) else [int(x) for x in links]
-        out = self.rows(idx, int(start_slot), self.now_slot, exclude, exclude_job, below_rank, memo)
+        out = self.rows(idx, int(start_slot), self.now_slot, exclude, exclude_job, below_rank, memo, arrival_host)
         return np.array(out, dtype=np.int64).reshape(len(idx), self.horizon)
 
     def path_load(self, links: Sequence[int] | np.ndarray, start_slot: int, now_slot: int,

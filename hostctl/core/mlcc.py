@@ -95,7 +95,8 @@ ABS_EPS_BYTES = 1e-6
 
 
 class Role(IntEnum):
-    """Dependency role of a flow (spec 2.8.1). Pass as an int array (``Role.RING`` etc.)."""
+    """Dependency role of a flow (spec 2.8.1). Pass as an int array (``Role.RING`` etc.). Compare arrays
+    with ``Role.RING.value``: numpy takes several times longer to compare with the enum member itself."""
 
     NONE = 0  # no dependency: Delta = 0, no notification
     AGGREGATION = 1  # worker -> PS p; reference F_b^max(p); notifies p's broadcast flows
@@ -254,10 +255,12 @@ def path_links(path, n: int, L: int) -> tuple[np.ndarray, np.ndarray]:
     return inc, pidx
 
 
-def _gather_min(per_link: np.ndarray, pidx: np.ndarray) -> np.ndarray:
-    """min over each flow's path of a per-link array [L, K] -> [n, K] (padding = +inf)."""
-    ext = np.concatenate([per_link, np.full((1, per_link.shape[1]), np.inf)], axis=0)
-    return ext[pidx].min(axis=1)
+def _path_min(ext: np.ndarray, pT: np.ndarray) -> np.ndarray:
+    """min over each flow's path of a per-link array with the padding row, ext [L + 1, ...] (row L: +inf),
+    for the transposed padded index pT [P, n] -> [n, ...]. (Link-major: one contiguous gather per path
+    position and an elementwise min over them; ext[pidx].min(axis=1) gives the same floats, several times
+    slower.)"""
+    return ext.take(pT, axis=0).min(axis=0)
 
 
 @functools.lru_cache(maxsize=64)
@@ -328,6 +331,12 @@ def initial_schedule(G_bytes, avail_Bps, price, *, slot_s: float, w_beta: float 
     if n == 0:
         z = np.zeros(0)
         return Alg1Result(np.zeros((0, K)), z.astype(np.int64), z, z.astype(bool))
+    return _alg1(G, _tol(G), A, pr, slot_s, w_beta, first_slot)
+
+
+def _alg1(G, tol, A, pr, slot_s, w_beta, first_slot, rates_only=False):
+    """initial_schedule for n >= 1 flows (tol = _tol(G)); rates_only: its rates_Bps alone."""
+    n, K = A.shape
     rows = np.arange(n)[:, None]
     order = np.argsort(pr, axis=1, kind="stable")  # line 3: H sorted by price, earlier slot on ties
     cap_sorted = A[rows, order] * slot_s  # bytes each slot can carry, in price order
@@ -336,9 +345,7 @@ def initial_schedule(G_bytes, avail_Bps, price, *, slot_s: float, w_beta: float 
     slot1 = order[:, None, :] + 1  # 1-based slot of each sorted position
     c = cap_sorted[:, None, :] * (slot1 <= deadlines)  # [n, D, K] capacity usable under beta_hat
     cum = c.cumsum(axis=2)
-    Gc = G[:, None, None]
-    tol = _tol(G)
-    fill = Gc - cum  # lines 6-8 in price order: min(c, rest before the slot), rest = G - (cum - c)
+    fill = G[:, None, None] - cum  # lines 6-8 in price order: min(c, rest before the slot), rest = G - (cum - c)
     fill += c
     np.minimum(fill, c, out=fill)
     used = fill > tol[:, None, None]  # no slot is opened for rounding dust (also drops fill <= 0)
@@ -354,6 +361,8 @@ def initial_schedule(G_bytes, avail_Bps, price, *, slot_s: float, w_beta: float 
     r1 = rows[:, 0]
     rates = np.empty((n, K))
     rates[rows, order] = fill[r1, best] / slot_s
+    if rates_only:
+        return rates
     beta = np.where(any_feasible, beta_d[r1, best], K)
     cost = np.where(any_feasible, cost_d[r1, best], w_beta * K + bw_d[r1, best])
     cost[G <= 0] = 0.0
@@ -369,6 +378,8 @@ def _alg1_rates(G: np.ndarray, tol: np.ndarray, A: np.ndarray, price: np.ndarray
     any difference in summation order, skip it); and those with one price in every slot (below)."""
     At = A * slot_s
     short = At.sum(axis=1) < (G - tol) * (1.0 - 1e-9)
+    if short.all():
+        return np.where(At > tol[:, None], At, 0.0) / slot_s
     # A flow whose price is the same in every slot (local mode's first round: no load yet) is filled
     # slot by slot in time order: Algorithm 1's stable sort keeps that order, every feasible deadline
     # then gives the same fill (the slots after the bytes are covered get only dust, which is
@@ -377,8 +388,8 @@ def _alg1_rates(G: np.ndarray, tol: np.ndarray, A: np.ndarray, price: np.ndarray
     flat = (price == price[:, :1]).all(axis=1) & ~short
     hard = ~(short | flat)
     if hard.all():
-        return initial_schedule(G, A, price, slot_s=slot_s, w_beta=w_beta).rates_Bps
-    rates = np.where(At > tol[:, None], At, 0.0) / slot_s
+        return _alg1(G, tol, A, price, slot_s, w_beta, 0, rates_only=True)
+    rates = np.where(At > tol[:, None], At, 0.0) / slot_s  # (the short ones' rates)
     if flat.any():
         c = At[flat]
         fill = G[flat][:, None] - c.cumsum(axis=1)  # lines 6-8: min(A t, rest before the slot)
@@ -387,7 +398,7 @@ def _alg1_rates(G: np.ndarray, tol: np.ndarray, A: np.ndarray, price: np.ndarray
         fill *= fill > tol[flat][:, None]
         rates[flat] = fill / slot_s
     if hard.any():
-        rates[hard] = initial_schedule(G[hard], A[hard], price[hard], slot_s=slot_s, w_beta=w_beta).rates_Bps
+        rates[hard] = _alg1(G[hard], tol[hard], A[hard], price[hard], slot_s, w_beta, 0, rates_only=True)
     return rates
 
 
@@ -397,8 +408,8 @@ def _alg1_rates(G: np.ndarray, tol: np.ndarray, A: np.ndarray, price: np.ndarray
 
 def _notifications(role, cum, slack, succ, tol):
     """Alg. 2 lines 13-16 with Q-M9/Q-M11: ceiling for the receiver's subsequent flows."""
-    agg = role == Role.AGGREGATION
-    ring = role == Role.RING
+    agg = role == Role.AGGREGATION.value
+    ring = role == Role.RING.value
     ceiling = np.where(agg, cum, np.where(ring, cum + slack, np.nan))
     reduce = np.maximum(succ - ceiling, 0.0)  # NaN where succ or ceiling unknown
     notify = (agg | ring) & (np.isnan(succ) | (reduce > tol))
@@ -473,7 +484,7 @@ def allocate(G_bytes, path, load_Bps, avail_Bps, cap_Bps, B_Bps, *, role=None, s
     rl = rl.astype(np.int8)
     sent = np.zeros(n) if sent_bytes is None else _arr(sent_bytes, "sent_bytes", 1)
     _shape(sent, "sent_bytes", (n,))
-    dep = rl != Role.NONE
+    dep = rl != Role.NONE.value
     if ref_bytes is None:
         if dep.any():
             raise ValueError("ref_bytes: required when some flow has a dependency role")
@@ -489,7 +500,7 @@ def allocate(G_bytes, path, load_Bps, avail_Bps, cap_Bps, B_Bps, *, role=None, s
     slack = np.zeros(n) if slack_bytes is None else _arr(slack_bytes, "slack_bytes", 1)
     _shape(slack, "slack_bytes", (n,))
     if succ_bytes is None:
-        succ = np.where(rl == Role.AGGREGATION, ref, np.nan)
+        succ = np.where(rl == Role.AGGREGATION.value, ref, np.nan)
     else:
         succ = _arr(succ_bytes, "succ_bytes", 1, allow_nan=True)
         _shape(succ, "succ_bytes", (n,))
@@ -528,36 +539,31 @@ def allocate_prepared(G, inc, pidx, load, avail, cap, B, sent, prio, p: MlccPara
     if prio is None:
         waves = [active] if active.any() else []
     else:
-        pa = prio[active]
-        if pa.size and pa.min() == pa.max():  # one wave (the common case): no np.unique
-            waves = [active]
-        else:
-            waves = [active & (prio == v) for v in np.unique(pa)]
+        values = sorted(set(prio[active].tolist()))
+        waves = [active] if len(values) == 1 else [active & (prio == v) for v in values]
     # Each round is a cheap feasibility test on the shares (a deadline exists iff the
     # widest one, K, holds the bytes); Algorithm 1 runs once per flow, in the round
     # where the flow is frozen, so rounds cost O(n K) and Alg. 1 O(n K^2) once.
+    pT = np.ascontiguousarray(pidx.T)  # [P, n] (for _path_min)
+    need = G - tolG  # the bytes a bound must carry for the flow to fit
     for wave in waves:
         todo = wave.copy()
         for rnd in range(p.max_rounds):
-            idx = np.flatnonzero(todo)
+            idx = todo.nonzero()[0]
             if idx.size == 0:
                 break
-            pid = pidx[idx]
+            pt = pT[:, idx]
             np.maximum(todo @ inc, 1.0, out=cntx[:L])  # the wave's unplanned flows on each link
-            Rx[:L] = R
-            Rp = Rx[pid]  # [m, P, K] what is left on each link of each flow's path
-            A = (Rp / cntx[pid][:, :, None]).min(axis=1)  # equal split
+            Rx[:L] = R  # what is left on each link
+            A = _path_min(Rx / cntx[:, None], pt)  # equal split [m, K]
+            ci = idx
             if rnd < p.max_rounds - 1:
-                fits = A.sum(axis=1) * t >= G[idx] - tolG[idx]
                 # freeze flows that fit, and flows no split limits (more rounds cannot give them more)
-                stuck = (A >= Rp.min(axis=1) * (1 - 1e-12)).all(axis=1)
-                commit = fits | stuck
-                if not commit.any():
-                    commit[:] = True  # nothing changes in a later round: commit all now
-                ci = idx[commit]
-                A = A[commit]
-            else:
-                ci = idx
+                commit = A.sum(axis=1) * t >= need[idx]
+                if not commit.all():
+                    commit |= (A >= _path_min(Rx, pt) * (1 - 1e-12)).all(axis=1)
+                    if commit.any() and not commit.all():  # (none: nothing changes in a later round, commit all now)
+                        ci, A = idx[commit], A[commit]
             ic = inc[ci]
             price = ic @ ((load + own) * inv_cap)  # Q-M3, with own committed load (Q-M8)
             rc = _alg1_rates(G[ci], tolG[ci], A, price, t, p.w_beta)
@@ -566,7 +572,8 @@ def allocate_prepared(G, inc, pidx, load, avail, cap, B, sent, prio, p: MlccPara
             price_used[ci] = price
             use = ic.T @ rc
             own += use
-            R = np.maximum(R - use, 0.0)
+            R -= use
+            np.maximum(R, 0.0, out=R)
             todo[ci] = False
 
     # step 3: starvation floor (Q-M4), shared by this host's flows on each link
@@ -574,10 +581,10 @@ def allocate_prepared(G, inc, pidx, load, avail, cap, B, sent, prio, p: MlccPara
     floored = active & ~(rates > 0).any(axis=1)
     if floored.any() and p.min_rate_frac > 0:
         fl_link = p.min_rate_frac * cap / np.maximum(cnt_all, 1.0)
-        fi = np.flatnonzero(floored)
-        floor = _gather_min(np.broadcast_to(fl_link[:, None], (L, 1)), pidx[fi])[:, 0]
+        fi = floored.nonzero()[0]
+        floor = _path_min(np.append(fl_link, np.inf), pT[:, fi])
         k = np.arange(K)[None, :]
-        rf = np.clip((G[fi, None] - k * floor[:, None] * t) / t, 0.0, floor[:, None])
+        rf = np.minimum(np.maximum((G[fi, None] - k * floor[:, None] * t) / t, 0.0), floor[:, None])  # (clip)
         rf = np.where(rf * t > tolG[fi, None], rf, 0.0)
         rates[fi] = rf
         use = inc[fi].T @ rf
@@ -588,7 +595,8 @@ def allocate_prepared(G, inc, pidx, load, avail, cap, B, sent, prio, p: MlccPara
     alg1 = rates.copy()
 
     # per-flow limit for re-planning: own plan + an equal split of what is left (sum-safe)
-    spare = _gather_min(R / np.maximum(cnt_all, 1.0)[:, None], pidx) if n else np.zeros((0, K))
+    Rx[:L] = R / np.maximum(cnt_all, 1.0)[:, None]
+    spare = _path_min(Rx, pT) if n else np.zeros((0, K))
     limit = np.where(active[:, None], rates + spare, 0.0)
 
     if rl is None:  # no dependency roles: no Delta, no notification (what step 4 and 5 give then)
@@ -603,7 +611,7 @@ def allocate_prepared(G, inc, pidx, load, avail, cap, B, sent, prio, p: MlccPara
             rounds=batches)
 
     # step 4: Algorithm 2 (spec 2.8.4), vectorised over flows
-    dep = rl != Role.NONE
+    dep = rl != Role.NONE.value
     r0 = rates[:, 0]
     F = sent + r0 * t  # line 18: bytes by the end of this slot with the Alg. 1 rate
     delta = np.where(dep, np.maximum(ref - F, 0.0), 0.0) / t  # lines 19-25 (Delta as a rate)
@@ -618,7 +626,7 @@ def allocate_prepared(G, inc, pidx, load, avail, cap, B, sent, prio, p: MlccPara
         grow = extra > 0
         if grow.any():
             cnt_up = grow.astype(np.float64) @ inc
-            room = _gather_min((R[:, :1] / np.maximum(cnt_up, 1.0)[:, None]), pidx)[:, 0]
+            room = _path_min(np.append(R[:, 0] / np.maximum(cnt_up, 1.0), np.inf), pT)
             up = np.where(grow, r0 + np.minimum(extra, room), up)
     new0 = np.where(delta > 0, up, r0)
     capped = (delta > 0) & (new0 < r0 + delta - 1e-12 * (r0 + delta))
@@ -671,10 +679,11 @@ def apply_reductions(plan: MlccPlan, ceiling_bytes, params: MlccParams = MlccPar
     new0 = np.maximum(r0 - red / t, 0.0)  # property 18
     rates = plan.rates_Bps.copy()
     changed = np.flatnonzero(new0 < r0 - 1e-12 * np.maximum(r0, 1.0))
-    if changed.size:
-        rr, _ = _replan_future(plan.remaining_bytes[changed], new0[changed], plan.limit_Bps[changed],
-                               plan.price[changed], t, params.w_beta)
-        rates[changed] = rr
+    if changed.size == 0:  # nothing to reduce: the plan as it was (what the lines below compute then)
+        return replace(plan, rates_Bps=rates, reduction_bytes=plan.reduction_bytes + 0.0)
+    rr, _ = _replan_future(plan.remaining_bytes[changed], new0[changed], plan.limit_Bps[changed],
+                           plan.price[changed], t, params.w_beta)
+    rates[changed] = rr
     beta, cost, complete = schedule_cost(rates, plan.price, plan.remaining_bytes, slot_s=t, w_beta=params.w_beta)
     cum = plan.sent_bytes + rates[:, 0] * t
     notify, ceiling, reduce = _notifications(plan.role, cum, plan.slack_bytes, plan.succ_bytes, _tol(cum))

@@ -71,7 +71,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hostctl.core.mlcc import (
-    MlccParams, MlccPlan, Role, allocate, allocate_prepared, apply_reductions, path_links,
+    MlccParams, MlccPlan, Role, _path_min, allocate, allocate_prepared, apply_reductions, path_links,
 )
 
 GSO_MAX_BYTES = 65536  # a TCP socket's largest packet (gso_max_size, the kernel's default)
@@ -128,10 +128,12 @@ def _fill_slot0(rates, planned, wave, pidx, head0, t) -> None:
     on_some = (links < L).any(axis=1)  # flows on some link
     cand, links = cand[on_some], links[on_some]
     cw = wave[cand]
-    for w in np.unique(cw).tolist():
+    # free only decreases: a wave whose flows all have a full path now gets nothing (and changes nothing)
+    open_now = _path_min(free, links.T) > 1e-9
+    for w in sorted(set(cw[open_now].tolist())):
         sel = cw == w
         rs, M = cand[sel], links[sel]
-        act = free[M].min(axis=1) > 1e-9  # (a flow whose path is full gets nothing)
+        act = _path_min(free, M.T) > 1e-9  # (a flow whose path is full gets nothing)
         if not act.any():
             continue
         need = rates[rs, 1:].sum(axis=1)
@@ -142,13 +144,13 @@ def _fill_slot0(rates, planned, wave, pidx, head0, t) -> None:
             Ma = M[act]
             on = np.bincount(Ma.ravel(), minlength=L + 1).astype(np.float64)  # filling flows per link
             on[L] = 1.0
-            offer = np.maximum(np.minimum(need[act], (free / np.maximum(on, 1.0))[Ma].min(axis=1)), 0.0)
+            offer = np.maximum(np.minimum(need[act], _path_min(free / np.maximum(on, 1.0), Ma.T)), 0.0)
             given[act] += offer
             need[act] -= offer
             free -= np.bincount(Ma.ravel(), weights=np.repeat(offer, Ma.shape[1]), minlength=L + 1)
             free[L] = np.inf
             # done: flows with nothing left to move, or on a link that is full now
-            act &= (need > 1e-9 * np.maximum(1.0, given)) & (free[M].min(axis=1) > 1e-9)
+            act &= (need > 1e-9 * np.maximum(1.0, given)) & (_path_min(free, M.T) > 1e-9)
         moved = given > 0
         if moved.any():
             rs, extra = rs[moved], given[moved]
@@ -159,6 +161,49 @@ def _fill_slot0(rates, planned, wave, pidx, head0, t) -> None:
             rates[rs, :0:-1] = tail - taken
         if free[:L].max() <= 0:
             break  # every link is full: the later waves would get nothing
+
+
+def _left_by_earlier_waves(wave, idle, planned, rate0, gidx, head0) -> np.ndarray:
+    """For each idle flow, the least over its path of what the planned flows of the waves before its own
+    leave in slot 0: head0 [L] minus their slot-0 rates rate0 [n] on each link (gidx [n, P]: padding L).
+    One bincount over the cells (idle wave, link), wave-major and the flows in row order within a wave,
+    so every sum adds in the same order as one bincount per wave."""
+    L = head0.shape[0]
+    waves, row = np.unique(wave[idle], return_inverse=True)  # the idle flows' waves; each idle flow's one
+    bw, bi = (wave[planned][None, :] < waves[:, None]).nonzero()  # (idle wave, earlier planned flow)
+    rb = gidx[planned[bi]]
+    use = np.bincount((bw[:, None] * (L + 1) + rb).ravel(), weights=np.repeat(rate0[planned[bi]], rb.shape[1]),
+                      minlength=waves.size * (L + 1)).reshape(waves.size, L + 1)
+    left = np.maximum(head0 - use[:, :L], 0.0)  # [W, L]
+    left = np.concatenate([left, np.full((waves.size, 1), np.inf)], axis=1).ravel()
+    return _path_min(left, row * (L + 1) + gidx[idle].T)
+
+
+def _allocate(G, path, load, avail, cap, B, sent, prio, params: MlccParams, dep: dict) -> MlccPlan:
+    """allocate() on host_slot's arrays for its planned flows (dep: role, ref_bytes, succ_bytes and
+    slack_bytes, or empty). Arrays that allocate() would accept go straight to allocate_prepared (the
+    same plan without checking every argument again); others to allocate(), which names a bad one.
+    Without roles the check is for NaN and inf only, as it always was (a slightly negative load from a
+    subtraction is planned as it is)."""
+    n, L = G.shape[0], cap.shape[0]
+    if not dep:
+        ok = all(np.isfinite(a).all() for a in (load, B, G)) and (cap > 0).all()
+    else:  # everything allocate() checks of these arguments (its shapes hold by construction but load's)
+        rl = dep["role"]
+        on = rl != Role.NONE.value
+        ref = np.where(on, dep["ref_bytes"], 0.0)  # (allocate ignores the others' references)
+        slack = dep.get("slack_bytes", np.zeros(n))
+        vals = np.concatenate((load.ravel(), avail.ravel(), cap, B, sent, G, ref, np.abs(dep["ref_bytes"]), slack))
+        ok = load.shape == (L, int(params.K)) and avail.shape in ((L,), (L, int(params.K))) \
+            and vals.min(initial=0.0) >= 0 and vals.max(initial=0.0) < np.inf and (cap > 0).all() \
+            and rl.min() >= 0 and rl.max() <= 3
+    if not ok:  # allocate checks every argument and names a bad one
+        return allocate(G, path, load, avail, cap, B, sent_bytes=sent, priority=prio, params=params, **dep)
+    inc, pl = path_links(path, n, L)
+    if not dep:
+        return allocate_prepared(G, inc, pl, load, avail.reshape(L, -1), cap, B, sent, prio, params)
+    return allocate_prepared(G, inc, pl, load, avail.reshape(L, -1), cap, B, sent, prio, params,
+                             rl=rl.astype(np.int8), ref=ref, slack=slack, succ=dep["succ_bytes"])
 
 
 def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bps, *, moving=None,
@@ -196,27 +241,23 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     wave = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return HostSlot(rates, np.zeros(0), kind, wave, None)
-    job = np.asarray(job, dtype=object)
     pidx = np.asarray(path, dtype=np.int64).reshape(n, -1)
     cap = np.asarray(cap_Bps, dtype=np.float64)
     L = cap.shape[0]
     floor = wait_floor_Bps(t) if floor_Bps is None else float(floor_Bps)
 
     valid = pidx >= 0
-    gidx = np.where(valid, pidx, L)  # padding -> an extra link of infinite capacity
+    gT = np.where(valid, pidx, L).T  # padding -> an extra link of infinite capacity; [P, n] for _path_min
     ext_cap = np.append(cap, np.inf)
-    path_cap = ext_cap[gidx].min(axis=1)  # [n] tightest link
+    path_cap = _path_min(ext_cap, gT)  # [n] tightest link
     mv = np.ones(n, dtype=bool) if moving is None else np.asarray(moving, dtype=bool)
     unknown = np.isnan(G) & mv
-    active = ~np.isnan(G) & (G > 0) & mv
+    active = (G > 0) & mv  # (NaN > 0 is False)
     kind[active] = "active"
     kind[unknown] = "unknown"
+    idle = ~(active | unknown)  # (kind == "idle")
 
-    # idle rate: equal share of the tightest link among this host's flows on it
-    flows_on = np.append(np.bincount(pidx[valid], minlength=L), 1).astype(np.float64)
-    share = (ext_cap[gidx] / np.maximum(flows_on[gidx], 1.0)).min(axis=1)
-
-    planned = np.flatnonzero(active | unknown)
+    planned = (active | unknown).nonzero()[0]
     plan = held = None
     if planned.size:
         w = np.zeros(planned.size, dtype=np.int64)
@@ -227,6 +268,7 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
                 w[~known] = int(w.max()) + 1  # unknown sizes after every known one
         elif known.any():
             if by_job:
+                job = np.asarray(job, dtype=object)
                 job_left: dict[str, float] = {}
                 for j, g in zip(job[active].tolist(), G[active].tolist()):
                     job_left[j] = job_left.get(j, 0.0) + g
@@ -242,20 +284,14 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
         if role is not None:
             ref = np.asarray(ref_bytes, dtype=np.float64)[planned]
             rl = np.asarray(role, dtype=np.int64)[planned]
-            if (rl != Role.NONE).any():
+            if (rl != Role.NONE.value).any():
                 # no reference: ref 0 gives no Delta; the flow still notifies its receiver (succ unknown)
                 has_ref = ~np.isnan(ref)
                 dep = {"role": rl, "ref_bytes": np.where(has_ref, ref, 0.0),
-                       "succ_bytes": np.where(has_ref & (rl == Role.AGGREGATION), ref, np.nan)}
+                       "succ_bytes": np.where(has_ref & (rl == Role.AGGREGATION.value), ref, np.nan)}
                 if slack_bytes is not None:
                     dep["slack_bytes"] = np.asarray(slack_bytes, dtype=np.float64)[planned]
-        if not dep and all(np.isfinite(a).all() for a in (load, B, Gp)) and (cap > 0).all():
-            # the common case, without roles: arrays built here, checked just above
-            inc, pl = path_links(pidx[planned], planned.size, L)
-            plan = allocate_prepared(Gp, inc, pl, load, avail.reshape(L, -1), cap, B, sent_p, w, params)
-        else:  # allocate checks every argument and names a bad one
-            plan = allocate(Gp, pidx[planned], load, avail, cap, B, sent_bytes=sent_p, priority=w, params=params,
-                            **dep)
+        plan = _allocate(Gp, pidx[planned], load, avail, cap, B, sent_p, w, params, dep)
         rates[planned] = plan.rates_Bps
         if ceiling_bytes is not None:
             ceil = np.asarray(ceiling_bytes, dtype=np.float64)[planned]
@@ -269,26 +305,22 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     # a flow whose plan ends in slot 0 may send that slot's volume at up to the path's headroom
     # (slot-0 rate of the plan = its volume / t): the table counts volume per slot, and a burst
     # stretched over the whole slot would only add its length to the iteration
-    head0 = np.append(link_head0, np.inf)[gidx].min(axis=1)
+    head0 = _path_min(np.append(link_head0, np.inf), gT)
     ends_now = np.zeros(n, dtype=bool)
     if plan is not None:
         ends_now[planned] = (plan.beta == 1) & ~unknown[planned]
     r0 = np.where(ends_now, np.maximum(rates[:, 0], head0), rates[:, 0])
-    idle = ~(active | unknown)  # (kind == "idle")
     if waves is not None and not idle_share and idle.any() and planned.size:
         # under a job order an idle flow's new burst must not run over the slot-0 plans of the jobs
         # ranked before its own on this host: its headroom is what they leave
-        wv = np.asarray(waves, dtype=np.int64)
-        for w in np.unique(wv[idle]).tolist():
-            before = planned[wv[planned] < w]
-            if before.size == 0:
-                continue
-            rb = pidx[before]
-            use = np.bincount(np.where(rb >= 0, rb, L).ravel(), weights=np.repeat(rates[before, 0], rb.shape[1]),
-                              minlength=L + 1)[:L]
-            sel = idle & (wv == w)
-            head0[sel] = np.append(np.maximum(link_head0 - use, 0.0), np.inf)[gidx[sel]].min(axis=1)
-    applied = np.where(idle, np.maximum(share if idle_share else floor, head0), np.maximum(r0, floor))
+        head0[idle] = _left_by_earlier_waves(np.asarray(waves, dtype=np.int64), idle, planned, rates[:, 0],
+                                             gT.T, link_head0)
+    idle_rate = floor
+    if idle_share and idle.any():
+        # at least an equal share of the tightest link among this host's flows on it
+        flows_on = np.append(np.bincount(pidx[valid], minlength=L), 1).astype(np.float64)
+        idle_rate = _path_min(ext_cap / np.maximum(flows_on, 1.0), gT)
+    applied = np.where(idle, np.maximum(idle_rate, head0), np.maximum(r0, floor))
     applied = np.minimum(applied, path_cap)
     rates[:, 0] = np.where(idle, 0.0, np.maximum(rates[:, 0], np.minimum(floor, applied)))
     # unknown sizes reserve nothing ahead: they publish the slot they are in only

@@ -126,39 +126,41 @@ def job_rows(view: FabricView, flow_job: np.ndarray, path: np.ndarray, planned: 
     L = cap.shape[0]
     J = view.other_Bps.shape[0]
     n = path.shape[0]
-    hcap = np.minimum(np.asarray(view.avail_Bps, dtype=np.float64).reshape(L, -1), cap[:, None])  # ĉ [L, 1|K]
-    hcap = np.broadcast_to(hcap, (L, K))
+    hcap = np.empty((L, K))  # ĉ = min(û, c) in every slot
+    hcap[:] = np.minimum(np.asarray(view.avail_Bps, dtype=np.float64).reshape(L, -1), cap[:, None])
     m = np.zeros((J, L + 1))  # this host's planned flows per job and link (column L: padding)
-    pj = np.where(path >= 0, path, L)
     if n and J:
-        rows = np.repeat(flow_job[planned], pj.shape[1])
-        np.add.at(m, (rows, pj[planned].ravel()), 1.0)
+        pp = path[planned]
+        cell = flow_job[planned, None] * (L + 1) + np.where(pp >= 0, pp, L)
+        m = np.bincount(cell.ravel(), minlength=J * (L + 1)).reshape(J, L + 1).astype(np.float64)
     m = m[:, :L]
     other, same, nsame = view.other_Bps, view.same_Bps, view.same_flows
-    H = np.maximum(hcap[None] - other, 0.0)  # what the other jobs leave to job j [J, L, K]
+    H = np.maximum(hcap - other, 0.0)  # what the other jobs leave to job j [J, L, K]
     mn = m[:, :, None] + nsame
-    share_rem = np.where(mn > 0, H * nsame / np.where(mn > 0, mn, 1.0), 0.0)
+    some = mn > 0
+    share_rem = np.where(some, H * nsame / np.where(some, mn, 1.0), 0.0)
     vis = other + np.minimum(same, share_rem)  # what job j plans around on l [J, L, K]
+    if J <= 1:  # (one local job: its view is the row; none: no flow either)
+        return path, cap, hcap, vis[0] if J else np.zeros((L, K)), 0
     local = m > 0  # [J, L]
     # the host's sum on a link: around the least that any of its planned jobs there sees
-    big = np.where(local[:, :, None], vis, np.inf)
-    load = big.min(axis=0) if J else np.zeros((L, K))
-    load = np.where(np.isfinite(load), load, vis.min(axis=0) if J else 0.0)
+    load = np.where(local[:, :, None], vis, np.inf).min(axis=0)
+    load = np.where(np.isfinite(load), load, vis.min(axis=0))
     # a job whose view of a link differs from the host's row gets a virtual link there (two or more
     # local jobs: with one, its view is the row)
-    differs = (local & (np.abs(vis - load[None]).max(axis=2) > 1e-9 * np.maximum(cap, 1.0))).any(axis=0)
-    shared = np.flatnonzero((local.sum(axis=0) >= 2) & differs)
+    differs = (local & (np.abs(vis - load).max(axis=2) > 1e-9 * np.maximum(cap, 1.0))).any(axis=0)
+    shared = ((local.sum(axis=0) >= 2) & differs).nonzero()[0]
     if shared.size == 0:
-        return path, cap, np.asarray(hcap, dtype=np.float64).copy(), load, 0
+        return path, cap, hcap, load, 0
     vj, vl = np.nonzero(local[:, shared])  # (job, shared link) pairs
     vl = shared[vl]
     V = vj.size
-    vidx = np.full((J, L), -1, dtype=np.int64)
+    vidx = np.full((J, L + 1), -1, dtype=np.int64)  # (column L: padding)
     vidx[vj, vl] = L + np.arange(V)
     cap2 = np.concatenate([cap, np.full(V, VIRTUAL_CAP_Bps)])
     avail2 = np.concatenate([hcap, np.maximum(hcap[vl] - vis[vj, vl], 0.0)], axis=0)
     load2 = np.concatenate([load, np.zeros((V, K))], axis=0)
-    extra = np.where(path >= 0, vidx[flow_job[:, None], np.where(path >= 0, path, 0)], -1)
+    extra = vidx[flow_job[:, None], np.where(path >= 0, path, L)]
     return np.concatenate([path, extra], axis=1), cap2, avail2, load2, V
 
 
@@ -173,9 +175,9 @@ def progress_bytes(role, sent_bytes, G_bytes, rate0_Bps, kind, slot_s: float) ->
     idle = np.asarray(kind) == "idle"
     F = sent + np.asarray(rate0_Bps, dtype=np.float64) * slot_s
     F = np.where(idle, sent, F)
-    F = np.where((rl == Role.AGGREGATION) & idle, sent + G, F)
-    F = np.where((rl == Role.BROADCAST) & idle, np.nan, F)
-    return np.where(rl == Role.NONE, np.nan, F)
+    F = np.where((rl == Role.AGGREGATION.value) & idle, sent + G, F)
+    F = np.where((rl == Role.BROADCAST.value) & idle, np.nan, F)
+    return np.where(rl == Role.NONE.value, np.nan, F)
 
 
 def plan_slot(G_bytes, B_Bps, sent_bytes, flow_job, path, view: FabricView, *, moving=None,
@@ -201,7 +203,7 @@ def plan_slot(G_bytes, B_Bps, sent_bytes, flow_job, path, view: FabricView, *, m
     fj = np.asarray(flow_job, dtype=np.int64).reshape(n)
     pidx = np.asarray(path, dtype=np.int64).reshape(n, -1)
     mv = np.ones(n, dtype=bool) if moving is None else np.asarray(moving, dtype=bool)
-    planned = mv & (np.isnan(G) | (G > 0))
+    planned = mv & (np.isnan(G) | (G > 0))  # (host_slot's kind != "idle")
     xpath, cap, avail, load, V = job_rows(view, fj, pidx, planned, K)
     sent = np.asarray(sent_bytes, dtype=np.float64)
     deps = {}
@@ -219,7 +221,7 @@ def plan_slot(G_bytes, B_Bps, sent_bytes, flow_job, path, view: FabricView, *, m
             room = (ceil - sent) / t
             # a ceiling binds a flow that has bytes to send, has not passed it yet (else: another iteration)
             # and could pass it in this slot (with its bytes left: unknown ones could)
-            bind = np.isfinite(ceil) & (hs.kind != "idle") & (ceil >= sent) & (room < applied) \
+            bind = np.isfinite(ceil) & planned & (ceil >= sent) & (room < applied) \
                 & ~(sent + G <= ceil)
             applied = np.where(bind, np.maximum(room, floor), applied)
             held = bind

@@ -28,11 +28,14 @@ optional except to receive notifications)::
                               rank?: uint}]
                      replace each flow's schedule over [slot, slot+K); all-zero rates withdraw the flow;
                      ``rank`` (optional) is the job's place in a fabric-wide job order (lower first)
-    fetch_feedback   flows: [{flow, src, dst, links?, job?, rank?}]
+    fetch_feedback   flows: [{flow, src, dst, links?, job?, rank?, arrival?}]
                      per-link loads over [slot, slot+K) on the links of the path this switch owns,
                      EXCLUDING the flow's own schedule (with ``job``: the job's whole load); with
                      ``rank``: also EXCLUDING the jobs whose last update gave a higher rank (jobs
-                     without a rank are always counted); plus queued notifications for ``host``
+                     without a rank are always counted); with ``job`` and ``arrival: true``: also
+                     EXCLUDING the jobs that arrived in the table after the job and every flow ``src``
+                     sends; with ``job``, also the job's view (job_Bps, job_flows: its flows from other
+                     hosts than ``src``); plus queued notifications for ``host``
     report_progress  flows: [{flow, job, cum_bytes, rate_Bps}]    F values (cum bytes by the end of
                      this slot) and the rate planned for it (spec 2.8.2); the switch is a rendezvous
     get_progress     flows: [flow ids]                             latest reported progress of those flows
@@ -150,6 +153,7 @@ class FlowQuery:
     links: tuple[str, ...] | None = None
     job_id: str | None = None  # given: the job's other flows are left out too (b_l = other jobs' load)
     rank: int | None = None  # given: jobs ranked after it are left out too (a fabric-wide job order)
+    arrival: bool = False  # with job: the job's view in arrival order (jobs that arrived later and src's flows out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +265,8 @@ def _flow_query(f: FlowQuery) -> dict[str, Any]:
         d["job"] = f.job_id
     if f.rank is not None:
         d["rank"] = f.rank
+    if f.arrival:
+        d["arrival"] = True
     return d
 
 
@@ -396,7 +402,8 @@ def fast_request(m: dict[str, Any], k: int) -> tuple | None:
 
     update_schedule items: ``(flow, job, src, dst, seq, rates, links, rank)``, ``rates`` the list as sent
     (K ints/floats within 0..MAX_RATE_Bps, finite), ``links`` a tuple or None, ``rank`` an int or None.
-    fetch_feedback items: ``(flow, src, dst, links, job, rank)``, ``job`` and ``rank`` None when absent."""
+    fetch_feedback items: ``(flow, src, dst, links, job, rank, arrival)``, ``job`` and ``rank`` None when
+    absent, ``arrival`` False."""
     # Required keys are read by subscript (a missing one: KeyError -> None); once they are all there,
     # "no unknown key" is a length test: len(map) == required + the optional keys present.
     try:
@@ -446,8 +453,9 @@ def fast_request(m: dict[str, Any], k: int) -> tuple | None:
                 if type(d) is not dict:
                     return None
                 flow, src, dst = d["flow"], d["src"], d["dst"]
-                links, job, rank = d.get("links"), d.get("job"), d.get("rank")
-                if (len(d) != 3 + ("links" in d) + ("job" in d) + ("rank" in d)
+                links, job, rank, arr = d.get("links"), d.get("job"), d.get("rank"), d.get("arrival", False)
+                if (len(d) != 3 + ("links" in d) + ("job" in d) + ("rank" in d) + ("arrival" in d)
+                        or type(arr) is not bool
                         or type(flow) is not str or not 0 < len(flow) <= MAX_STR
                         or type(src) is not str or not 0 < len(src) <= MAX_STR
                         or type(dst) is not str or not 0 < len(dst) <= MAX_STR):
@@ -460,7 +468,7 @@ def fast_request(m: dict[str, Any], k: int) -> tuple | None:
                         return None
                 if rank is not None and (type(rank) is not int or not 0 <= rank <= MAX_U64):
                     return None
-                append((flow, src, dst, links, job, rank))
+                append((flow, src, dst, links, job, rank, arr))
     except (KeyError, TypeError):  # a missing field, or an unhashable map key (cannot happen from msgpack)
         return None
     return t, rid, slot, host, out, v
@@ -521,7 +529,7 @@ def _decode_request(m: dict[str, Any], k: int) -> Request:
 _KEYS_FLOWS = frozenset({"v", "type", "id", "slot", "host", "flows"})
 _KEYS_NOTIFY = frozenset({"v", "type", "id", "slot", "host", "items"})
 _K_SCHED = frozenset({"flow", "job", "src", "dst", "seq", "rates_Bps", "links", "rank"})
-_K_QUERY = frozenset({"flow", "src", "dst", "links", "job", "rank"})
+_K_QUERY = frozenset({"flow", "src", "dst", "links", "job", "rank", "arrival"})
 _K_PROG = frozenset({"flow", "job", "cum_bytes", "rate_Bps"})
 _K_NOTE = frozenset({"to", "flow", "job", "F_bytes"})
 
@@ -600,7 +608,14 @@ def _query_item(x: Any, i: int) -> FlowQuery:
     job = d.get("job")
     return FlowQuery(_str(d.get("flow"), w + ".flow"), _str(d.get("src"), w + ".src"),
                      _str(d.get("dst"), w + ".dst"), _links(d.get("links"), w + ".links"),
-                     None if job is None else _str(job, w + ".job"), _opt_uint(d.get("rank"), w + ".rank"))
+                     None if job is None else _str(job, w + ".job"), _opt_uint(d.get("rank"), w + ".rank"),
+                     _bool(d.get("arrival", False), w + ".arrival"))
+
+
+def _bool(v: Any, what: str) -> bool:
+    if type(v) is not bool:
+        raise WireError(Code.MALFORMED, f"{what} must be true or false")
+    return v
 
 
 def _progress_item(x: Any, i: int) -> FlowProgress:

@@ -486,3 +486,29 @@ def test_booking_matches_a_brute_force_model(seq_ops):
         assert [b.worst_flows for b in got] == m.final_flows
         assert [b.over_slots for b in got] == m.over
         assert [b.slots for b in got] == m.booked
+
+
+def test_a_jobs_view_in_arrival_order_leaves_out_later_jobs_and_the_asking_host():
+    """rows(arrival_host=h): the asking job's other flows, the jobs that arrived in the table after it and
+    every flow host h sends are left out; a job that left the table arrives again at the end."""
+    t = LoadTable(1, 2)
+    t.update("a1", [0], 10, [10, 10], 10, job_id="A", host="h1")
+    t.update("b1", [0], 10, [20, 20], 10, job_id="B", host="h2")
+    t.update("c1", [0], 10, [40, 40], 10, job_id="C", host="h1")  # h1's own flow of another job
+    t.update("c2", [0], 10, [80, 80], 10, job_id="C", host="h3")
+    # A arrived first: it sees no later job; h1 (the asker) is left out anyway
+    assert t.rows([0], 10, 10, "a1", "A", arrival_host="h1") == [[0, 0]]
+    # B (second) sees A, not C; from h1, C's h1 flow is out anyway
+    assert t.rows([0], 10, 10, "b1", "B", arrival_host="h2") == [[10, 10]]
+    # C (third) sees A and B, but not the asker's own flows (h3 asking: a1 and b1 count)
+    assert t.rows([0], 10, 10, "c2", "C", arrival_host="h3") == [[30, 30]]
+    assert t.rows([0], 10, 10, "c1", "C", arrival_host="h1") == [[20, 20]]  # h1's a1 is its own
+    # a job not in the table yet arrives last: it sees every other host's flows of every job
+    assert t.rows([0], 10, 10, "d1", "D", arrival_host="h4") == [[150, 150]]
+    # A leaves (its only flow withdrawn) and comes back: now it is the newest
+    t.update("a1", [0], 10, [0, 0], 10, job_id="A", host="h1")
+    t.update("a1", [0], 10, [10, 10], 10, job_id="A", host="h1")
+    assert t.rows([0], 10, 10, "a1", "A", arrival_host="h1") == [[100, 100]]  # B and C (h3); c1 is h1's
+    assert t.rows([0], 10, 10, "b1", "B", arrival_host="h2") == [[0, 0]]  # B arrived first now
+    # without arrival_host, rows are as before (the other jobs, all hosts)
+    assert t.rows([0], 10, 10, "b1", "B") == [[130, 130]]

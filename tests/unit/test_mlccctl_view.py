@@ -1,6 +1,7 @@
 """MlccControl in switch mode sees other hosts' load: the switch's feedback for a flow leaves out that
-flow's whole job (and, under a job order, the jobs ranked after it) but counts this host's published
-flows of the other jobs, and the daemon subtracts those (Q-M8). Against a model switch that does exactly
+flow's whole job; under a job order it leaves out the jobs ranked after it and counts this host's published
+flows of the other jobs, which the daemon subtracts (Q-M8); without one (arrival order) it leaves this
+host's flows out itself. Against a model switch that does exactly
 that, each job's fabric view (core.mlccplan.FabricView) on every link of its flows must be the other
 hosts' load the model was given (another job's), with none of the job's own flows elsewhere."""
 
@@ -45,7 +46,8 @@ class ModelSwitch:
                 row = self.base[lid].astype(np.float64).copy()
                 for g, (job, rank, at, rates) in self.table.items():
                     before = q.rank is None or rank is None or rank <= q.rank
-                    if job != q.job_id and before and lid in self.paths[g]:
+                    # (every flow in this table is the tested host's: a fetch in arrival order leaves them out)
+                    if job != q.job_id and before and lid in self.paths[g] and not q.arrival:
                         shift = slot - at
                         row[:K - shift] += np.asarray(rates)[shift:]
                 loads[lid] = [int(round(x)) for x in row]
@@ -99,7 +101,8 @@ def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
             for i in range(n):
                 for c in sorted(set(path[i][path[i] >= 0].tolist())):
                     lid = used[c]
-                    want = base[lid] if lid in base else np.zeros(K)
+                    want = (base[lid] if lid in base else np.zeros(K)).astype(float).copy()
+                    want[-1] = max(want[-2], want[-1])  # the others' schedules go on in the window's last slot
                     # the published rates are rounded on the wire: half a byte/s per flow at most
                     assert view.other_Bps[fj[i], c] == pytest.approx(want, abs=n), (lid, view.other_Bps[fj[i], c])
             assert not view.same_Bps.any() and not view.same_flows.any()  # no other host has these jobs

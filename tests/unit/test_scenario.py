@@ -238,3 +238,24 @@ def test_slot_setting_reaches_the_pacing_daemons_and_is_bounded():
     assert sc(hostctl={"slot": 0.03}).hostctl.slot_s == 0.03
     with pytest.raises(ConfigError, match="slot"):
         sc(hostctl={"slot": 0.001})
+
+
+def test_two_rack_scenario_crosses_the_rack1_uplink():
+    """examples/scenarios/two-rack.toml: PSes in rack 0, workers in rack 1, a worker host with the
+    gradients of two jobs, cross traffic through the same uplink mid-run, phases of several 60 ms slots."""
+    s = load_scenario(os.path.join(ROOT, "examples", "scenarios", "two-rack.toml"))
+    t = s.topology
+    assert t.racks == 2 and t.hosts == tuple(f"h{i}" for i in range(6)) and t.rack_of == (0, 0, 0, 1, 1, 1)
+    assert t.link_bps == t.uplink_bps == 500_000_000
+    assert 3 <= len(s.jobs) <= 4 and s.policies == ("fifo", "one", "mlcc-local", "mlcc")
+    rack = dict(zip(t.hosts, t.rack_of))
+    for j in s.jobs:
+        assert j.kind == "ps" and {rack[h] for h in j.ps_hosts} == {0} and {rack[h] for h in j.worker_hosts} == {1}
+        assert 10 <= j.iterations <= 20
+        # the update to the workers (one PS link) spans at least two 60 ms slots
+        assert j.model_bytes * j.workers * 8 / t.link_bps >= 2 * s.hostctl.slot_s
+    jobs_of = {h: [j.name for j in s.jobs if h in j.worker_hosts] for h in t.hosts}
+    assert max(len(v) for v in jobs_of.values()) >= 2
+    (c,) = s.cross
+    assert rack[c.src] == 1 and rack[c.dst] == 0  # the gradients' direction: rack1:up
+    assert c.start_s >= 2.0 and c.duration_s <= 10.0

@@ -283,11 +283,11 @@ def _fast_view(req: Request) -> tuple:
     if req.type == "update_schedule":
         items = [(f.flow_id, f.job_id, f.src, f.dst, f.seq, list(f.rates_Bps), f.links, f.rank) for f in req.flows]
     else:
-        items = [(f.flow_id, f.src, f.dst, f.links, f.job_id, f.rank) for f in req.flows]
+        items = [(f.flow_id, f.src, f.dst, f.links, f.job_id, f.rank, f.arrival) for f in req.flows]
     return (req.type, req.req_id, req.slot, req.host, items, req.version)
 
 
-queries_job = st.builds(wire.FlowQuery, ids, ids, ids, links, st.none() | ids, ranks)
+queries_job = st.builds(wire.FlowQuery, ids, ids, ids, links, st.none() | ids, ranks, st.booleans())
 fast_requests = st.one_of(
     st.builds(Request, st.just("update_schedule"), st.integers(0, 2**64 - 1), st.integers(0, 2**62 - 1),
               st.none() | ids, st.lists(scheds, max_size=4).map(tuple)),
@@ -405,4 +405,4 @@ def test_fast_request_rank(rank):
         got = wire.fast_request(m, K)
         assert (got is not None) == ok
         if ok:
-            assert got[4][0][-1] == rank
+            assert got[4][0][-1 if "rates_Bps" in m["flows"][0] else -2] == rank

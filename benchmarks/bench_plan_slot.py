@@ -1,7 +1,8 @@
 """Benchmark for one host's whole MLCC decision (hostctl.core.mlccplan.plan_slot): time per slot.
 
     nice -n 10 .venv/bin/python benchmarks/bench_plan_slot.py [--slots 1000] [--repeat 3]
-        [--flows 10,100,1000] [--jobs 1,4,10] [--out docs/results/mlcc/plan25/bench_plan_slot.json]
+        [--flows 10,100,1000] [--jobs 1,4,10] [--baseline REV]
+        [--out docs/results/mlcc/plan25/bench_plan_slot.json]
     .venv/bin/python benchmarks/bench_plan_slot.py --table RESULTS.json [...]   (the table of saved runs)
 
 Requirement measured: the one-call ordered allocator, so that a job order (mlccctl --job-order) costs one
@@ -10,8 +11,9 @@ plan per slot; decision p90 <= 1 ms for 100 flows. Pure CPU, no I/O, no root.
 Machines differ in speed, so every slot also times a FIXED reference computation (numpy: an argsort
 of a fixed seeded 20 000-float array, the product of a chain of eight 64 x 64 matrices and, as the decision
 does, many numpy calls on tiny arrays: 100 x ``np.maximum(row - 0.5, 0).sum()`` on rows of 30 floats;
-about 0.55 ms of CPU on the machine of docs/results/mlcc/plan25/README.md), interleaved with the
-decision in the same loop; each case reports its p90 as a ratio to the reference's p90 in that case.
+0.55 ms of CPU alone in a loop, p90 0.8-1.1 ms between decisions on the machine of
+docs/results/mlcc/plan25/README.md), interleaved with the decision in the same loop; each case reports
+its p90 as a ratio to the reference's p90 in that case.
 
 Workload (seeded; a new input is drawn for every slot, outside the timed region), as a switch-mode host
 sees it. L = 30 links: column 0 this host's NIC (10 Gbit/s), 1 its rack uplink (20 Gbit/s), 2..5 the
@@ -166,8 +168,9 @@ BASELINE_MODULES = ("mlcc", "mlcchost", "mlccplan")
 
 
 def load_baseline(rev: str):
-    """plan_slot as it was at git revision REV: its three planner modules from ``git show``, imports among
-    them renamed to a package of their own in a temporary folder (other imports stay the working tree's)."""
+    """(plan_slot as it was at git revision REV, the commit REV names): its three planner modules from
+    ``git show``, imports among them renamed to a package of their own in a temporary folder (other imports
+    stay the working tree's)."""
     root = Path(__file__).resolve().parents[1]
     tag = "_plan_slot_" + "".join(c if c.isalnum() else "_" for c in rev)
     pkg = Path(tempfile.mkdtemp(prefix="bench_plan_slot_")) / tag
@@ -181,7 +184,8 @@ def load_baseline(rev: str):
         text = re.sub(r"\bhostctl\.core\.(" + "|".join(BASELINE_MODULES) + r")\b", tag + r".\1", src.stdout)
         (pkg / f"{m}.py").write_text(text)
     sys.path.insert(0, str(pkg.parent))
-    return importlib.import_module(f"{tag}.mlccplan").plan_slot
+    commit = subprocess.run(["git", "-C", str(root), "rev-parse", rev], capture_output=True, text=True).stdout.strip()
+    return importlib.import_module(f"{tag}.mlccplan").plan_slot, commit
 
 
 def same_decision(a, b) -> bool:
@@ -301,10 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.slots < 1 or args.repeat < 1 or min(flows) < 1 or min(jobs) < 1:
         print("bench_plan_slot: --slots, --repeat, --flows and --jobs must be >= 1", file=sys.stderr)
         return 2
-    baseline = None
+    baseline = baseline_commit = None
     if args.baseline:
         try:
-            baseline = load_baseline(args.baseline)
+            baseline, baseline_commit = load_baseline(args.baseline)
         except (ValueError, OSError, ImportError, SyntaxError) as e:
             print(f"bench_plan_slot: {e}", file=sys.stderr)
             return 2
@@ -331,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(table(results)))
     write_results(args.out, "mlccplan plan_slot() per-slot decision time, with a fixed reference computation", {
         "params": {"K": args.K, "slot_s": params.slot_s, "slots": args.slots, "repeat": args.repeat, "links": L,
-                   "baseline": args.baseline},
+                   "baseline": args.baseline, "baseline_commit": baseline_commit},
         "reference": "numpy: argsort of a fixed seeded 20000-float array + product of eight 64x64 matrices + "
                      "100 x np.maximum(row - 0.5, 0).sum() on rows of 30 floats",
         "results": results,

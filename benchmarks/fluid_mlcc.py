@@ -105,11 +105,13 @@ class HostPlanner:
         order, those ranked up to the job's rank) and the job's own flows with their count per slot."""
         J, L, K = len(jobs), len(LINKS), self.K
         other, same, nsame = np.zeros((J, L, K)), np.zeros((J, L, K)), np.zeros((J, L, K))
+        busy0 = np.zeros(L)  # the others' whole booking now (slot 0 is planned within what is free)
         if self.mode == "switch":
             for c, (cols, r) in self.pub.items():
                 if c[1] == host:
                     continue
                 row = np.append(r[1:], r[-1])  # one slot on; a schedule still sending goes on at its last rate
+                busy0[cols] += row[0]
                 for i, j in enumerate(jobs):
                     if c[0] == j:
                         same[i][cols] += row
@@ -117,7 +119,7 @@ class HostPlanner:
                     elif (self.rank[c[0]] <= self.rank[j]) if self.rank is not None else \
                             self.arrival.get(c[0], math.inf) < self.arrival.get(j, math.inf):
                         other[i][cols] += row
-        return FabricView(self.cap, self.cap.copy(), other, same, nsame)
+        return FabricView(self.cap, self.cap.copy(), other, same, nsame, busy0 if self.mode == "switch" else None)
 
     def tick(self) -> None:
         sim = self.sim

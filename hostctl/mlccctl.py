@@ -503,6 +503,8 @@ class MlccControl:
         K, L, J = self.K, len(col), len(jobs)
         shift = slot - self.fb_slot
         other, same, nsame = np.zeros((J, L, K)), np.zeros((J, L, K)), np.zeros((J, L, K))
+        busy0 = np.zeros(L)  # other hosts' whole booking now, any job (all_Bps)
+        busy_known = False
         seen = np.zeros((J, L), dtype=bool)
         fb = self.feedback
         for fid, j in zip(ids, fj.tolist()):
@@ -519,6 +521,10 @@ class MlccControl:
                 if jr is not None:
                     same[j, c] = jr
                     nsame[j, c] = fl.job_flows[lid]
+                ar = fl.all_Bps.get(lid)
+                if ar is not None and shift < K:
+                    busy0[c] = max(busy0[c], ar[shift])
+                    busy_known = True
         # this host's published load that the switch counted in job j's rows: under an order, its other
         # jobs that it ranked up to j's rank when it published; without one the switch left this host out
         if self.ranks:
@@ -539,7 +545,7 @@ class MlccControl:
             end = K - 1 - shift  # the last column the feedback covers
             if end >= 1:
                 a[:, :, end:] = np.maximum(a[:, :, end - 1:end], a[:, :, end:end + 1])
-        return FabricView(cap, avail, other, same, nsame)
+        return FabricView(cap, avail, other, same, nsame, busy0 if busy_known else None)
 
     def observe_nic(self, nic_Bps: float, dl_Bps: float) -> None:
         """The NIC's measured transmit rate over the last slot and this host's DL flows' part of it

@@ -71,6 +71,7 @@ class FlowLoads:
     # the asking job's view (a switch that does not send it leaves them empty): link id -> K values
     job_Bps: dict[str, Sequence[int]] = field(default_factory=dict)  # the job's load from other hosts
     job_flows: dict[str, Sequence[int]] = field(default_factory=dict)  # its flows with a rate > 0, per slot
+    all_Bps: dict[str, Sequence[int]] = field(default_factory=dict)  # every flow that other hosts send
 
 
 @dataclass
@@ -319,10 +320,11 @@ class SwitchClient:
             res.notifications.extend(r.notifications)
             got = res.feedback
             if not got and r.feedback:  # the first switch to answer: if every flow is ok, all of them are new
-                ids, sts, links, loads, paths, jl, jn = zip(*r.feedback)
+                ids, sts, links, loads, paths, jl, jn, ja = zip(*r.feedback)
                 if not any(sts):
-                    got.update(zip(ids, map(FlowLoads, ids, map(dict, map(zip, links, loads)), paths, itertools.repeat(True),
-                                            map(dict, map(zip, links, jl)), map(dict, map(zip, links, jn)))))
+                    got.update(zip(ids, map(FlowLoads, ids, map(dict, map(zip, links, loads)), paths,
+                                            itertools.repeat(True), map(dict, map(zip, links, jl)),
+                                            map(dict, map(zip, links, jn)), map(dict, map(zip, links, ja)))))
                     return
             for f in r.feedback:
                 fl = got.get(f.flow_id)
@@ -333,11 +335,13 @@ class SwitchClient:
                     res.flow_status[f.flow_id] = f.status
                 elif fl is None:  # the first switch to answer for the flow (with one switch: the only one)
                     got[f.flow_id] = FlowLoads(f.flow_id, dict(zip(f.links, f.load_Bps)), f.path_load_Bps, True,
-                                               dict(zip(f.links, f.job_Bps)), dict(zip(f.links, f.job_flows)))
+                                               dict(zip(f.links, f.job_Bps)), dict(zip(f.links, f.job_flows)),
+                                               dict(zip(f.links, f.all_Bps)))
                 else:  # another switch on the path: its links, and the path sums added
                     fl.load_Bps.update(zip(f.links, f.load_Bps))
                     fl.job_Bps.update(zip(f.links, f.job_Bps))
                     fl.job_flows.update(zip(f.links, f.job_flows))
+                    fl.all_Bps.update(zip(f.links, f.all_Bps))
                     if len(fl.path_load_Bps) != len(f.path_load_Bps):
                         fl.path_load_Bps = (0,) * len(f.path_load_Bps)
                     fl.path_load_Bps = tuple(map(operator.add, fl.path_load_Bps, f.path_load_Bps))

@@ -271,6 +271,7 @@ class SwitchState:
         loads: list = []  # version 2: every row, packed at the end
         jloads: list = []  # the asking job's load from other hosts, row for row as loads
         jflows: list = []  # and how many of its flows have a rate > 0 in each slot
+        jall: list = []  # and every flow's load that another host sends
         for flow, src, dst, links, job, rank, arrival in items:
             p = paths.get((src, dst, links))
             if p is None:
@@ -285,6 +286,7 @@ class SwitchState:
             idx, ids, capl = p
             rows = table.rows(idx, slot, slot_now, flow, job, rank, memo, src if arrival else None)
             jl, jn = table.job_rows(idx, slot, slot_now, job, src, memo)  # the job's view (zeros without a job)
+            ja = table.host_rows(idx, slot, slot_now, src) if job else [[0] * k for _ in idx]  # other hosts' all
             for lid, cap in capl:
                 if lid not in caps:
                     caps[lid] = cap
@@ -293,6 +295,7 @@ class SwitchState:
                 loads += rows
                 jloads += jl
                 jflows += jn
+                jall += ja
                 continue
             if len(rows) == 1:
                 path = rows[0]
@@ -302,13 +305,13 @@ class SwitchState:
                 path = [0] * k
             fb.append({"flow": flow, "status": 0, "links": ids, "load_Bps": rows, "path_Bps": path})
             if jl:
-                jloads.append((fb[-1], jl, jn))
+                jloads.append((fb[-1], jl, jn, ja))
         if v1 and jloads:  # (wire.encode_reply: the job view goes with every answered flow when one has it)
             for d in fb:
                 if d["status"] == 0 and "job_Bps" not in d:
-                    d["job_Bps"], d["job_flows"] = [], []
-            for d, jl, jn in jloads:
-                d["job_Bps"], d["job_flows"] = jl, jn
+                    d["job_Bps"], d["job_flows"], d["all_Bps"] = [], [], []
+            for d, jl, jn, ja in jloads:
+                d["job_Bps"], d["job_flows"], d["all_Bps"] = jl, jn, ja
         m = {"v": v, "type": "fetch_feedback", "id": rid, "status": bad, "slot_now": slot_now, "slot": slot,
              "slot_s": self.slot_s, "K": k, "caps": caps, "flows": fb}
         if not v1:
@@ -316,6 +319,7 @@ class SwitchState:
             if jloads:
                 m["job_Bps"] = wire.pack_rows(jloads)
                 m["job_flows"] = wire.pack_rows(jflows)
+                m["all_Bps"] = wire.pack_rows(jall)
         m["notify"] = notes
         return self._pack(m)
 
@@ -399,13 +403,15 @@ class SwitchState:
             loads = self.table.loads(idx, req.slot, slot_now, exclude=f.flow_id, exclude_job=f.job_id,
                                      below_rank=f.rank, memo=memo, arrival_host=f.src if f.arrival else None)
             jl, jn = self.table.job_rows(idx, req.slot, slot_now, f.job_id or "", f.src, memo)
+            ja = self.table.host_rows(idx, req.slot, slot_now, f.src) if f.job_id else [[0] * self.horizon
+                                                                                         for _ in idx]
             for lid in ids:
                 if lid not in caps:
                     caps[lid] = links_all[self.topo.link_index[lid]].capacity_Bps
             rows = loads.tolist()
             fb.append(wire.FlowFeedback(f.flow_id, 0, ids, tuple(map(tuple, rows)),
                                         tuple(loads.sum(axis=0).tolist()) if rows else (0,) * self.horizon,
-                                        tuple(map(tuple, jl)), tuple(map(tuple, jn))))
+                                        tuple(map(tuple, jl)), tuple(map(tuple, jn)), tuple(map(tuple, ja))))
         status = next((x.status for x in fb if x.status), 0)
         return Reply("fetch_feedback", req.req_id, status, slot_now, slot=req.slot, slot_s=self.slot_s,
                      horizon=self.horizon, capacities_Bps=caps, feedback=tuple(fb), notifications=notes,

@@ -510,6 +510,17 @@ class LoadTable:
             self._arrival_view(out, links, exclude_job, exclude, arrival_host, start_slot, memo)
         return out
 
+    def host_rows(self, links: Sequence[int], start_slot: int, now_slot: int, host: str) -> list[list[int]]:
+        """The load of every flow that ``host`` does not send, per link of ``links`` over K slots from
+        ``start_slot``: what the other hosts booked, whatever their job (a host plans its slot 0 within it)."""
+        out = self.rows(links, start_slot, now_slot)
+        flows = self._flows
+        for key in self._by_host.get(host, ()):
+            e = flows.get(key)
+            if e is not None:
+                self._subtract(out, links, e, start_slot)
+        return out
+
     def _arrival_view(self, out: list[list[int]], links: Sequence[int], job: str, skip: Hashable | None, host: str,
                       start_slot: int, memo: dict | None) -> None:
         """``job``'s view in arrival order (hostctl's daemon without a job order, docs/switchemu.md): the rows

@@ -81,6 +81,7 @@ class FabricView:
     other_Bps: np.ndarray
     same_Bps: np.ndarray
     same_flows: np.ndarray
+    busy0_Bps: np.ndarray | None = None  # [L] other hosts' whole booking in slot 0, any job (None: unknown)
 
     @classmethod
     def empty(cls, cap_Bps, J: int, K: int, avail_Bps=None) -> FabricView:
@@ -140,6 +141,10 @@ def job_rows(view: FabricView, flow_job: np.ndarray, path: np.ndarray, planned: 
     some = mn > 0
     share_rem = np.where(some, H * nsame / np.where(some, mn, 1.0), 0.0)
     vis = other + np.minimum(same, share_rem)  # what job j plans around on l [J, L, K]
+    if view.busy0_Bps is not None:
+        # slot 0 is planned within what the other hosts left free, whoever booked it: a job's share or its
+        # precedence counts from slot 1 on, which the hosts it displaces re-plan before it begins
+        vis[:, :, 0] = np.maximum(vis[:, :, 0], np.asarray(view.busy0_Bps, dtype=np.float64)[None, :])
     if J <= 1:  # (one local job: its view is the row; none: no flow either)
         return path, cap, hcap, vis[0] if J else np.zeros((L, K)), 0
     local = m > 0  # [J, L]

@@ -198,6 +198,7 @@ class FlowFeedback(NamedTuple):
     # the asking job's view (queries with a job; () from a switch that does not send it): per link, K values
     job_Bps: tuple[tuple[int, ...], ...] = ()  # load of the job's flows from other hosts than the query's src
     job_flows: tuple[tuple[int, ...], ...] = ()  # how many of those flows have a rate > 0 in each slot
+    all_Bps: tuple[tuple[int, ...], ...] = ()  # the load of every flow other hosts than src send (any job)
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +312,8 @@ def encode_reply(r: Reply) -> bytes:
             m["flows"] = [{"flow": f.flow_id, "status": f.status, "links": list(f.links),
                            "load_Bps": [list(x) for x in f.load_Bps], "path_Bps": list(f.path_load_Bps),
                            "job_Bps": [list(x) for x in _job_rows(f, f.job_Bps, r.horizon)],
-                           "job_flows": [list(x) for x in _job_rows(f, f.job_flows, r.horizon)]}
+                           "job_flows": [list(x) for x in _job_rows(f, f.job_flows, r.horizon)],
+                           "all_Bps": [list(x) for x in _job_rows(f, f.all_Bps, r.horizon)]}
                           if view and f.status == 0 else
                           {"flow": f.flow_id, "status": f.status, "links": list(f.links),
                            "load_Bps": [list(x) for x in f.load_Bps], "path_Bps": list(f.path_load_Bps)}
@@ -324,6 +326,8 @@ def encode_reply(r: Reply) -> bytes:
                                                              for f in r.feedback))
                 m["job_flows"] = pack_rows(chain.from_iterable(_job_rows(f, f.job_flows, r.horizon)
                                                                for f in r.feedback))
+                m["all_Bps"] = pack_rows(chain.from_iterable(_job_rows(f, f.all_Bps, r.horizon)
+                                                             for f in r.feedback))
         m["notify"] = [_notif(n) for n in r.notifications]
     elif r.type == "get_progress":
         m["progress"] = [{"flow": p.flow_id, "job": p.job_id, "cum_bytes": p.cum_bytes, "rate_Bps": p.rate_Bps,
@@ -674,7 +678,7 @@ def _decode_reply(m: dict[str, Any]) -> Reply:
             raise WireError(Code.MALFORMED, "reply caps must map link ids to ints")
         fb = _feedback_v1(m["flows"], k) if v == 1 else _feedback_v2(m["flows"], m["loads_Bps"], k)
         if v != 1 and "job_Bps" in m and fb:
-            fb = _job_view_v2(fb, m["job_Bps"], m.get("job_flows"), k)
+            fb = _job_view_v2(fb, m["job_Bps"], m.get("job_flows"), m.get("all_Bps"), k)
         notes = tuple(Notification(str(n["to"]), str(n["flow"]), str(n["job"]), int(n["F_bytes"]), int(n["slot"]),
                                    str(n["from"])) for n in m["notify"])
         return Reply(t, rid, status, slot_now, flow_status=fs, slot=_opt_int(m.get("slot"), "slot"),
@@ -692,17 +696,16 @@ def _feedback_v1(flows: Any, k: int | None) -> tuple[FlowFeedback, ...]:
     fb, heads, names, rows, lens, ints = [], set(), set(), set(), set(), set()
     for f in flows:
         x = FlowFeedback(f["flow"], f["status"], f["links"], f["load_Bps"], f["path_Bps"])
-        jb, jn = f.get("job_Bps", ()), f.get("job_flows", ())
-        if jb or jn:  # the job's view (a switch that does not send it leaves them out)
-            if not (type(jb) is tuple and type(jn) is tuple and len(jb) == len(jn) == len(x.links)):
-                raise WireError(Code.MALFORMED, "reply job_Bps and job_flows need a row per link")
-            rows.update(map(type, jb))
-            rows.update(map(type, jn))
-            lens.update(map(len, jb))
-            lens.update(map(len, jn))
-            ints.update(map(type, chain.from_iterable(jb)))
-            ints.update(map(type, chain.from_iterable(jn)))
-            x = x._replace(job_Bps=jb, job_flows=jn)
+        jb, jn, ja = f.get("job_Bps", ()), f.get("job_flows", ()), f.get("all_Bps", ())
+        if jb or jn or ja:  # the job's view (a switch that does not send it leaves them out)
+            if not (type(jb) is tuple and type(jn) is tuple and type(ja) is tuple
+                    and len(jb) == len(jn) == len(x.links) and len(ja) in (0, len(x.links))):
+                raise WireError(Code.MALFORMED, "reply job_Bps, job_flows and all_Bps need a row per link")
+            for part in (jb, jn, ja):
+                rows.update(map(type, part))
+                lens.update(map(len, part))
+                ints.update(map(type, chain.from_iterable(part)))
+            x = x._replace(job_Bps=jb, job_flows=jn, all_Bps=ja)
         heads.add((*map(type, x[:5]), len(x.links) == len(x.load_Bps)))
         names.update(map(type, x.links))
         rows.update(map(type, x.load_Bps))
@@ -737,7 +740,8 @@ def _unpack_loads(packed: bytes, what: str) -> tuple[array, list[int]]:
     return vals, v
 
 
-def _job_view_v2(fb: tuple[FlowFeedback, ...], loads: Any, counts: Any, k: int | None) -> tuple[FlowFeedback, ...]:
+def _job_view_v2(fb: tuple[FlowFeedback, ...], loads: Any, counts: Any, alls: Any,
+                 k: int | None) -> tuple[FlowFeedback, ...]:
     """Version 2's job view: ``job_Bps`` and ``job_flows`` packed as ``loads_Bps`` (a row per link of each
     flow, in order); attached to each flow's feedback."""
     nrows = sum(len(f.links) for f in fb)
@@ -746,9 +750,13 @@ def _job_view_v2(fb: tuple[FlowFeedback, ...], loads: Any, counts: Any, k: int |
         raise WireError(Code.MALFORMED, f"reply job_Bps and job_flows must be bytes of {nrows} rows of K int64 values")
     if not nrows:
         return fb
+    if alls is not None and (type(alls) is not bytes or len(alls) != nrows * k * 8):
+        raise WireError(Code.MALFORMED, f"reply all_Bps must be bytes of {nrows} rows of K int64 values")
     jl = iter(list(zip(*[iter(_unpack_loads(loads, "job_Bps")[1])] * k)))
     jn = iter(list(zip(*[iter(_unpack_loads(counts, "job_flows")[1])] * k)))
-    return tuple(f._replace(job_Bps=tuple(islice(jl, len(f.links))), job_flows=tuple(islice(jn, len(f.links))))
+    ja = iter(list(zip(*[iter(_unpack_loads(alls, "all_Bps")[1])] * k))) if alls is not None else None
+    return tuple(f._replace(job_Bps=tuple(islice(jl, len(f.links))), job_flows=tuple(islice(jn, len(f.links))),
+                            all_Bps=tuple(islice(ja, len(f.links))) if ja is not None else ())
                  if f.links else f for f in fb)
 
 
@@ -774,11 +782,12 @@ def _feedback_v2(flows: Any, loads: Any, k: int | None) -> tuple[FlowFeedback, .
     vals, v = _unpack_loads(loads, "loads_Bps")  # (numpy only for path sums: for a few rows it costs more)
     rows = list(zip(*[iter(v)] * k))
     if n.count(1) == len(n):  # one link per flow (a single switch): the path is the row
-        return tuple(map(_feedback, zip(fids, sts, lks, [(r,) for r in rows], rows, repeat(()), repeat(()))))
+        return tuple(map(_feedback, zip(fids, sts, lks, [(r,) for r in rows], rows, repeat(()), repeat(()),
+                                        repeat(()))))
     a = np.array(vals, dtype=np.int64).reshape(nrows, k)
     starts = [o for o, c in zip(accumulate(n, initial=0), n) if c]
     sums = iter(map(tuple, np.add.reduceat(a, starts).tolist()))  # one per flow with links, in order
     it, zero = iter(rows), (0,) * k
     per = [tuple(islice(it, c)) for c in n]
     paths = [next(sums) if c else () if st else zero for st, c in zip(sts, n)]
-    return tuple(map(_feedback, zip(fids, sts, lks, per, paths, repeat(()), repeat(()))))
+    return tuple(map(_feedback, zip(fids, sts, lks, per, paths, repeat(()), repeat(()), repeat(()))))

@@ -512,3 +512,13 @@ def test_a_jobs_view_in_arrival_order_leaves_out_later_jobs_and_the_asking_host(
     assert t.rows([0], 10, 10, "b1", "B", arrival_host="h2") == [[0, 0]]  # B arrived first now
     # without arrival_host, rows are as before (the other jobs, all hosts)
     assert t.rows([0], 10, 10, "b1", "B") == [[130, 130]]
+
+
+def test_host_rows_are_every_other_hosts_load():
+    t = LoadTable(2, 2)
+    t.update("a", [0], 10, [10, 20], 10, job_id="A", host="h1")
+    t.update("b", [0, 1], 10, [5, 5], 10, job_id="B", host="h2")
+    t.update("c", [0], 10, [1, 1], 10, job_id="B", host="h1")
+    assert t.host_rows([0, 1], 10, 10, "h1") == [[5, 5], [5, 5]]
+    assert t.host_rows([0, 1], 10, 10, "h2") == [[11, 21], [0, 0]]
+    assert t.host_rows([0], 10, 10, "h9") == [[16, 26]]

@@ -203,3 +203,17 @@ def test_local_view_is_the_plain_nic_plan():
     assert d.L_virtual == 0
     assert (d.slot.rates_Bps.sum(axis=0) <= C * (1 + 1e-9) + 3 * FLOOR).all()
     assert list(itertools.chain(d.slot.kind)) == ["active", "active", "unknown"]
+
+
+def test_slot_zero_is_planned_within_what_is_free():
+    # a remote flow of the same job holds the whole link now: this host's flow claims its half from the
+    # next slot on, and takes nothing now but the floor (the remote one gives way before slot 1 begins)
+    G = 20 * C * T
+    v = view(1, same=C, nsame=1)
+    v = FabricView(v.cap_Bps, v.avail_Bps, v.other_Bps, v.same_Bps, v.same_flows, np.array([C]))
+    d = plan_slot([G], [C], [0.0], [0], np.zeros((1, 1), np.int64), v, params=P)
+    assert d.applied_Bps[0] <= FLOOR * 1.001
+    assert d.slot.rates_Bps[0, 1:] == pytest.approx(C / 2, rel=0.02)
+    # without the slot-0 booking (an older switch): its share at once
+    d = plan_slot([G], [C], [0.0], [0], np.zeros((1, 1), np.int64), view(1, same=C, nsame=1), params=P)
+    assert d.applied_Bps[0] == pytest.approx(C / 2, rel=0.02)

@@ -264,8 +264,8 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
         known = active[planned]
         if waves is not None:
             w = np.asarray(waves, dtype=np.int64)[planned].copy()
-            if (~known).any():
-                w[~known] = int(w.max()) + 1  # unknown sizes after every known one
+            if (~known).any():  # unknown sizes after every known one, in their own order
+                w[~known] += int(w.max()) + 1 - int(w[~known].min())
         elif known.any():
             if by_job:
                 job = np.asarray(job, dtype=object)

@@ -280,3 +280,11 @@ def test_under_a_job_order_an_idle_flow_starts_in_what_the_earlier_jobs_leave():
     hs = host_slot(G, np.full(2, C), np.zeros(2), np.array(["a", "b"], dtype=object), nic_only(2), np.array([C]),
                    np.array([C]), np.zeros((1, P.K)), moving=np.array([True, False]), waves=np.array([1, 0]), **kw)
     assert hs.applied_Bps[1] == pytest.approx(C)
+
+
+def test_flows_of_unknown_size_keep_their_jobs_order_after_the_known_ones():
+    # two jobs' flows of unknown size under a job order (waves 0 and 1): the first job's flow takes the link
+    G = np.array([np.nan, np.nan])
+    hs = host_slot(G, np.full(2, C), np.zeros(2), np.array(["a", "b"], dtype=object), nic_only(2), np.array([C]),
+                   np.array([C]), np.zeros((1, P.K)), params=P, idle_share=False, waves=np.array([1, 0]))
+    assert hs.applied_Bps[1] == pytest.approx(C) and hs.applied_Bps[0] <= wait_floor_Bps(T) * 1.001

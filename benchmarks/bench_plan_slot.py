@@ -65,6 +65,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_mlcc import summary  # noqa: E402  (percentiles as bench_mlcc.py reports them)
+
 from hostctl.bench.results import write_results  # noqa: E402
 from hostctl.core.mlcc import MlccParams, Role  # noqa: E402
 from hostctl.core.mlccplan import FabricView, plan_slot  # noqa: E402
@@ -193,16 +196,6 @@ def same_decision(a, b) -> bool:
     return all(np.array_equal(x, y, equal_nan=True) for x, y in (
         (a.applied_Bps, b.applied_Bps), (a.slot.rates_Bps, b.slot.rates_Bps), (a.reports, b.reports),
         (a.held, b.held)))
-
-
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
-
-
-def summary(xs: list[float]) -> dict:
-    return {"median": statistics.median(xs), "p90": pct(xs, 0.90), "p99": pct(xs, 0.99),
-            "mean": statistics.fmean(xs), "min": min(xs)}
 
 
 def run_case(n: int, J: int, ordered: bool, alg2: bool, slots: int, seed: int, params: MlccParams,

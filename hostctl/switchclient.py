@@ -380,14 +380,8 @@ class SwitchClient:
         for _ in range(3):
             rid = next(self._ids)
             frame = wire.encode_request(Request("fetch_feedback", rid, slot, None, (), self.version[ep]))
-            while True:
-                try:
-                    sock.send_multipart([frame], zmq.NOBLOCK)
-                    break
-                except zmq.Again:
-                    if time.monotonic() >= deadline:
-                        return ProbeResult(error="could not connect")
-                    time.sleep(0.005)
+            if not self._send_by(sock, frame, deadline):
+                return ProbeResult(error="could not connect")
             t0 = time.monotonic()
             r = self._await(sock, rid, deadline)
             if r is None:
@@ -403,6 +397,18 @@ class SwitchClient:
             return ProbeResult(lat, r.slot_now, r.slot_s, r.horizon, version=r.version)
         return ProbeResult(error="slot or version refused three times")
 
+    @staticmethod
+    def _send_by(sock: zmq.Socket, frame: bytes, deadline: float) -> bool:
+        """Send one frame, retrying while the socket is not connected yet; False if the deadline passed."""
+        while True:
+            try:
+                sock.send_multipart([frame], zmq.NOBLOCK)
+                return True
+            except zmq.Again:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.005)
+
     def status(self, timeout_s: float = 2.0, reset_booking: bool = False) -> dict:
         """The first endpoint's status (``switchemu status``; ``SwitchState.status`` in switchemu/server.py,
         docs/switchemu.md): the switch, its table and the booking of its links. ``reset_booking`` starts
@@ -416,15 +422,9 @@ class SwitchClient:
         if reset_booking:
             req["reset_booking"] = True
         frame = msgpack.packb(req, use_bin_type=True)
-        while True:
-            try:
-                sock.send_multipart([frame], zmq.NOBLOCK)
-                break
-            except zmq.Again:
-                if time.monotonic() >= deadline:
-                    raise HostctlError(f"cannot connect to {ep} within {timeout_s:g} s: is switchemu running "
-                                       "there, with matching --curve-keys?") from None
-                time.sleep(0.005)
+        if not self._send_by(sock, frame, deadline):
+            raise HostctlError(f"cannot connect to {ep} within {timeout_s:g} s: is switchemu running "
+                               "there, with matching --curve-keys?")
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not sock.poll(max(1, int(left * 1000))):

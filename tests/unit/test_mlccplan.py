@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -211,9 +213,10 @@ def test_slot_zero_is_planned_within_what_is_free():
     G = 20 * C * T
     v = view(1, same=C, nsame=1)
     v = FabricView(v.cap_Bps, v.avail_Bps, v.other_Bps, v.same_Bps, v.same_flows, np.array([C]))
-    d = plan_slot([G], [C], [0.0], [0], np.zeros((1, 1), np.int64), v, params=P)
+    d = plan_slot([G], [C], [0.0], [0], np.zeros((1, 1), np.int64), v, params=replace(P, slot0_within_free=True))
     assert d.applied_Bps[0] <= FLOOR * 1.001
     assert d.slot.rates_Bps[0, 1:] == pytest.approx(C / 2, rel=0.02)
-    # without the slot-0 booking (an older switch): its share at once
-    d = plan_slot([G], [C], [0.0], [0], np.zeros((1, 1), np.int64), view(1, same=C, nsame=1), params=P)
-    assert d.applied_Bps[0] == pytest.approx(C / 2, rel=0.02)
+    # without the rule (the default), or without the slot-0 booking (an older switch): its share at once
+    for vv in (v, view(1, same=C, nsame=1)):
+        d = plan_slot([G], [C], [0.0], [0], np.zeros((1, 1), np.int64), vv, params=P)
+        assert d.applied_Bps[0] == pytest.approx(C / 2, rel=0.02)

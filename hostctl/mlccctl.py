@@ -528,7 +528,7 @@ class MlccControl:
         # this host's published load that the switch counted in job j's rows: under an order, its other
         # jobs that it ranked up to j's rank when it published; without one the switch left this host out
         if self.ranks:
-            own_jix, own_job, _ = self._own_load(self.fb_slot, col, L)
+            own_jix, own_job = self._own_load(self.fb_slot, col, L)
             pub = self._pub_ranks
             for j, name in enumerate(jobs):
                 rk = self.ranks.get(name)
@@ -632,10 +632,10 @@ class MlccControl:
             out[:, :self.K - shift] = rates[:, shift:]
         return out
 
-    def _own_load(self, at_slot: int, col: dict[str, int], L: int) -> tuple[dict[str, int], np.ndarray, np.ndarray]:
+    def _own_load(self, at_slot: int, col: dict[str, int], L: int) -> tuple[dict[str, int], np.ndarray]:
         """This host's last schedules as K values from at_slot, on the links of ``col``: (job ->
         index, per job and link [J + 1, L, K] (the last job row stays 0: index -1 is a job this host
-        did not publish), per link [L, K])."""
+        did not publish))."""
         rates = self._aligned(self.prev_rates, at_slot)
         _, jix, job, _ = self._last_jobs
         K = self.K
@@ -647,16 +647,13 @@ class MlccControl:
             r, p = np.nonzero(cells >= 0)  # row-major: flow by flow, each flow's links in path order
             c = cells[r, p]
             k = np.arange(K)
-            ck = self._own_cells = (self.prev_path, col, job, r, ((job[r] * L + c)[:, None] * K + k).ravel(),
-                                    (c[:, None] * K + k).ravel())
-        rows, by_job, by_link = ck[3:]
+            ck = self._own_cells = (self.prev_path, col, job, r, ((job[r] * L + c)[:, None] * K + k).ravel())
+        rows, by_job = ck[3:]
         if not len(rows):
-            return jix, np.zeros((len(jix) + 1, L, K)), np.zeros((L, K))
+            return jix, np.zeros((len(jix) + 1, L, K))
         # bincount sums in input order (flow by flow): the same floats as adding the rows one by one
         v = rates[rows].ravel()
-        per_job = np.bincount(by_job, weights=v, minlength=(len(jix) + 1) * L * K).reshape(len(jix) + 1, L, K)
-        total = np.bincount(by_link, weights=v, minlength=L * K).reshape(L, K)
-        return jix, per_job, total
+        return jix, np.bincount(by_job, weights=v, minlength=(len(jix) + 1) * L * K).reshape(len(jix) + 1, L, K)
 
     def _remember(self, slot: int, ids: list[str], flows: Sequence[FlowIn], plan: HostSlot,
                   published: np.ndarray, dec: SlotDecision) -> None:

@@ -1,0 +1,146 @@
+"""What each job got on the links it shares, slot by slot, from the daemons' MLCC traces.
+
+Run a bench with ``HOSTCTL_MLCC_TRACE=DIR/trace-{pid}.jsonl`` in the environment (every daemon writes one
+JSON line per slot: its flows, their job, kind, plan and the bytes of the iteration sent so far), then::
+
+    python benchmarks/trace_share.py DIR/trace-*.jsonl --racks 2 --hosts-per-rack 3 --link 500mbit
+
+For each link of the two-level testbed (host up/down, rack up/down; hosts 10.B.0.(i+1), racks of
+``--hosts-per-rack`` consecutive hosts) and each slot, it sums every flow's sent bytes over the slot
+(the ``sent`` counter's increase from one traced slot to the next) by job. It prints, per job and link
+where the job was busy (a flow of it planned as "active" or "unknown"), the mean share of the link's
+capacity the job got and the share the other jobs got in those slots, and how long after a job became
+busy on a link it first got at least half of the link (the reaction time a strict order needs).
+
+It reads only the traces (no planner code): a check of what the plans did, not of what they meant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import sys
+from collections import defaultdict
+
+from hostctl.core.units import parse_rate_bps
+from hostctl.errors import ConfigError
+
+
+def host_of(addr: str) -> int:
+    a = addr.split(".")
+    return int(a[2]) * 250 + int(a[3]) - 1
+
+
+def links_of(src: int, dst: int, hpr: int) -> list[str]:
+    out = [f"h{src}:up"]
+    if src // hpr != dst // hpr:
+        out += [f"rack{src // hpr}:up", f"rack{dst // hpr}:down"]
+    return out + [f"h{dst}:down"]
+
+
+def parse_flow(fid: str) -> tuple[int, int]:
+    # "laddr:lport->raddr:rport" (hostctl.core.deps.flow_name)
+    left, right = fid.split("->")
+    return host_of(left.rsplit(":", 1)[0]), host_of(right.rsplit(":", 1)[0])
+
+
+def load(paths: list[str]) -> dict[int, dict[str, dict]]:
+    """slot -> flow id -> the flow's trace record (the sending host's)."""
+    by_slot: dict[int, dict[str, dict]] = defaultdict(dict)
+    for p in paths:
+        with open(p, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                for fl in rec.get("flows", ()):
+                    by_slot[int(rec["slot"])][fl["id"]] = fl
+    return by_slot
+
+
+def analyse(by_slot: dict[int, dict[str, dict]], hpr: int, cap_Bps: float, slot_s: float) -> dict:
+    slots = sorted(by_slot)
+    # bytes each flow sent in slot s: sent(s + 1) - sent(s) (a new iteration restarts the counter)
+    per = defaultdict(lambda: defaultdict(float))  # (link, slot) -> job -> bytes
+    busy = defaultdict(set)  # (link, slot) -> jobs with a planned flow
+    for s in slots:
+        nxt = by_slot.get(s + 1)
+        for fid, fl in by_slot[s].items():
+            src, dst = parse_flow(fid)
+            ls = links_of(src, dst, hpr)
+            if fl["kind"] in ("active", "unknown"):
+                for ln in ls:
+                    busy[(ln, s)].add(fl["job"])
+            if nxt is None or fid not in nxt:
+                continue
+            a, b = float(fl.get("sent") or 0.0), float(nxt[fid].get("sent") or 0.0)
+            d = b - a if b >= a else b
+            if d > 0:
+                for ln in ls:
+                    per[(ln, s)][fl["job"]] += d
+    cap_slot = cap_Bps * slot_s
+    share = defaultdict(lambda: [0.0, 0.0, 0])  # (job, link) -> [own share sum, others' share sum, slots]
+    react = defaultdict(list)  # (job, link) -> slots from busy to >= half the link
+    for (ln, s), jobs in busy.items():
+        if not ln.startswith("rack"):
+            continue
+        got = per.get((ln, s), {})
+        for j in jobs:
+            x = share[(j, ln)]
+            x[0] += got.get(j, 0.0) / cap_slot
+            x[1] += sum(v for k, v in got.items() if k != j) / cap_slot
+            x[2] += 1
+            if j not in busy.get((ln, s - 1), ()):  # became busy on the link in slot s
+                for k in range(0, 20):
+                    if got_k := per.get((ln, s + k), {}).get(j, 0.0):
+                        if got_k >= 0.5 * cap_slot:
+                            react[(j, ln)].append(k)
+                            break
+                    if j not in busy.get((ln, s + k), ()):
+                        break
+    out = {}
+    for (j, ln), (own, oth, n) in sorted(share.items()):
+        r = react.get((j, ln), [])
+        out.setdefault(j, {})[ln] = {
+            "busy_slots": n, "own_share": own / n, "others_share": oth / n,
+            "bursts_reaching_half": len(r),
+            "mean_slots_to_half": sum(r) / len(r) if r else None,
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("traces", nargs="+", help="trace files (HOSTCTL_MLCC_TRACE), globs allowed")
+    ap.add_argument("--hosts-per-rack", type=int, default=3)
+    ap.add_argument("--link", default="500mbit", help="rack uplink rate (the share's denominator)")
+    ap.add_argument("--slot", type=float, default=0.06)
+    ap.add_argument("--out", help="write the result as JSON here")
+    a = ap.parse_args(argv)
+    paths = sorted({p for t in a.traces for p in (glob.glob(t) or [t])})
+    try:
+        cap = parse_rate_bps(a.link, what="--link") / 8
+    except ConfigError as e:
+        print(f"trace_share: {e}", file=sys.stderr)
+        return 2
+    by_slot = load(paths)
+    if not by_slot:
+        print(f"trace_share: no trace records in {', '.join(paths) or 'no files'}", file=sys.stderr)
+        return 2
+    res = analyse(by_slot, a.hosts_per_rack, cap, a.slot)
+    for j, per in res.items():
+        for ln, v in per.items():
+            m = v["mean_slots_to_half"]
+            print(f"{j:28s} {ln:11s} busy {v['busy_slots']:4d} slots: own {v['own_share']:.2f} of the link, "
+                  f"others {v['others_share']:.2f}; >= half after {'-' if m is None else f'{m:.2f}'} slots "
+                  f"({v['bursts_reaching_half']} bursts)")
+    if a.out:
+        with open(a.out, "w", encoding="utf-8") as f:
+            json.dump({"traces": paths, "link_Bps": cap, "slot_s": a.slot, "jobs": res}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

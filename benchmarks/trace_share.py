@@ -40,8 +40,8 @@ def links_of(src: int, dst: int, hpr: int) -> list[str]:
 
 
 def parse_flow(fid: str) -> tuple[int, int]:
-    # "laddr:lport->raddr:rport" (hostctl.core.deps.flow_name)
-    left, right = fid.split("->")
+    # "laddr:lport>raddr:rport" (hostctl.core.deps.flow_name)
+    left, right = fid.split(">")
     return host_of(left.rsplit(":", 1)[0]), host_of(right.rsplit(":", 1)[0])
 
 

@@ -454,11 +454,15 @@ class MlccControl:
         cap = self._cap_of[1]
         avail = cap.copy()
         avail[0] = self.nic_avail_Bps  # û of the NIC: its capacity minus the cross traffic measured on it
-        # "no progress" means "nothing to send" only for a flow that was free to send: one held
-        # at the wait floor last slot may just not have been ACKed yet
-        held = wait_floor_Bps(self.slot_s) * 2
-        last = self._from_last(self.last_applied, prev, math.inf) if self.last is not None else math.inf
-        moving = np.fromiter((f.moving for f in flows), dtype=bool, count=n) | (last <= held)
+        # "no progress" means "nothing to send" only for a flow that was free to send: one that its plan
+        # held at the wait floor last slot may just not have been ACKed yet. An idle flow paced at the
+        # floor (its path had no headroom) is not one: counting it as sending would book a whole
+        # iteration for a flow with nothing to send, and the jobs behind it would wait for nothing
+        moving = np.fromiter((f.moving for f in flows), dtype=bool, count=n)
+        if self.last is not None:
+            last = self._from_last(self.last_applied, prev, math.inf)
+            planned = self._from_last(self.last.kind != "idle", prev, False)
+            moving |= planned & (last <= wait_floor_Bps(self.slot_s) * 2)
         _, jix, fj, _ = self._jobs
         jobs = list(jix)  # the distinct jobs, in the order of their index
         fresh = self.fb_slot is not None and 0 <= slot - self.fb_slot < K

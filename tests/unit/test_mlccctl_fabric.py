@@ -192,3 +192,27 @@ def test_two_jobs_that_start_together_do_not_book_a_link_twice(slot0):
         fab.step()
     # the job that got the link keeps it (no swap from slot to slot)
     assert len(set(first.values())) == 1
+
+
+def test_an_idle_flow_paced_at_the_floor_books_nothing():
+    """Under a job order, a flow with nothing to send (no progress) whose path has no headroom is paced
+    at the wait floor (without an order an idle flow gets at least its share of the NIC: never the floor);
+    in the next slot it is still idle: it books nothing, so the jobs behind it do not wait for a flow
+    that does not send. A flow that its plan held at the floor is still planned without progress (its
+    bytes may just not have been ACKed yet)."""
+    fab = Fabric(two_racks())
+    remote = ctl(fab, 4, job_order="fixed")  # job A's other worker: h0's downlink whole (A before B)
+    host = ctl(fab, 3, job_order="fixed")
+    idle = flow(3, 5000, 0, "A", moving=False)  # job A, between bursts (the next iteration's bytes known)
+    waiting = flow(3, 5001, 0, "B")  # job B, sending, behind job A
+    for s in range(4):
+        remote.tick([flow(4, 4000, 0, "A")])
+        rates = host.tick([idle, waiting if s == 0 else waiting._replace(moving=False)])
+        assert host.schedule_of(idle.key)["kind"] == "idle", s
+        assert max(host.schedule_of(idle.key)["schedule_Bps"]) == 0, s
+        assert rates[idle.key] <= FLOOR * 1.01 and rates[waiting.key] <= FLOOR * 1.01, s
+        # B's flow stays planned (held at the floor: no progress is no evidence it has nothing to send)
+        assert host.schedule_of(waiting.key)["kind"] == "active", s
+        if s:
+            assert booked(fab, "tor0>h0").max() <= C + 2 * FLOOR, s
+        fab.step()

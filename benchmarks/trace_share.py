@@ -10,7 +10,9 @@ For each link of the two-level testbed (host up/down, rack up/down; hosts 10.B.0
 (the ``sent`` counter's increase from one traced slot to the next) by job. It prints, per job and link
 where the job was busy (a flow of it planned as "active" or "unknown"), the mean share of the link's
 capacity the job got and the share the other jobs got in those slots, and how long after a job became
-busy on a link it first got at least half of the link (the reaction time a strict order needs).
+busy on a link it first got at least half of the link (the reaction time a strict order needs). And per
+job, the share of its flows' planned slot-0 bytes that went unsent: slots where an "active" flow planned
+at least ``UNSENT_MIN_Bps`` sent under 5% of its plan (a booking the other jobs planned around for nothing).
 
 It reads only the traces (no planner code): a check of what the plans did, not of what they meant.
 """
@@ -25,6 +27,10 @@ from collections import defaultdict
 
 from hostctl.core.units import parse_rate_bps
 from hostctl.errors import ConfigError
+
+
+UNSENT_MIN_Bps = 5e6  # a slot-0 plan below this is a floor or a tail, not a booking worth counting
+UNSENT_FRAC = 0.05  # sent under this fraction of the slot-0 plan: the planned bytes went unsent
 
 
 def host_of(addr: str) -> int:
@@ -80,6 +86,20 @@ def analyse(by_slot: dict[int, dict[str, dict]], hpr: int, cap_Bps: float, slot_
             if d > 0:
                 for ln in ls:
                     per[(ln, s)][fl["job"]] += d
+    planned, unsent = defaultdict(float), defaultdict(float)  # job -> slot-0 bytes planned, of which unsent
+    for s in slots:
+        nxt = by_slot.get(s + 1)
+        if nxt is None:
+            continue
+        for fid, fl in by_slot[s].items():
+            if fl["kind"] != "active" or fid not in nxt:
+                continue
+            a, b = float(fl.get("sent") or 0.0), float(nxt[fid].get("sent") or 0.0)
+            d = b - a if b >= a else b
+            p = float(fl["plan"][0]) * slot_s
+            planned[fl["job"]] += p
+            if fl["plan"][0] >= UNSENT_MIN_Bps and d < UNSENT_FRAC * p:
+                unsent[fl["job"]] += p
     cap_slot = cap_Bps * slot_s
     share = defaultdict(lambda: [0.0, 0.0, 0])  # (job, link) -> [own share sum, others' share sum, slots]
     react = defaultdict(list)  # (job, link) -> slots from busy to >= half the link
@@ -100,10 +120,10 @@ def analyse(by_slot: dict[int, dict[str, dict]], hpr: int, cap_Bps: float, slot_
                             break
                     if j not in busy.get((ln, s + k), ()):
                         break
-    out = {}
+    out: dict = {"links": {}, "unsent_plan_frac": {j: unsent[j] / p for j, p in sorted(planned.items()) if p}}
     for (j, ln), (own, oth, n) in sorted(share.items()):
         r = react.get((j, ln), [])
-        out.setdefault(j, {})[ln] = {
+        out["links"].setdefault(j, {})[ln] = {
             "busy_slots": n, "own_share": own / n, "others_share": oth / n,
             "bursts_reaching_half": len(r),
             "mean_slots_to_half": sum(r) / len(r) if r else None,
@@ -119,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slot", type=float, default=0.06)
     ap.add_argument("--out", help="write the result as JSON here")
     a = ap.parse_args(argv)
-    paths = sorted({p for t in a.traces for p in (glob.glob(t) or [t])})
+    paths = sorted({p for t in a.traces for p in glob.glob(t)})
     try:
         cap = parse_rate_bps(a.link, what="--link") / 8
     except ConfigError as e:
@@ -130,15 +150,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trace_share: no trace records in {', '.join(paths) or 'no files'}", file=sys.stderr)
         return 2
     res = analyse(by_slot, a.hosts_per_rack, cap, a.slot)
-    for j, per in res.items():
+    for j, per in res["links"].items():
         for ln, v in per.items():
             m = v["mean_slots_to_half"]
             print(f"{j:28s} {ln:11s} busy {v['busy_slots']:4d} slots: own {v['own_share']:.2f} of the link, "
                   f"others {v['others_share']:.2f}; >= half after {'-' if m is None else f'{m:.2f}'} slots "
                   f"({v['bursts_reaching_half']} bursts)")
+    print("planned slot-0 bytes unsent: " + ", ".join(f"{j} {v:.2f}" for j, v in res["unsent_plan_frac"].items()))
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:
-            json.dump({"traces": paths, "link_Bps": cap, "slot_s": a.slot, "jobs": res}, f, indent=1)
+            json.dump({"traces": paths, "link_Bps": cap, "slot_s": a.slot, **res}, f, indent=1)
     return 0
 
 

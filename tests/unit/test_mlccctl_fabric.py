@@ -56,15 +56,12 @@ def test_the_plan_does_not_depend_on_the_order_of_the_flows(slot0):
         plan = {j: tuple(host.schedule_of(flows[j].key)["schedule_Bps"]) for j in "AB"}
         got.append((plan, {j: rates[flows[j].key] for j in "AB"}))
         assert max(plan["B"]) <= FLOOR * 1.01  # B waits behind job A
-        if slot0:
-            # h3's A flow claims its job's share of the links that job A shares from the next slot on (in
-            # this slot the link is booked: it waits)
-            assert rates[flows["A"].key] <= FLOOR * 1.01
-            assert plan["A"][1] == pytest.approx(C / 2, rel=0.03)
-            assert booked(fab, "tor0>h0")[0] <= C + 2 * FLOOR + 2  # now: within capacity (and the floors)
-        else:
-            # h3's A flow takes its job's share at once (this slot is booked 1.5 x until h4 re-plans)
-            assert rates[flows["A"].key] == pytest.approx(C / 2, rel=0.03)
+        # h3's A flow claims its job's share of the links that job A shares from the next slot on: in this
+        # slot h4's flow of the job has booked the link (slot0_job_booked, the default; with the whole
+        # slot-0 rule too), so it waits
+        assert rates[flows["A"].key] <= FLOOR * 1.01
+        assert plan["A"][1] == pytest.approx(C / 2, rel=0.03)
+        assert booked(fab, "tor0>h0")[0] <= C + 2 * FLOOR + 2  # now: within capacity (and the floors)
         # the remote flow of A gives up half before the next slot's plans: nothing is booked beyond capacity
         fab.step()
         remote.tick([flow(4, 4000, 0, "A")])
@@ -79,12 +76,14 @@ def test_an_incast_of_three_workers_books_the_ps_downlink_once():
     fab = Fabric(two_racks())
     workers = {h: ctl(fab, h) for h in (3, 4, 5)}
     peak = []
-    for s in range(4):
+    for s in range(6):
         rates = {h: c.tick([flow(h, 5000 + h, 0, "A")]) for h, c in workers.items()}
+        # the current slot: each worker planned it within what the job's earlier planners booked for it
+        assert booked(fab, "tor0>h0")[0] <= C + 3 * FLOOR, s
         peak.append(booked(fab, "tor0>h0").max())
         fab.step()
-    # the first slot's plans are made before any other worker published: each takes what it sees
-    # from then on the three workers' schedules share the PS downlink
+    # the first slot's plans of later slots are made before any other worker published: each takes what
+    # it sees; from then on the three workers' schedules share the PS downlink
     assert max(peak[1:]) <= C + 3 * FLOOR
     for h, r in rates.items():
         assert list(r.values())[0] == pytest.approx(C / 3, rel=0.05)

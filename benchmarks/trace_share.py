@@ -13,6 +13,10 @@ capacity the job got and the share the other jobs got in those slots, and how lo
 busy on a link it first got at least half of the link (the reaction time a strict order needs). And per
 job, the share of its flows' planned slot-0 bytes that went unsent: slots where an "active" flow planned
 at least ``UNSENT_MIN_Bps`` sent under 5% of its plan (a booking the other jobs planned around for nothing).
+And per link, the booking the plans made: for each slot, the sum over the flows crossing the link of the
+rate their latest plan gave that slot (every host re-plans every slot, so this is what switchemu samples
+as the slot's final booking), and how many slots exceeded capacity by more than the flows' wait floors,
+and how many of those one job's flows overbooked alone (an incast's hosts planning the same slot).
 
 It reads only the traces (no planner code): a check of what the plans did, not of what they meant.
 """
@@ -31,6 +35,7 @@ from hostctl.errors import ConfigError
 
 UNSENT_MIN_Bps = 5e6  # a slot-0 plan below this is a floor or a tail, not a booking worth counting
 UNSENT_FRAC = 0.05  # sent under this fraction of the slot-0 plan: the planned bytes went unsent
+WAIT_FLOOR_Bps = 65536 / 0.06  # hostctl's wait floor at 60 ms slots (one 64 KiB packet per slot)
 
 
 def host_of(addr: str) -> int:
@@ -120,7 +125,8 @@ def analyse(by_slot: dict[int, dict[str, dict]], hpr: int, cap_Bps: float, slot_
                             break
                     if j not in busy.get((ln, s + k), ()):
                         break
-    out: dict = {"links": {}, "unsent_plan_frac": {j: unsent[j] / p for j, p in sorted(planned.items()) if p}}
+    out: dict = {"links": {}, "unsent_plan_frac": {j: unsent[j] / p for j, p in sorted(planned.items()) if p},
+                 "booking": booking(by_slot, hpr, cap_Bps)}
     for (j, ln), (own, oth, n) in sorted(share.items()):
         r = react.get((j, ln), [])
         out["links"].setdefault(j, {})[ln] = {
@@ -128,6 +134,42 @@ def analyse(by_slot: dict[int, dict[str, dict]], hpr: int, cap_Bps: float, slot_
             "bursts_reaching_half": len(r),
             "mean_slots_to_half": sum(r) / len(r) if r else None,
         }
+    return out
+
+
+def booking(by_slot: dict[int, dict[str, dict]], hpr: int, cap_Bps: float) -> dict:
+    """Per link: slots with a booking, slots booked beyond capacity + the wait floors of the flows
+    booked in them, of which one job's flows alone, and the worst booking / capacity."""
+    plans: dict[str, dict[int, list]] = defaultdict(dict)  # flow -> slot planned in -> plan
+    job: dict[str, str] = {}
+    for s, flows in by_slot.items():
+        for fid, fl in flows.items():
+            plans[fid][s] = fl["plan"]
+            job[fid] = fl["job"]
+    on = defaultdict(list)
+    for fid in plans:
+        for ln in links_of(*parse_flow(fid), hpr):
+            on[ln].append(fid)
+    out = {}
+    for ln, fids in sorted(on.items()):
+        slots = over = alone = 0
+        worst = 0.0
+        for s in sorted(by_slot):
+            got = []
+            for fid in fids:
+                p = plans[fid]
+                last = max((x for x in p if s - len(p[x]) < x <= s), default=None)
+                if last is not None and p[last][s - last] > 0:
+                    got.append((job[fid], float(p[last][s - last])))
+            if not got:
+                continue
+            slots += 1
+            b = sum(v for _, v in got)
+            worst = max(worst, b / cap_Bps)
+            if b > cap_Bps + len(got) * WAIT_FLOOR_Bps:
+                over += 1
+                alone += len({j for j, v in got if v > WAIT_FLOOR_Bps * 1.01}) <= 1
+        out[ln] = {"slots": slots, "over": over, "over_one_job": alone, "worst_ratio": worst}
     return out
 
 
@@ -156,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{j:28s} {ln:11s} busy {v['busy_slots']:4d} slots: own {v['own_share']:.2f} of the link, "
                   f"others {v['others_share']:.2f}; >= half after {'-' if m is None else f'{m:.2f}'} slots "
                   f"({v['bursts_reaching_half']} bursts)")
+    for ln, v in res["booking"].items():
+        if v["over"]:
+            print(f"{ln:11s} booked beyond capacity + floors in {v['over']} of {v['slots']} slots "
+                  f"({v['over_one_job']} by one job alone), worst {v['worst_ratio']:.2f}x")
     print("planned slot-0 bytes unsent: " + ", ".join(f"{j} {v:.2f}" for j, v in res["unsent_plan_frac"].items()))
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:

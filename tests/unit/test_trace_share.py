@@ -85,3 +85,15 @@ def test_the_command_line(tmp_path, capsys):
     assert "--link" in capsys.readouterr().err
     assert ts.main([str(tmp_path / "none-*.jsonl")]) == 2
     assert "no trace records" in capsys.readouterr().err
+
+
+def test_booking_from_the_plans():
+    # slot 10: two workers of job a (h3, h4 -> h0) each plan the whole link (an incast's first slot); slot
+    # 11: half each. Slot 12 is booked by the plans made in slot 11 (their second slot)
+    w3, w4 = "10.1.0.4:5000>10.1.0.1:9000", "10.1.0.5:5000>10.1.0.1:9000"
+    by = {10: {w3: {"job": "a", "plan": [CAP, CAP] + [0] * 8}, w4: {"job": "a", "plan": [CAP, CAP] + [0] * 8}},
+          11: {w3: {"job": "a", "plan": [CAP / 2, CAP / 4] + [0] * 8},
+               w4: {"job": "a", "plan": [CAP / 2, CAP / 4] + [0] * 8}}}
+    b = ts.booking(by, 3, CAP)
+    assert b["h0:down"] == {"slots": 2, "over": 1, "over_one_job": 1, "worst_ratio": pytest.approx(2.0)}
+    assert b["rack1:up"]["over"] == 1 and b["h3:up"]["over"] == 0

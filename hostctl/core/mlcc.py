@@ -116,7 +116,8 @@ class MlccParams:
     max_rounds: progressive-filling rounds per wave (Q-M8); the last one commits all.
     slot0_job_booked: within a job, plan the current slot within what the job's flows on other hosts
     booked for it; the job's explicit share of a link counts from the next slot on (those hosts fixed
-    their current slot when they planned it and give way only at their next plan).
+    their current slot when they planned it and give way only at their next plan). Off by default: it
+    keeps an incast's first slot within capacity but made average JCT worse on the testbed.
     slot0_within_free: plan the current slot within everything the other hosts booked for it (the
     view's busy0_Bps), so that a job's share and precedence count from the next slot on. Off by
     default: it removes most overbooking of the current slot but made average JCT worse on the
@@ -130,7 +131,7 @@ class MlccParams:
     literal_b_cap: bool = False
     delta_within_avail: bool = True
     max_rounds: int = 3
-    slot0_job_booked: bool = True
+    slot0_job_booked: bool = False
     slot0_within_free: bool = False
 
     def __post_init__(self) -> None:

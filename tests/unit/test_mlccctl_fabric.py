@@ -22,10 +22,12 @@ FLOOR = wait_floor_Bps(SLOT)
 BIG = 40 * C * SLOT  # bytes left: 40 slots of the whole link (planned over the whole horizon)
 
 
-def ctl(fab: Fabric, host: int, slot0_within_free: bool = False, **kw) -> MlccControl:
+def ctl(fab: Fabric, host: int, slot0_within_free: bool = False, slot0_job_booked: bool = False,
+        **kw) -> MlccControl:
     kw.setdefault("deps", False)
     c = MlccControl(C, SLOT, switch=fab.client(addr(host)), wall=fab.wall, **kw)
-    c.params = replace(c.params, slot0_within_free=slot0_within_free)  # (MlccParams: off by default)
+    # (MlccParams: both off by default)
+    c.params = replace(c.params, slot0_within_free=slot0_within_free, slot0_job_booked=slot0_job_booked)
     return c
 
 
@@ -42,26 +44,31 @@ def booked(fab: Fabric, link: str) -> np.ndarray:
     return st.table.loads([i], slot, slot)[0].astype(float)
 
 
-@pytest.mark.parametrize("slot0", [False, True], ids=["default", "slot0-within-free"])
-def test_the_plan_does_not_depend_on_the_order_of_the_flows(slot0):
+@pytest.mark.parametrize("rule", ["default", "slot0_within_free", "slot0_job_booked"])
+def test_the_plan_does_not_depend_on_the_order_of_the_flows(rule):
     # h4 sends job A into h0 at the whole link; then h3 sends one flow of A and one of B into h0
     got = []
+    slot0 = rule != "default"
+    kw = {rule: True} if slot0 else {}
     for order in ("AB", "BA"):
         fab = Fabric(two_racks())
-        remote = ctl(fab, 4, slot0)
+        remote = ctl(fab, 4, **kw)
         remote.tick([flow(4, 4000, 0, "A")])
-        host = ctl(fab, 3, slot0)
+        host = ctl(fab, 3, **kw)
         flows = {"A": flow(3, 5000, 0, "A"), "B": flow(3, 5001, 0, "B")}
         rates = host.tick([flows[j] for j in order])
         plan = {j: tuple(host.schedule_of(flows[j].key)["schedule_Bps"]) for j in "AB"}
         got.append((plan, {j: rates[flows[j].key] for j in "AB"}))
         assert max(plan["B"]) <= FLOOR * 1.01  # B waits behind job A
-        # h3's A flow claims its job's share of the links that job A shares from the next slot on: in this
-        # slot h4's flow of the job has booked the link (slot0_job_booked, the default; with the whole
-        # slot-0 rule too), so it waits
-        assert rates[flows["A"].key] <= FLOOR * 1.01
-        assert plan["A"][1] == pytest.approx(C / 2, rel=0.03)
-        assert booked(fab, "tor0>h0")[0] <= C + 2 * FLOOR + 2  # now: within capacity (and the floors)
+        if slot0:
+            # h3's A flow claims its job's share of the links that job A shares from the next slot on (in
+            # this slot the link is booked: it waits)
+            assert rates[flows["A"].key] <= FLOOR * 1.01
+            assert plan["A"][1] == pytest.approx(C / 2, rel=0.03)
+            assert booked(fab, "tor0>h0")[0] <= C + 2 * FLOOR + 2  # now: within capacity (and the floors)
+        else:
+            # h3's A flow takes its job's share at once (this slot is booked 1.5 x until h4 re-plans)
+            assert rates[flows["A"].key] == pytest.approx(C / 2, rel=0.03)
         # the remote flow of A gives up half before the next slot's plans: nothing is booked beyond capacity
         fab.step()
         remote.tick([flow(4, 4000, 0, "A")])
@@ -72,18 +79,22 @@ def test_the_plan_does_not_depend_on_the_order_of_the_flows(slot0):
     assert got[0] == got[1]
 
 
-def test_an_incast_of_three_workers_books_the_ps_downlink_once():
+@pytest.mark.parametrize("job_booked", [False, True], ids=["default", "slot0_job_booked"])
+def test_an_incast_of_three_workers_books_the_ps_downlink_once(job_booked):
     fab = Fabric(two_racks())
-    workers = {h: ctl(fab, h) for h in (3, 4, 5)}
-    peak = []
+    workers = {h: ctl(fab, h, slot0_job_booked=job_booked) for h in (3, 4, 5)}
+    peak, now = [], []
     for s in range(6):
         rates = {h: c.tick([flow(h, 5000 + h, 0, "A")]) for h, c in workers.items()}
-        # the current slot: each worker planned it within what the job's earlier planners booked for it
-        assert booked(fab, "tor0>h0")[0] <= C + 3 * FLOOR, s
+        now.append(booked(fab, "tor0>h0")[0])
         peak.append(booked(fab, "tor0>h0").max())
         fab.step()
-    # the first slot's plans of later slots are made before any other worker published: each takes what
-    # it sees; from then on the three workers' schedules share the PS downlink
+    if job_booked:  # each worker planned the current slot within what the job's earlier planners booked
+        assert max(now) <= C + 3 * FLOOR
+    else:  # each worker takes its share of the first slot at once: booked up to 1 + 1/2 + 1/3 x
+        assert now[0] > 1.5 * C
+    # the first slot's plans are made before any other worker published: each takes what it sees
+    # from then on the three workers' schedules share the PS downlink
     assert max(peak[1:]) <= C + 3 * FLOOR
     for h, r in rates.items():
         assert list(r.values())[0] == pytest.approx(C / 3, rel=0.05)

@@ -18,6 +18,7 @@ from hostctl.core.mlccplan import FabricView, avail_from_cross, plan_slot, progr
 
 C = 62.5e6  # 500 Mbit/s in bytes/s
 P = MlccParams()
+PJ = replace(P, slot0_job_booked=True)  # slot 0 within the job's own booking (off by default)
 T, K = P.slot_s, P.K
 FLOOR = wait_floor_Bps(T)
 
@@ -42,19 +43,20 @@ def test_the_issue_example_does_not_depend_on_the_order_of_the_flows():
     v = FabricView(np.array([C]), np.array([C]), other, same, nsame)
     G = 20 * C * T
     got = {}
-    for order in ([0, 1], [1, 0]):
-        d = plan_slot([G, G], [C, C], [0.0, 0.0], order, np.zeros((2, 1), np.int64), v, params=P)
-        got[tuple(order)] = {j: (d.applied_Bps[i], tuple(d.slot.rates_Bps[i])) for i, j in enumerate(order)}
-    assert got[(0, 1)] == got[(1, 0)]
-    (a_rate, a_plan), (b_rate, b_plan) = got[(0, 1)][0], got[(0, 1)][1]
-    # A's flows share the link, half each, from the next slot on; in this slot the remote flow of A has
-    # booked it (slot0_job_booked): A's flow here waits at the floor
-    assert a_rate <= FLOOR * 1.001 and a_plan[1:] == pytest.approx([C / 2] * (K - 1), rel=0.02)
+    for params in (P, PJ):
+        for order in ([0, 1], [1, 0]):
+            d = plan_slot([G, G], [C, C], [0.0, 0.0], order, np.zeros((2, 1), np.int64), v, params=params)
+            got[params, tuple(order)] = {j: (d.applied_Bps[i], tuple(d.slot.rates_Bps[i]))
+                                         for i, j in enumerate(order)}
+        assert got[params, (0, 1)] == got[params, (1, 0)]
+    (a_rate, a_plan), (b_rate, b_plan) = got[P, (0, 1)][0], got[P, (0, 1)][1]
+    assert a_rate == pytest.approx(C / 2, rel=0.02)  # A's flows share the link: half each
     assert b_rate <= FLOOR * 1.001  # B waits (the floor)
-    # without slot0_job_booked: the share at once
-    d = plan_slot([G, G], [C, C], [0.0, 0.0], [0, 1], np.zeros((2, 1), np.int64), v,
-                  params=replace(P, slot0_job_booked=False))
-    assert d.applied_Bps[0] == pytest.approx(C / 2, rel=0.02) and d.applied_Bps[1] <= FLOOR * 1.001
+    # slot0_job_booked: the share from the next slot on; in this slot the remote flow of A has booked the
+    # link, A's flow here waits at the floor
+    (a_rate, a_plan), (b_rate, b_plan) = got[PJ, (0, 1)][0], got[PJ, (0, 1)][1]
+    assert a_rate <= FLOOR * 1.001 and a_plan[1:] == pytest.approx([C / 2] * (K - 1), rel=0.02)
+    assert b_rate <= FLOOR * 1.001
     # this host books at most what A's share leaves plus B's floor
     d = plan_slot([G, G], [C, C], [0.0, 0.0], [0, 1], np.zeros((2, 1), np.int64), v, params=P)
     assert (d.slot.rates_Bps.sum(axis=0) <= C / 2 + 2 * FLOOR + 1).all()
@@ -89,10 +91,11 @@ def test_an_incast_shares_the_link_among_the_jobs_flows():
         v = view(1, same=booked_by_others, nsame=2 if booked_by_others else 0)
         d = plan_slot([G], [C], [0.0], [0], np.zeros((1, 1), np.int64), v, params=P)
         want = C if booked_by_others == 0 else C / 3
+        assert d.applied_Bps[0] == pytest.approx(want, rel=0.02)
+        # slot0_job_booked: the share from slot 1 on; now within what the others booked for this slot
+        d = plan_slot([G], [C], [0.0], [0], np.zeros((1, 1), np.int64), v, params=PJ)
         assert d.slot.rates_Bps[0, 1] == pytest.approx(want, rel=0.02)
-        # now: within what the others booked for this slot (they give way at their next plan)
-        now = FLOOR if booked_by_others >= C else want
-        assert d.applied_Bps[0] == pytest.approx(now, rel=0.02)
+        assert d.applied_Bps[0] == pytest.approx(FLOOR if booked_by_others >= C else want, rel=0.02)
     # when the others book less than their share, this host's flow takes the rest
     v = view(1, same=C / 6, nsame=2)
     d = plan_slot([G], [C], [0.0], [0], np.zeros((1, 1), np.int64), v, params=P)
@@ -225,22 +228,21 @@ def test_slot_zero_is_planned_within_what_is_free():
     d = plan_slot([G], [C], [0.0], [0], np.zeros((1, 1), np.int64), v, params=replace(P, slot0_within_free=True))
     assert d.applied_Bps[0] <= FLOOR * 1.001
     assert d.slot.rates_Bps[0, 1:] == pytest.approx(C / 2, rel=0.02)
-    # without the rule (the default), or without the slot-0 booking (an older switch), the flow waits for
-    # its own job's booking all the same (slot0_job_booked); without that too: its share at once
+    # without the rule (the default), or without the slot-0 booking (an older switch): its share at once;
+    # with slot0_job_booked, it waits for its own job's booking all the same
     for vv in (v, view(1, same=C, nsame=1)):
         d = plan_slot([G], [C], [0.0], [0], np.zeros((1, 1), np.int64), vv, params=P)
-        assert d.applied_Bps[0] <= FLOOR * 1.001
-        d = plan_slot([G], [C], [0.0], [0], np.zeros((1, 1), np.int64), vv,
-                      params=replace(P, slot0_job_booked=False))
         assert d.applied_Bps[0] == pytest.approx(C / 2, rel=0.02)
+        d = plan_slot([G], [C], [0.0], [0], np.zeros((1, 1), np.int64), vv, params=PJ)
+        assert d.applied_Bps[0] <= FLOOR * 1.001
 
 
 def test_slot_zero_within_the_jobs_booking_but_not_other_jobs():
-    # slot0_job_booked (the default) covers the job's own flows only: another job booked before it is
-    # planned around whole in every slot anyway, and the busy0 row of jobs ranked after it is not counted
+    # slot0_job_booked covers the job's own flows only: another job booked before it is planned around
+    # whole in every slot anyway, and the busy0 row (jobs after it too) is not counted
     G = 20 * C * T
     v = view(1, other=C / 4, same=C / 2, nsame=1)
     v = FabricView(v.cap_Bps, v.avail_Bps, v.other_Bps, v.same_Bps, v.same_flows, np.array([C]))
-    d = plan_slot([G], [C], [0.0], [0], np.zeros((1, 1), np.int64), v, params=P)
+    d = plan_slot([G], [C], [0.0], [0], np.zeros((1, 1), np.int64), v, params=PJ)
     assert d.applied_Bps[0] == pytest.approx(C / 4, rel=0.02)  # C - C/4 other - C/2 own job's booking
     assert d.slot.rates_Bps[0, 1] == pytest.approx(3 * C / 8, rel=0.02)  # its half of what is left

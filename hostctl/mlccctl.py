@@ -507,7 +507,9 @@ class MlccControl:
         K, L, J = self.K, len(col), len(jobs)
         shift = slot - self.fb_slot
         other, same, nsame = np.zeros((J, L, K)), np.zeros((J, L, K)), np.zeros((J, L, K))
-        busy0 = np.zeros(L)  # other hosts' whole booking now, any job (all_Bps)
+        # other hosts' whole booking now, any job (all_Bps): read only for MlccParams.slot0_within_free
+        want_busy = self.params.slot0_within_free
+        busy0 = np.zeros(L)
         busy_known = False
         seen = np.zeros((J, L), dtype=bool)
         fb = self.feedback
@@ -525,7 +527,7 @@ class MlccControl:
                 if jr is not None:
                     same[j, c] = jr
                     nsame[j, c] = fl.job_flows[lid]
-                ar = fl.all_Bps.get(lid)
+                ar = fl.all_Bps.get(lid) if want_busy else None
                 if ar is not None and shift < K:
                     busy0[c] = max(busy0[c], ar[shift])
                     busy_known = True

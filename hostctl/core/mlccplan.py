@@ -117,12 +117,14 @@ def avail_from_cross(cap_Bps, link_Bps_hist, dl_Bps_hist) -> np.ndarray:
     return np.clip(cap - cross.max(axis=1), 0.0, cap)
 
 
-def job_rows(view: FabricView, flow_job: np.ndarray, path: np.ndarray, planned: np.ndarray, K: int,
-             slot0_within_free: bool = False, slot0_job_booked: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+def job_rows(view: FabricView, flow_job: np.ndarray, path: np.ndarray, planned: np.ndarray,
+             params: MlccParams = MlccParams()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The allocator's links for this slot: (path [n, P'], cap [L'], avail [L', K], load [L', K], virtual
     links). Real links 0..L-1 carry the other hosts' load that every local job on them plans around; a
     link with planned flows of two or more local jobs gets one virtual link per such job (index >= L),
-    whose headroom is that job's bound on the link (see the module docstring)."""
+    whose headroom is that job's bound on the link (see the module docstring). ``params``: K and the
+    slot-0 options (slot0_job_booked, slot0_within_free)."""
+    K = int(params.K)
     cap = view.cap_Bps
     L = cap.shape[0]
     J = view.other_Bps.shape[0]
@@ -141,11 +143,11 @@ def job_rows(view: FabricView, flow_job: np.ndarray, path: np.ndarray, planned: 
     some = mn > 0
     share_rem = np.where(some, H * nsame / np.where(some, mn, 1.0), 0.0)
     vis = other + np.minimum(same, share_rem)  # what job j plans around on l [J, L, K]
-    if slot0_job_booked:
+    if params.slot0_job_booked:
         # the job's flows on other hosts fixed the current slot when they planned it: it is planned within
         # what they booked, the job's share counts from slot 1 on (they give way at their next plan)
         vis[:, :, 0] = other[:, :, 0] + same[:, :, 0]
-    if slot0_within_free and view.busy0_Bps is not None:
+    if params.slot0_within_free and view.busy0_Bps is not None:
         # slot 0 is planned within what the other hosts left free, whoever booked it: a job's share or its
         # precedence counts from slot 1 on, which the hosts it displaces re-plan before it begins
         vis[:, :, 0] = np.maximum(vis[:, :, 0], np.asarray(view.busy0_Bps, dtype=np.float64)[None, :])
@@ -213,8 +215,7 @@ def plan_slot(G_bytes, B_Bps, sent_bytes, flow_job, path, view: FabricView, *, m
     pidx = np.asarray(path, dtype=np.int64).reshape(n, -1)
     mv = np.ones(n, dtype=bool) if moving is None else np.asarray(moving, dtype=bool)
     planned = mv & (np.isnan(G) | (G > 0))  # (host_slot's kind != "idle")
-    xpath, cap, avail, load, V = job_rows(view, fj, pidx, planned, K, params.slot0_within_free,
-                                          params.slot0_job_booked)
+    xpath, cap, avail, load, V = job_rows(view, fj, pidx, planned, params)
     sent = np.asarray(sent_bytes, dtype=np.float64)
     deps = {}
     if role is not None:

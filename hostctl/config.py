@@ -162,6 +162,9 @@ class Config:
             raise ConfigError("curve_keys needs switch endpoints (--switch)")
         if self.job_order not in JOB_ORDERS:
             raise ConfigError(f"unknown job order {self.job_order!r}: choose one of {', '.join(JOB_ORDERS)}")
+        if self.policy == HYBRID and self.job_order == "flat":
+            raise ConfigError(f"--policy {HYBRID} puts the jobs in bands in mlcc's job order: give --job-order "
+                              "fixed or rotate, not flat (no order)")
         if self.job_order != "none" and self.policy != HYBRID and (self.policy != "mlcc" or not self.switch):
             raise ConfigError(f"job order {self.job_order!r} orders jobs on the fabric's links through the "
                               f"switches: it needs --policy mlcc with --switch ENDPOINT (or --policy {HYBRID}, "

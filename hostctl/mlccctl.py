@@ -24,7 +24,9 @@ of the connection (hostctl/core/deps.py); progress is counted per iteration and 
 sides compute (core.mlccplan.progress_bytes); received notifications hold the paced rate. Job order
 (``job_order="fixed"`` or ``"rotate"``, switch mode): every host ranks the jobs alike
 (``bands.fabric_rank``), sends each flow's rank with its schedules and queries, and plans its own jobs as
-waves of one plan in that order.
+waves of one plan in that order. ``"none"`` (the default) orders the jobs by arrival: the switch's order of
+their first schedules, and this host's jobs in the order they became busy. ``"flat"`` has no order: every
+job plans around the load of all the others, this host's included, in one wave.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import numpy as np
 
 from hostctl.core import deps as dep_rules
 from hostctl.core import wire
-from hostctl.core.bands import JOB_ORDERS, fabric_rank, rr_epoch
+from hostctl.core.bands import JOB_ORDERS, RANKED_ORDERS, fabric_rank, rr_epoch
 from hostctl.core.deps import Dep, JobComm
 from hostctl.core.hist import Histogram
 from hostctl.core.mlcc import MlccParams, Role
@@ -183,7 +185,7 @@ class MlccControl:
         self._job_index([f.job for f in flows])
         t0 = time.perf_counter()
         deps = self._flow_deps(flows, ids, comms) if self.wants_comms and comms else None
-        if self.switch is not None and self.job_order != "none":
+        if self.switch is not None and self.job_order in RANKED_ORDERS:
             epoch = rr_epoch(slot * self.slot_s, self.order_interval_s)
             self.ranks = {j: fabric_rank(j, self.job_order, epoch) for j in {f.job for f in flows}}
         if self.switch is not None:
@@ -282,10 +284,10 @@ class MlccControl:
                     groups[g] = a = i
                     x = old.get(g)
                     if x is None or x.flow_id != i:
-                        # without a job order: the job's view in arrival order (the switch leaves out
+                        # job order none: the job's view in arrival order (the switch leaves out
                         # the jobs that arrived after it and this host's own flows)
                         x = wire.FlowQuery(i, f.key.laddr, f.key.raddr, job_id=f.job, rank=rank(f.job),
-                                           arrival=not self.ranks)
+                                           arrival=self.job_order == "none")
                     q.append(x)
                 asker.append(a)
             self._queries = dict(zip(groups, q))
@@ -474,7 +476,7 @@ class MlccControl:
         if self.ranks and self.mode == "switch":
             order = {j: w for w, j in enumerate(sorted(jobs, key=lambda j: (self.ranks[j], j)))}
             wave = np.array([order[j] for j in jobs], dtype=np.int64)[fj]
-        elif self.mode == "switch":
+        elif self.mode == "switch" and self.job_order == "none":
             # arrival order (the switch's order of the jobs' first schedules): this host's own jobs too are
             # planned one after another, the job whose flows became busy first first
             busy = {jobs[j] for j, g, m in zip(fj.tolist(), (f.G_bytes for f in flows), moving.tolist())
@@ -532,8 +534,9 @@ class MlccControl:
                     busy0[c] = max(busy0[c], ar[shift])
                     busy_known = True
         # this host's published load that the switch counted in job j's rows: under an order, its other
-        # jobs that it ranked up to j's rank when it published; without one the switch left this host out
-        if self.ranks:
+        # jobs that it ranked up to j's rank when it published; flat, all its other jobs; in arrival order
+        # the switch left this host out
+        if self.ranks or self.job_order == "flat":
             own_jix, own_job = self._own_load(self.fb_slot, col, L)
             pub = self._pub_ranks
             for j, name in enumerate(jobs):

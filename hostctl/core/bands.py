@@ -104,18 +104,20 @@ def describe(assignment: Mapping[str, int], all_jobs: Sequence[str]) -> str:
 
 
 # mlcc's fabric-wide job order (``hostctl start --policy mlcc --switch ... --job-order``)
-JOB_ORDERS = ("none", "fixed", "rotate")
+JOB_ORDERS = ("none", "fixed", "rotate", "flat")
+# the orders that rank jobs (fabric_rank gives a number): none is the switch's arrival order, flat no order
+RANKED_ORDERS = ("fixed", "rotate")
 
 
 def fabric_rank(job_id: str, order: str, epoch: int = 0) -> int | None:
     """A job's rank in mlcc's fabric-wide job order (lower = planned first), 0..2**64-1, or None for
-    ``none``. Every host computes the same rank for the same job id without talking, the way ``rr``
+    ``none`` (the switch's arrival order) and ``flat`` (no order). Every host computes the same rank for the same job id without talking, the way ``rr``
     bands agree: ``fixed`` is a hash of the job id (an arbitrary but agreed order, since the hosts of
     a job may know different model sizes or none), ``rotate`` a hash of the job id and the rotation
     count ``epoch`` (``rr_epoch`` of the slot's time): a new random order every interval, so that
     every job leads equally often. (BLAKE2b: CRC32, being linear, gave few distinct orders and led
     with some jobs three times as often as with others.)"""
-    if order == "none":
+    if order in ("none", "flat"):
         return None
     if order == "fixed":
         key = job_id
@@ -130,7 +132,7 @@ def fabric_order(job_ids: Iterable[str], order: str, epoch: int = 0) -> list[str
     """Job ids in mlcc's fabric-wide job order, first (planned first, top band) to last: by
     ``fabric_rank``, ties by job id. This is the order MlccControl plans this host's jobs in under
     ``--job-order`` (it sorts by the same key) and the band order of policy ``mlcc-bands``, so that
-    the job first on the fabric is the top band on every host. ``none`` has no order: an error."""
-    if order not in JOB_ORDERS or order == "none":
+    the job first on the fabric is the top band on every host. ``none`` and ``flat`` rank nothing: an error."""
+    if order not in RANKED_ORDERS:
         raise ValueError(f"a fabric order is fixed or rotate, not {order!r}")
     return sorted(job_ids, key=lambda j: (fabric_rank(j, order, epoch), j))

@@ -891,9 +891,17 @@ def test_job_order_needs_mlcc_with_a_switch():
         build_config(policy="mlcc", ports="9000", link_rate="1gbit", job_order="fixed")
     with pytest.raises(ConfigError, match="needs --policy mlcc with --switch"):
         build_config(policy="rr", ports="9000", switch="tcp://127.0.0.1:5555", job_order="fixed")
-    with pytest.raises(ConfigError, match="unknown job order 'smallest'.*none, fixed, rotate"):
+    with pytest.raises(ConfigError, match="unknown job order 'smallest'.*none, fixed, rotate, flat"):
         build_config(policy="mlcc", ports="9000", link_rate="1gbit", switch="tcp://127.0.0.1:5555",
                      job_order="smallest")
+    assert build_config(policy="mlcc", ports="9000", link_rate="1gbit", switch="tcp://127.0.0.1:5555",
+                        job_order="flat").job_order == "flat"
+    with pytest.raises(ConfigError, match="needs --policy mlcc with --switch"):
+        build_config(policy="mlcc", ports="9000", link_rate="1gbit", job_order="flat")
+    # mlcc-bands' bands need an order
+    with pytest.raises(ConfigError, match="not flat"):
+        build_config(policy="mlcc-bands", ports="9000", link_rate="1gbit", switch="tcp://127.0.0.1:5555",
+                     job_order="flat")
 
 
 def test_fabric_rank_is_the_same_everywhere_and_rotates():

@@ -136,8 +136,9 @@ def test_fabric_order_is_mlccs_ranking():
     # model sizes play no part (unlike one's smaller-model-first)
     sizes = {j: 10 ** (i % 3 + 3) for i, j in enumerate(ids)}
     assert priority_order(sizes, FABRIC, 0, "fixed") == fabric_order(ids, "fixed")
-    with pytest.raises(ValueError):
-        fabric_order(ids, "none")
+    for unranked in ("none", "flat"):
+        with pytest.raises(ValueError):
+            fabric_order(ids, unranked)
     # 12 jobs on 6 bands: two per band, in that order; one job alone: no bands (no contention)
     bands = assign_bands(dict.fromkeys(ids), FABRIC, 6, 0, "fixed")
     assert [bands[j] for j in fabric_order(ids, "fixed")] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]

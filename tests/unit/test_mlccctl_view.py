@@ -32,6 +32,7 @@ class ModelSwitch:
         self.paths, self.base = paths, base
         self.queries: list[int] = []  # fetch queries per exchange
         self.asked: list[list[tuple]] = []  # per exchange: (job, rank, link) of every row asked for
+        self.arrival: set[bool] = set()  # the queries' arrival flags
         self.table: dict[str, tuple[str, int | None, int, tuple[float, ...]]] = {}  # flow -> (job, rank, slot, rates)
 
     def exchange(self, slot, *, updates=(), fetches=(), **_kw) -> ExchangeResult:
@@ -41,6 +42,7 @@ class ModelSwitch:
         if fetches:
             self.asked.append([(q.job_id, q.rank, lid) for q in fetches for lid in (q.links or self.paths[q.flow_id])])
         for q in fetches:
+            self.arrival.add(q.arrival)
             loads = {}
             for lid in (q.links if q.links is not None else self.paths[q.flow_id]):
                 row = self.base[lid].astype(np.float64).copy()
@@ -58,7 +60,7 @@ class ModelSwitch:
         return res
 
 
-@pytest.mark.parametrize("order", ["none", "fixed"])
+@pytest.mark.parametrize("order", ["none", "fixed", "flat"])
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
@@ -74,11 +76,12 @@ def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
     skip = data.draw(st.booleans(), label="skip a slot")
     measured = [data.draw(st.sampled_from([float("nan"), 0.0, C / 10, C])) for _ in range(n)]  # rate last slot
 
-    seen = []
+    seen, waves = [], []
     real = mlccctl.plan_slot
 
     def spy(*a, **kw):
         seen.append((a[5], np.asarray(a[3]), np.asarray(a[4])))  # view, job index per flow, paths
+        waves.append(kw.get("wave"))
         return real(*a, **kw)
 
     t = [1_000_000.0 * SLOT]
@@ -106,6 +109,12 @@ def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
                     # the published rates are rounded on the wire: half a byte/s per flow at most
                     assert view.other_Bps[fj[i], c] == pytest.approx(want, abs=n), (lid, view.other_Bps[fj[i], c])
             assert not view.same_Bps.any() and not view.same_flows.any()  # no other host has these jobs
+            # only "none" asks in arrival order; "flat" plans all of this host's jobs in one wave
+            assert sw.arrival == {order == "none"}
+            if order == "flat":
+                assert waves[-1] is None
+            elif order == "fixed":
+                assert waves[-1] is not None
         t[0] += SLOT * (2 if skip and tick == 0 else 1)
 
 

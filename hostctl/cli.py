@@ -144,7 +144,7 @@ def start(
     horizon: Optional[int] = typer.Option(None, "--horizon", help="mlcc: slots planned ahead, K (default 10)."),
     plan_offset: Optional[float] = typer.Option(None, "--plan-offset", help="mlcc: seconds into each slot at which this host plans (default: from its host name, 0..35 ms)."),
     deps: Optional[bool] = typer.Option(None, "--deps/--no-deps", help="mlcc: Algorithm 2's dependency rules for jobs with a comm pattern in the config (switch mode; default on)."),
-    job_order: Optional[str] = typer.Option(None, "--job-order", help="mlcc with --switch: order the jobs on the fabric's links, the same order on every host: none (default: by arrival), fixed, rotate (a new order every --rr-interval), or flat (no order: every job plans around all others). mlcc-bands: the order of its bands too (fixed unless rotate)."),
+    job_order: Optional[str] = typer.Option(None, "--job-order", help="mlcc with --switch: order the jobs on the fabric's links, the same order on every host: none (default: by arrival), fixed, rotate (a new order every --rr-interval), smallest (smaller model_size first, as policy one), or flat (no order: every job plans around all others). mlcc-bands: the order of its bands too (fixed unless rotate)."),
     containers: Optional[bool] = ContainersOpt,
     container_addr: Optional[str] = ContainerAddrOpt,
     metrics_addr: Optional[str] = typer.Option(None, "--metrics-addr", help="Address for --metrics-port (default 127.0.0.1)."),
@@ -206,7 +206,7 @@ def start(
                                   "horizon": cfg.horizon, "nic_capacity_Bps": rate // 8,
                                   "job_order": cfg.fabric_order}
         typer.echo(json.dumps({"plan": plan.to_dict(), "assignment": assignment,
-                               # mlcc-bands: the bands follow mlcc's fabric job order (fixed or rotate)
+                               # mlcc-bands: the bands follow mlcc's fabric job order (fixed, rotate or smallest)
                                "band_order": cfg.fabric_order if cfg.band_policy == "fabric" else None,
                                "classifier": table.to_dict() if plan.classify else None,
                                "pacing": pacing}, indent=2))

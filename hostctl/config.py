@@ -62,8 +62,9 @@ class Config:
     plan_offset_s: float | None = None  # mlcc: when in the slot this host plans; None: from its host name
     ingress_rate: str | None = None  # ingress bands: "97%" of the link rate or a rate; None: off
     deps: bool = True  # mlcc: Algorithm 2's dependency rules for jobs with a comm (switch mode)
-    job_order: str = "none"  # mlcc: fabric-wide job order through the switches: none, fixed or rotate
-    #                          (mlcc-bands: fixed or rotate; none there means fixed, see fabric_order)
+    job_order: str = "none"  # mlcc: fabric-wide job order through the switches: none (arrival), fixed,
+    #                          rotate, smallest or flat (mlcc-bands: fixed, rotate or smallest; none there
+    #                          means fixed, see fabric_order)
     metrics_addr: str = "127.0.0.1"  # address of the metrics server (metrics_port)
     log_level: str = "INFO"  # DEBUG, INFO, WARNING, ERROR or CRITICAL (any case)
     containers: bool = True  # find jobs in this host's containers (network namespaces with a veth to this one)
@@ -164,7 +165,7 @@ class Config:
             raise ConfigError(f"unknown job order {self.job_order!r}: choose one of {', '.join(JOB_ORDERS)}")
         if self.policy == HYBRID and self.job_order == "flat":
             raise ConfigError(f"--policy {HYBRID} puts the jobs in bands in mlcc's job order: give --job-order "
-                              "fixed or rotate, not flat (no order)")
+                              "fixed, rotate or smallest, not flat (no order)")
         if self.job_order != "none" and self.policy != HYBRID and (self.policy != "mlcc" or not self.switch):
             raise ConfigError(f"job order {self.job_order!r} orders jobs on the fabric's links through the "
                               f"switches: it needs --policy mlcc with --switch ENDPOINT (or --policy {HYBRID}, "

@@ -248,7 +248,7 @@ class Daemon:
             "rr_interval_s": self.config.rr_interval_s, "epoch": self.epoch,
             "next_rotation": next_rotation_s(self.wall(), self.config.rr_interval_s)
             if self.config.band_rotates else None,
-            # mlcc-bands: the bands follow mlcc's fabric job order (fixed or rotate)
+            # mlcc-bands: the bands follow mlcc's fabric job order (fixed, rotate or smallest)
             "band_order": self.config.fabric_order if self.config.band_policy == FABRIC else None,
             "uptime_s": self.wall() - self.started_wall,
             "jobs": [], "classes": [], "ingress_classes": [], "failopen_pkts": 0, "dropped_flows": 0, "pacing": None,

@@ -22,7 +22,7 @@ last feedback received (if no older than K slots), else the NIC link alone. Slot
 Dependencies (Algorithm 2, switch mode, ``deps=True``): roles follow from the job's ``comm`` and the side
 of the connection (hostctl/core/deps.py); progress is counted per iteration and reported under names both
 sides compute (core.mlccplan.progress_bytes); received notifications hold the paced rate. Job order
-(``job_order="fixed"`` or ``"rotate"``, switch mode): every host ranks the jobs alike
+(``job_order="fixed"``, ``"rotate"`` or ``"smallest"``, switch mode): every host ranks the jobs alike
 (``bands.fabric_rank``), sends each flow's rank with its schedules and queries, and plans its own jobs as
 waves of one plan in that order. ``"none"`` (the default) orders the jobs by arrival: the switch's order of
 their first schedules, and this host's jobs in the order they became busy. ``"flat"`` has no order: every
@@ -176,9 +176,11 @@ class MlccControl:
     def slot_now(self) -> int:
         return int(math.floor(self.wall() / self.slot_s))
 
-    def tick(self, flows: Sequence[FlowIn], comms: Mapping[str, JobComm] | None = None) -> dict[FlowKey, int]:
+    def tick(self, flows: Sequence[FlowIn], comms: Mapping[str, JobComm] | None = None,
+             sizes: Mapping[str, int | None] | None = None) -> dict[FlowKey, int]:
         """Plan the current slot; returns the rate to apply per flow (bytes/s, >= 1). comms: the
-        communication pattern of the jobs that have one (Algorithm 2's roles, switch mode only)."""
+        communication pattern of the jobs that have one (Algorithm 2's roles, switch mode only). sizes:
+        job id -> model-update bytes (None: unknown), for job order ``smallest``."""
         slot = self.slot_now()
         ids = [flow_id(f.key) for f in flows]
         prev = self._prev_rows(ids)
@@ -187,7 +189,8 @@ class MlccControl:
         deps = self._flow_deps(flows, ids, comms) if self.wants_comms and comms else None
         if self.switch is not None and self.job_order in RANKED_ORDERS:
             epoch = rr_epoch(slot * self.slot_s, self.order_interval_s)
-            self.ranks = {j: fabric_rank(j, self.job_order, epoch) for j in {f.job for f in flows}}
+            size = (sizes or {}).get
+            self.ranks = {j: fabric_rank(j, self.job_order, epoch, size(j)) for j in {f.job for f in flows}}
         if self.switch is not None:
             self._fetch(slot, flows, ids, deps)
         if self.mode != "switch":

@@ -184,7 +184,8 @@ class PaceControl:
         if self.mlcc is not None:
             comms = {jid: JobComm(j.comm, frozenset(j.listen_ports), j.ring_size)
                      for jid, j in jobs.items() if j.comm} if self.mlcc.wants_comms else None
-            return PaceTable(ports, flows, self.mlcc.tick(self._mlcc_flows(stats), comms), {}, remotes)
+            sizes = {jid: j.model_bytes for jid, j in jobs.items()}
+            return PaceTable(ports, flows, self.mlcc.tick(self._mlcc_flows(stats), comms, sizes), {}, remotes)
         recent = {int(i) for i, r in zip(stats.flow_id, stats.max_rate_Bps) if r > 0}
         job_flows: dict[str, list[FlowKey]] = {}
         for key, job in self._flow_job.items():

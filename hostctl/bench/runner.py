@@ -49,17 +49,17 @@ def policy_order(policies: tuple[str, ...], repeat: int) -> list[str]:
 
 HYBRID = "mlcc-bands"  # the daemon's policy of that name: mlcc's planner with switchemu plus bands in its job order
 # bench policies whose daemons plan with mlcc (all flows, workers' included; spread planning offsets)
-MLCC_POLICIES = ("mlcc", "mlcc-local", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate", "mlcc-flat", HYBRID)
-SWITCH_POLICIES = ("mlcc", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate", "mlcc-flat", HYBRID)  # bench policies that run switchemu
+MLCC_POLICIES = ("mlcc", "mlcc-local", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate", "mlcc-smallest", "mlcc-flat", HYBRID)
+SWITCH_POLICIES = ("mlcc", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate", "mlcc-smallest", "mlcc-flat", HYBRID)  # bench policies that run switchemu
 # bench policy -> its --job-order (mlcc-bands: fixed, the order of mlcc-fixed, so that the hybrid differs
 # from mlcc-fixed by its bands only)
-JOB_ORDER = {"mlcc-fixed": "fixed", "mlcc-rotate": "rotate", "mlcc-flat": "flat", HYBRID: "fixed"}
+JOB_ORDER = {"mlcc-fixed": "fixed", "mlcc-rotate": "rotate", "mlcc-smallest": "smallest", "mlcc-flat": "flat", HYBRID: "fixed"}
 
 
 def daemon_policy(policy: str) -> str:
     """`hostctl start --policy` of a bench policy: mlcc-local is mlcc without switchemu, mlcc-nodeps
-    mlcc with switchemu but --no-deps, mlcc-fixed / mlcc-rotate / mlcc-flat mlcc with switchemu and
-    --job-order fixed / rotate / flat, one-ingress / rr-ingress are one / rr with --ingress-rate; mlcc-bands is itself
+    mlcc with switchemu but --no-deps, mlcc-fixed / mlcc-rotate / mlcc-smallest / mlcc-flat mlcc with
+    switchemu and --job-order fixed / rotate / smallest / flat, one-ingress / rr-ingress are one / rr with --ingress-rate; mlcc-bands is itself
     (with switchemu and --job-order fixed)."""
     if policy == HYBRID:
         return HYBRID

@@ -73,11 +73,11 @@ from hostctl.core.units import parse_rate_bps, parse_size_bytes
 from hostctl.errors import ConfigError
 
 # bench-only names: mlcc-local = mlcc without switchemu; mlcc-nodeps = mlcc with switchemu, without Algorithm 2's
-# dependency rules (--no-deps); mlcc-fixed / mlcc-rotate / mlcc-flat = mlcc with switchemu and --job-order
-# fixed / rotate / flat;
+# dependency rules (--no-deps); mlcc-fixed / mlcc-rotate / mlcc-smallest / mlcc-flat = mlcc with switchemu and
+# --job-order fixed / rotate / smallest / flat;
 # one-ingress / rr-ingress = one / rr with ingress bands. (mlcc-bands, a daemon policy, runs with switchemu and
 # --job-order fixed: hostctl/bench/runner.py)
-POLICIES = (*ALL_POLICIES, "mlcc-local", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate", "mlcc-flat", "one-ingress", "rr-ingress")
+POLICIES = (*ALL_POLICIES, "mlcc-local", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate", "mlcc-smallest", "mlcc-flat", "one-ingress", "rr-ingress")
 
 KINDS = ("ps", "allreduce", "torch")
 PORT_BASE = 7100  # first port handed to a job's servers / ranks

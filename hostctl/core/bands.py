@@ -11,8 +11,8 @@ Policies:
   without talking to each other.
 - ``fabric`` (the band order of policy ``mlcc-bands``, not a policy name itself): the
   jobs in mlcc's fabric-wide job order (``fabric_order``: ``fabric_rank`` of the job id,
-  ``fixed`` or ``rotate`` with the rotation count ``epoch``), the order in which mlcc
-  plans them with ``--job-order``; model sizes play no part.
+  ``fixed``, ``rotate`` with the rotation count ``epoch``, or ``smallest`` by model size),
+  the order in which mlcc plans them with ``--job-order``.
 
 Bands: 0 is the highest priority (htb prio 0). With n jobs and B bands, jobs are
 laid out in priority order and cut into bands of ceil(n / B) jobs (Q-T1): all
@@ -45,12 +45,12 @@ def priority_order(
 
     jobs: job id -> model-update size in bytes (None when unknown).
     epoch: rotation count; only used by ``rr`` and by ``fabric`` with job_order ``rotate``.
-    job_order: ``fixed`` or ``rotate``, only used by ``fabric``.
+    job_order: ``fixed``, ``rotate`` or ``smallest``, only used by ``fabric``.
     """
     if policy not in BAND_POLICIES:
         raise ValueError(f"unknown policy {policy!r}")
     if policy == FABRIC:
-        return fabric_order(jobs, job_order, epoch)
+        return fabric_order(jobs, job_order, epoch, sizes=jobs)
     rotation = epoch if policy == "rr" else 0
     groups: dict[tuple[int, int], list[str]] = {}
     for job_id in sorted(jobs):
@@ -104,35 +104,51 @@ def describe(assignment: Mapping[str, int], all_jobs: Sequence[str]) -> str:
 
 
 # mlcc's fabric-wide job order (``hostctl start --policy mlcc --switch ... --job-order``)
-JOB_ORDERS = ("none", "fixed", "rotate", "flat")
+JOB_ORDERS = ("none", "fixed", "rotate", "smallest", "flat")
 # the orders that rank jobs (fabric_rank gives a number): none is the switch's arrival order, flat no order
-RANKED_ORDERS = ("fixed", "rotate")
+RANKED_ORDERS = ("fixed", "rotate", "smallest")
+SIZE_BITS = 40  # smallest: a rank's size part (bytes, 1 TiB - 1 at most; larger and unknown sizes rank last)
+TIE_BITS = 64 - SIZE_BITS  # smallest: the job id's hash, which orders jobs of one size
 
 
-def fabric_rank(job_id: str, order: str, epoch: int = 0) -> int | None:
-    """A job's rank in mlcc's fabric-wide job order (lower = planned first), 0..2**64-1, or None for
-    ``none`` (the switch's arrival order) and ``flat`` (no order). Every host computes the same rank for the same job id without talking, the way ``rr``
-    bands agree: ``fixed`` is a hash of the job id (an arbitrary but agreed order, since the hosts of
-    a job may know different model sizes or none), ``rotate`` a hash of the job id and the rotation
-    count ``epoch`` (``rr_epoch`` of the slot's time): a new random order every interval, so that
-    every job leads equally often. (BLAKE2b: CRC32, being linear, gave few distinct orders and led
-    with some jobs three times as often as with others.)"""
-    if order in ("none", "flat"):
-        return None
-    if order == "fixed":
-        key = job_id
-    elif order == "rotate":
-        key = f"{job_id}/{epoch}"
-    else:
-        raise ValueError(f"unknown job order {order!r} (one of {', '.join(JOB_ORDERS)})")
+def _hash(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
 
 
-def fabric_order(job_ids: Iterable[str], order: str, epoch: int = 0) -> list[str]:
+def fabric_rank(job_id: str, order: str, epoch: int = 0, size: int | None = None) -> int | None:
+    """A job's rank in mlcc's fabric-wide job order (lower = planned first), 0..2**64-1, or None for
+    ``none`` (the switch's arrival order) and ``flat`` (no order). Every host computes the same rank
+    for the same job without talking, the way ``rr`` bands agree:
+
+    - ``fixed``: a hash of the job id (an arbitrary but agreed order);
+    - ``rotate``: a hash of the job id and the rotation count ``epoch`` (``rr_epoch`` of the slot's
+      time): a new random order every interval, so that every job leads equally often (BLAKE2b: CRC32,
+      being linear, gave few distinct orders and led with some jobs three times as often as others);
+    - ``smallest``: the job's model-update ``size`` in bytes first (TensorLights ``one``'s order:
+      smaller first, unknown last), then the hash of ``fixed``. The hosts agree if each knows the job's
+      size (``model_size`` in the config) or none does.
+    """
+    if order in ("none", "flat"):
+        return None
+    if order == "fixed":
+        return _hash(job_id)
+    if order == "rotate":
+        return _hash(f"{job_id}/{epoch}")
+    if order == "smallest":
+        top = (1 << SIZE_BITS) - 1
+        part = top if size is None or size < 0 else min(int(size), top)
+        return (part << TIE_BITS) | (_hash(job_id) >> SIZE_BITS)
+    raise ValueError(f"unknown job order {order!r} (one of {', '.join(JOB_ORDERS)})")
+
+
+def fabric_order(job_ids: Iterable[str], order: str, epoch: int = 0,
+                 sizes: Mapping[str, int | None] | None = None) -> list[str]:
     """Job ids in mlcc's fabric-wide job order, first (planned first, top band) to last: by
-    ``fabric_rank``, ties by job id. This is the order MlccControl plans this host's jobs in under
-    ``--job-order`` (it sorts by the same key) and the band order of policy ``mlcc-bands``, so that
-    the job first on the fabric is the top band on every host. ``none`` and ``flat`` rank nothing: an error."""
+    ``fabric_rank`` (``sizes``: job id -> model-update bytes, for ``smallest``), ties by job id. This
+    is the order MlccControl plans this host's jobs in under ``--job-order`` (it sorts by the same key)
+    and the band order of policy ``mlcc-bands``, so that the job first on the fabric is the top band
+    on every host. ``none`` and ``flat`` rank nothing: an error."""
     if order not in RANKED_ORDERS:
-        raise ValueError(f"a fabric order is fixed or rotate, not {order!r}")
-    return sorted(job_ids, key=lambda j: (fabric_rank(j, order, epoch), j))
+        raise ValueError(f"a fabric order is one of {', '.join(RANKED_ORDERS)}, not {order!r}")
+    size = (sizes or {}).get
+    return sorted(job_ids, key=lambda j: (fabric_rank(j, order, epoch, size(j)), j))

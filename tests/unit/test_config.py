@@ -891,9 +891,9 @@ def test_job_order_needs_mlcc_with_a_switch():
         build_config(policy="mlcc", ports="9000", link_rate="1gbit", job_order="fixed")
     with pytest.raises(ConfigError, match="needs --policy mlcc with --switch"):
         build_config(policy="rr", ports="9000", switch="tcp://127.0.0.1:5555", job_order="fixed")
-    with pytest.raises(ConfigError, match="unknown job order 'smallest'.*none, fixed, rotate, flat"):
+    with pytest.raises(ConfigError, match="unknown job order 'largest'.*none, fixed, rotate, smallest, flat"):
         build_config(policy="mlcc", ports="9000", link_rate="1gbit", switch="tcp://127.0.0.1:5555",
-                     job_order="smallest")
+                     job_order="largest")
     assert build_config(policy="mlcc", ports="9000", link_rate="1gbit", switch="tcp://127.0.0.1:5555",
                         job_order="flat").job_order == "flat"
     with pytest.raises(ConfigError, match="needs --policy mlcc with --switch"):
@@ -914,7 +914,26 @@ def test_fabric_rank_is_the_same_everywhere_and_rotates():
     firsts = {min("abcdef", key=lambda j: fabric_rank(j, "rotate", e)) for e in range(60)}
     assert firsts == set("abcdef")  # every job leads at some point
     with pytest.raises(ValueError):
-        fabric_rank("ja", "smallest")
+        fabric_rank("ja", "largest")
+    assert fabric_rank("ja", "flat") is None
+
+
+def test_smallest_ranks_by_model_size_then_the_fixed_hash():
+    from hostctl.core.bands import fabric_order, fabric_rank
+
+    sizes = {"big": 8 << 20, "small": 2 << 20, "small2": 2 << 20, "unknown": None, "huge": 1 << 45}
+    rank = {j: fabric_rank(j, "smallest", size=s) for j, s in sizes.items()}
+    assert rank["small"] < rank["big"] and rank["small2"] < rank["big"]  # smaller model first
+    assert max(rank["small"], rank["small2"], rank["big"]) < rank["unknown"]  # unknown last
+    assert rank["huge"] >> 24 == rank["unknown"] >> 24  # beyond 1 TiB: with the unknown ones
+    # one size: the fixed order's hash decides, the same on every host, whatever the epoch
+    assert (rank["small"] < rank["small2"]) == (fabric_rank("small", "fixed") < fabric_rank("small2", "fixed"))
+    assert fabric_rank("small", "smallest", epoch=9, size=2 << 20) == rank["small"]
+    assert all(0 <= r < 1 << 64 for r in rank.values())
+    order = fabric_order(sizes, "smallest", sizes=sizes)
+    assert order[:2] == sorted(["small", "small2"], key=rank.get) and order[2] == "big"
+    assert fabric_order(sizes, "smallest") == sorted(sizes, key=lambda j: (fabric_rank(j, "fixed") >> 40, j))
+    # a host that knows no sizes ranks every job as unknown: by the hash
 
 
 def test_containers_keys_and_flags(toml):

@@ -70,7 +70,8 @@ def test_policy_from_the_config_file(tmp_path):
 @pytest.mark.parametrize("kw, fragment", [
     ({"ingress_rate": "97%"}, "policy mlcc-bands orders egress only"),
     ({"curve_keys": "/etc/k"}, "curve_keys needs switch endpoints"),
-    ({"job_order": "smallest"}, "unknown job order 'smallest'"),
+    ({"job_order": "largest"}, "unknown job order 'largest'"),
+    ({"job_order": "flat"}, "give --job-order fixed, rotate or smallest, not flat"),
     ({"horizon": 0}, "horizon must be within 1..64"),
 ])
 def test_mistakes_are_one_clear_error(kw, fragment):

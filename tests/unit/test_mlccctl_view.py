@@ -253,3 +253,34 @@ def test_a_flow_asks_only_for_links_not_asked_yet_and_for_its_whole_path_when_re
     whole, named = [(f1, None), (f2, None)], [(f1, None), (f2, ("h2:down",))]
     assert sw.fetched == [whole, named, named, whole, named]
     assert ctl.errors == {"unknown_link": 1}
+
+
+def test_job_order_smallest_ranks_the_jobs_by_the_model_sizes_given():
+    """--job-order smallest: the ranks sent with the schedules and queries follow the model sizes that
+    tick() is given (smaller first, unknown last); the host plans its jobs in that order (waves)."""
+    keys = {j: FlowKey("10.0.0.1", 5000 + i, "10.0.1.2", 9000) for i, j in enumerate(["big", "small", "unknown"])}
+    paths = {flow_id(k): ["h0:up", "h1:down"] for k in keys.values()}
+    sw = ModelSwitch(paths, {lid: np.zeros(K) for lid in LINKS})
+    t = [1_000_000.0 * SLOT]
+    ctl = MlccControl(C, SLOT, switch=sw, wall=lambda: t[0], job_order="smallest")
+    waves = []
+    real = mlccctl.plan_slot
+
+    def spy(*a, **kw):
+        waves.append(kw.get("wave"))
+        return real(*a, **kw)
+
+    flows = [FlowIn(k, j, 20 * C * SLOT, C, 0.0, True) for j, k in keys.items()]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mlccctl, "plan_slot", spy)
+        ctl.tick(flows, sizes={"big": 8 << 20, "small": 2 << 20, "unknown": None})
+    ranks = {job: rank for job, rank, _, _ in sw.table.values()}
+    assert ranks["small"] < ranks["big"] < ranks["unknown"]
+    assert sw.asked[-1] and all(rank == ranks[job] for job, rank, _ in sw.asked[-1])  # the queries too
+    assert list(waves[-1]) == [1, 0, 2]  # flows big, small, unknown: small first
+    assert ctl.status()["job_order"]["jobs"] == ["small", "big", "unknown"]
+    # without sizes every job is of unknown size: the fixed order's hash decides
+    t[0] += SLOT
+    ctl.tick(flows)
+    ranks = {job: rank for job, rank, _, _ in sw.table.values()}
+    assert sorted(ranks, key=ranks.get) == sorted(keys, key=lambda j: mlccctl.fabric_rank(j, "fixed"))

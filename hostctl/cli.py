@@ -144,7 +144,7 @@ def start(
     horizon: Optional[int] = typer.Option(None, "--horizon", help="mlcc: slots planned ahead, K (default 10)."),
     plan_offset: Optional[float] = typer.Option(None, "--plan-offset", help="mlcc: seconds into each slot at which this host plans (default: from its host name, 0..35 ms)."),
     deps: Optional[bool] = typer.Option(None, "--deps/--no-deps", help="mlcc: Algorithm 2's dependency rules for jobs with a comm pattern in the config (switch mode; default on)."),
-    job_order: Optional[str] = typer.Option(None, "--job-order", help="mlcc with --switch: order the jobs on the fabric's links, the same order on every host: none (default: by arrival), fixed, rotate (a new order every --rr-interval), smallest (smaller model_size first, as policy one), or flat (no order: every job plans around all others). mlcc-bands: the order of its bands too (fixed unless rotate)."),
+    job_order: Optional[str] = typer.Option(None, "--job-order", help="mlcc with --switch: order the jobs on the fabric's links, the same order on every host: none (default: by arrival), fixed, rotate (a new order every --rr-interval), smallest (smaller model_size first, as policy one; one size by arrival), or flat (no order: every job plans around all others). mlcc-bands: the order of its bands too (fixed unless rotate)."),
     containers: Optional[bool] = ContainersOpt,
     container_addr: Optional[str] = ContainerAddrOpt,
     metrics_addr: Optional[str] = typer.Option(None, "--metrics-addr", help="Address for --metrics-port (default 127.0.0.1)."),

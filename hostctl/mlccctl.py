@@ -25,7 +25,8 @@ sides compute (core.mlccplan.progress_bytes); received notifications hold the pa
 (``job_order="fixed"``, ``"rotate"`` or ``"smallest"``, switch mode): every host ranks the jobs alike
 (``bands.fabric_rank``), sends each flow's rank with its schedules and queries, and plans its own jobs as
 waves of one plan in that order. ``"none"`` (the default) orders the jobs by arrival: the switch's order of
-their first schedules, and this host's jobs in the order they became busy. ``"flat"`` has no order: every
+their first schedules, and this host's jobs in the order they became busy; ``"smallest"`` ranks them by
+model size and orders the jobs of one size by arrival. ``"flat"`` has no order: every
 job plans around the load of all the others, this host's included, in one wave.
 """
 
@@ -43,7 +44,7 @@ import numpy as np
 
 from hostctl.core import deps as dep_rules
 from hostctl.core import wire
-from hostctl.core.bands import JOB_ORDERS, RANKED_ORDERS, fabric_rank, rr_epoch
+from hostctl.core.bands import ARRIVAL_ORDERS, JOB_ORDERS, RANKED_ORDERS, fabric_rank, rr_epoch
 from hostctl.core.deps import Dep, JobComm
 from hostctl.core.hist import Histogram
 from hostctl.core.mlcc import MlccParams, Role
@@ -287,10 +288,11 @@ class MlccControl:
                     groups[g] = a = i
                     x = old.get(g)
                     if x is None or x.flow_id != i:
-                        # job order none: the job's view in arrival order (the switch leaves out
-                        # the jobs that arrived after it and this host's own flows)
+                        # job order none (smallest: among the jobs of its rank): the job's view in
+                        # arrival order (the switch leaves out the jobs that arrived after it and this
+                        # host's own flows)
                         x = wire.FlowQuery(i, f.key.laddr, f.key.raddr, job_id=f.job, rank=rank(f.job),
-                                           arrival=self.job_order == "none")
+                                           arrival=self.job_order in ARRIVAL_ORDERS)
                     q.append(x)
                 asker.append(a)
             self._queries = dict(zip(groups, q))
@@ -476,12 +478,10 @@ class MlccControl:
         else:
             view = FabricView.empty(cap, len(jobs), K, avail)
         wave = None
-        if self.ranks and self.mode == "switch":
-            order = {j: w for w, j in enumerate(sorted(jobs, key=lambda j: (self.ranks[j], j)))}
-            wave = np.array([order[j] for j in jobs], dtype=np.int64)[fj]
-        elif self.mode == "switch" and self.job_order == "none":
+        arrived: dict[str, int] | None = None
+        if self.mode == "switch" and self.job_order in ARRIVAL_ORDERS:
             # arrival order (the switch's order of the jobs' first schedules): this host's own jobs too are
-            # planned one after another, the job whose flows became busy first first
+            # planned one after another, the job whose flows became busy first first (smallest: within a rank)
             busy = {jobs[j] for j, g, m in zip(fj.tolist(), (f.G_bytes for f in flows), moving.tolist())
                     if m and not g <= 0}
             for j in [j for j in self._arrived if j not in busy]:
@@ -490,7 +490,14 @@ class MlccControl:
                 self._arrived[j] = self._arrivals
                 self._arrivals += 1
             last = self._arrivals
-            wave = np.array([self._arrived.get(j, last) for j in jobs], dtype=np.int64)[fj]
+            arrived = {j: self._arrived.get(j, last) for j in jobs}
+        if self.ranks and self.mode == "switch":
+            ranks = self.ranks
+            key = (lambda j: (ranks[j], j)) if arrived is None else (lambda j: (ranks[j], arrived[j], j))
+            order = {j: w for w, j in enumerate(sorted(jobs, key=key))}
+            wave = np.array([order[j] for j in jobs], dtype=np.int64)[fj]
+        elif arrived is not None:
+            wave = np.array([arrived[j] for j in jobs], dtype=np.int64)[fj]
         kw: dict[str, Any] = {}
         if deps is not None:
             kw = self._dep_inputs(slot, flows, deps)
@@ -536,10 +543,10 @@ class MlccControl:
                 if ar is not None and shift < K:
                     busy0[c] = max(busy0[c], ar[shift])
                     busy_known = True
-        # this host's published load that the switch counted in job j's rows: under an order, its other
-        # jobs that it ranked up to j's rank when it published; flat, all its other jobs; in arrival order
-        # the switch left this host out
-        if self.ranks or self.job_order == "flat":
+        # this host's published load that the switch counted in job j's rows: under a ranked order, its
+        # other jobs that it ranked up to j's rank when it published; flat, all its other jobs; in arrival
+        # order (none, smallest) the switch left this host out
+        if self.job_order not in ARRIVAL_ORDERS and (self.ranks or self.job_order == "flat"):
             own_jix, own_job = self._own_load(self.fb_slot, col, L)
             pub = self._pub_ranks
             for j, name in enumerate(jobs):

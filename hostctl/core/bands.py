@@ -107,8 +107,9 @@ def describe(assignment: Mapping[str, int], all_jobs: Sequence[str]) -> str:
 JOB_ORDERS = ("none", "fixed", "rotate", "smallest", "flat")
 # the orders that rank jobs (fabric_rank gives a number): none is the switch's arrival order, flat no order
 RANKED_ORDERS = ("fixed", "rotate", "smallest")
-SIZE_BITS = 40  # smallest: a rank's size part (bytes, 1 TiB - 1 at most; larger and unknown sizes rank last)
-TIE_BITS = 64 - SIZE_BITS  # smallest: the job id's hash, which orders jobs of one size
+# the orders in which jobs (of one rank, for smallest) plan in the order they arrived in the switch's table
+ARRIVAL_ORDERS = ("none", "smallest")
+UNKNOWN_SIZE_RANK = (1 << 64) - 1  # smallest: the rank of a job whose size is unknown (last)
 
 
 def _hash(key: str) -> int:
@@ -124,9 +125,10 @@ def fabric_rank(job_id: str, order: str, epoch: int = 0, size: int | None = None
     - ``rotate``: a hash of the job id and the rotation count ``epoch`` (``rr_epoch`` of the slot's
       time): a new random order every interval, so that every job leads equally often (BLAKE2b: CRC32,
       being linear, gave few distinct orders and led with some jobs three times as often as others);
-    - ``smallest``: the job's model-update ``size`` in bytes first (TensorLights ``one``'s order:
-      smaller first, unknown last), then the hash of ``fixed``. The hosts agree if each knows the job's
-      size (``model_size`` in the config) or none does.
+    - ``smallest``: the job's model-update ``size`` in bytes (TensorLights ``one``'s order: smaller
+      first, unknown last). Jobs of one size share the rank; MlccControl and switchemu order them by
+      arrival (``ARRIVAL_ORDERS``), the bands of ``mlcc-bands`` by job id. The hosts agree if each knows
+      the job's size (``model_size`` in the config) or none does.
     """
     if order in ("none", "flat"):
         return None
@@ -135,9 +137,7 @@ def fabric_rank(job_id: str, order: str, epoch: int = 0, size: int | None = None
     if order == "rotate":
         return _hash(f"{job_id}/{epoch}")
     if order == "smallest":
-        top = (1 << SIZE_BITS) - 1
-        part = top if size is None or size < 0 else min(int(size), top)
-        return (part << TIE_BITS) | (_hash(job_id) >> SIZE_BITS)
+        return UNKNOWN_SIZE_RANK if size is None or size < 0 else min(int(size), UNKNOWN_SIZE_RANK)
     raise ValueError(f"unknown job order {order!r} (one of {', '.join(JOB_ORDERS)})")
 
 

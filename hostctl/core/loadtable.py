@@ -502,12 +502,14 @@ class LoadTable:
                     self._subtract(out, links, e, start_slot)
             if exclude_job:
                 self._subtract_job(out, links, exclude_job, exclude, start_slot, memo)
+        after: set[str] = set()  # the jobs ranked after below_rank, taken off
         if below_rank is not None and self._job_rank:
             for job, r in self._job_rank.items():
                 if r > below_rank and job != exclude_job:
                     self._subtract_job(out, links, job, exclude, start_slot, memo)
+                    after.add(job)
         if arrival_host is not None and exclude_job:
-            self._arrival_view(out, links, exclude_job, exclude, arrival_host, start_slot, memo)
+            self._arrival_view(out, links, exclude_job, exclude, arrival_host, start_slot, memo, below_rank, after)
         return out
 
     def host_rows(self, links: Sequence[int], start_slot: int, now_slot: int, host: str) -> list[list[int]]:
@@ -522,17 +524,25 @@ class LoadTable:
         return out
 
     def _arrival_view(self, out: list[list[int]], links: Sequence[int], job: str, skip: Hashable | None, host: str,
-                      start_slot: int, memo: dict | None) -> None:
-        """``job``'s view in arrival order (hostctl's daemon without a job order, docs/switchemu.md): the rows
-        of ``out`` (``job`` and ``skip`` already left out) also leave out the jobs that arrived in the table
-        after ``job`` (they plan around it) and every flow that ``host`` sends (it plans those itself). A job
-        not in the table yet arrives last: it sees every other job."""
+                      start_slot: int, memo: dict | None, rank: int | None = None, after: set[str] = frozenset()
+                      ) -> None:
+        """``job``'s view in arrival order (hostctl's daemon with job order none or smallest,
+        docs/switchemu.md): the rows of ``out`` (``job``, ``skip`` and the jobs in ``after`` already left
+        out) also leave out the jobs that arrived in the table after ``job`` (they plan around it) and every
+        flow that ``host`` sends (it plans those itself). With ``rank`` (the asking job's), arrival orders
+        only the jobs of the same rank (or none): a job ranked before ``rank`` counts whenever it arrived,
+        and the jobs ranked after it are those in ``after``. A job not in the table yet arrives last: it
+        sees every other job (of its rank and before)."""
         arrival = self._job_arrival
         mine = arrival.get(job)
-        later = set()
+        later = set(after)
         if mine is not None:
+            ranks = self._job_rank if rank is not None else {}
             for other, a in arrival.items():
-                if a > mine and other != job:
+                if a > mine and other != job and other not in after:
+                    r = ranks.get(other)
+                    if r is not None and r < rank:
+                        continue  # ranked before the asking job: it plans around it whenever it came
                     later.add(other)
                     self._subtract_job(out, links, other, skip, start_slot, memo)
         flows = self._flows

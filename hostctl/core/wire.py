@@ -33,7 +33,8 @@ optional except to receive notifications)::
                      EXCLUDING the flow's own schedule (with ``job``: the job's whole load); with
                      ``rank``: also EXCLUDING the jobs whose last update gave a higher rank (jobs
                      without a rank are always counted); with ``job`` and ``arrival: true``: also
-                     EXCLUDING the jobs that arrived in the table after the job and every flow ``src``
+                     EXCLUDING the jobs that arrived in the table after the job (with ``rank``: only
+                     those of the same rank or none; a job ranked before counts) and every flow ``src``
                      sends; with ``job``, also the job's view (job_Bps, job_flows: its flows from other
                      hosts than ``src``); plus queued notifications for ``host``
     report_progress  flows: [{flow, job, cum_bytes, rate_Bps}]    F values (cum bytes by the end of

@@ -31,9 +31,10 @@ def switch(procs, topo_file, tmp_path):  # noqa: F811 (pytest fixtures)
     return ep
 
 
-def run(ep: str, order: str, jobs: tuple[str, str], slots: int = 6, interval_s: float = 2.0) -> list[tuple]:
+def run(ep: str, order: str, jobs: tuple[str, str], slots: int = 6, interval_s: float = 2.0,
+        sizes: dict[str, int] | None = None) -> list[tuple]:
     """Both hosts plan every slot (h0 first, then h1, as their offsets in the slot would have it);
-    returns per slot (slot, rate of A, rate of B, ranks)."""
+    returns per slot (slot, rate of A, rate of B, ranks). sizes: the jobs' model sizes (both hosts)."""
     ca, cb = SwitchClient([ep], host="h0"), SwitchClient([ep], host="h1")
     ha = MlccControl(C, SLOT_S, switch=ca, fetch_timeout_s=0.5, publish_timeout_s=0.5, job_order=order,
                      order_interval_s=interval_s)
@@ -44,8 +45,8 @@ def run(ep: str, order: str, jobs: tuple[str, str], slots: int = 6, interval_s: 
     try:
         for _ in range(slots):
             s = ha.slot_now()
-            ra = ha.tick([FlowIn(A, jobs[0], G, C, 0.0)])[A]
-            rb = hb.tick([FlowIn(B, jobs[1], G, C, 0.0)])[B]
+            ra = ha.tick([FlowIn(A, jobs[0], G, C, 0.0)], sizes=sizes)[A]
+            rb = hb.tick([FlowIn(B, jobs[1], G, C, 0.0)], sizes=sizes)[B]
             # both planned and published within the first half of this slot, with the switch's answer
             # of this slot: on a loaded machine a tick can spill into the next slot, where the switch
             # refuses its publish as stale, and then the next slot misses that reservation too
@@ -109,3 +110,21 @@ def test_rotate_leader_follows_each_slots_order(switch):
         assert lead >= 0.95 * C and wait <= 0.05 * C, (s, ra, rb, ranks)
         checked += 1
     assert checked >= 3
+
+
+@pytest.mark.parametrize("sizes, lead", [({"ja": 8 << 20, "jb": 2 << 20}, "jb"), ({"ja": 2 << 20, "jb": 8 << 20}, "ja"),
+                                         ({"ja": 4 << 20, "jb": 4 << 20}, None)])
+def test_smallest_gives_the_port_to_the_smaller_model_and_one_size_to_the_first(switch, sizes, lead):
+    """--job-order smallest: the job with the smaller model leads whichever host plans first; with
+    one size the ranks tie and the switch's arrival order decides, as without an order: one job keeps
+    the port, the two never overbook it."""
+    got = run(switch, "smallest", ("ja", "jb"), slots=8, sizes=sizes)
+    pairs = [(a, b) for a, b in zip(got, got[1:]) if a[0] == b[0] - 1 and a[0] > got[0][0]]
+    assert len(pairs) >= 3
+    for _, (s, ra, rb, ranks) in pairs:
+        assert ranks == sizes
+        if lead is None:
+            assert max(ra, rb) >= 0.95 * C and min(ra, rb) <= 0.05 * C, (s, ra, rb)
+        else:
+            first, wait = (ra, rb) if lead == "ja" else (rb, ra)
+            assert first >= 0.95 * C and wait <= 0.05 * C, (s, ra, rb)

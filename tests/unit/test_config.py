@@ -918,22 +918,17 @@ def test_fabric_rank_is_the_same_everywhere_and_rotates():
     assert fabric_rank("ja", "flat") is None
 
 
-def test_smallest_ranks_by_model_size_then_the_fixed_hash():
+def test_smallest_ranks_by_model_size():
     from hostctl.core.bands import fabric_order, fabric_rank
 
-    sizes = {"big": 8 << 20, "small": 2 << 20, "small2": 2 << 20, "unknown": None, "huge": 1 << 45}
+    sizes = {"big": 8 << 20, "small": 2 << 20, "small2": 2 << 20, "unknown": None, "huge": 1 << 70}
     rank = {j: fabric_rank(j, "smallest", size=s) for j, s in sizes.items()}
-    assert rank["small"] < rank["big"] and rank["small2"] < rank["big"]  # smaller model first
-    assert max(rank["small"], rank["small2"], rank["big"]) < rank["unknown"]  # unknown last
-    assert rank["huge"] >> 24 == rank["unknown"] >> 24  # beyond 1 TiB: with the unknown ones
-    # one size: the fixed order's hash decides, the same on every host, whatever the epoch
-    assert (rank["small"] < rank["small2"]) == (fabric_rank("small", "fixed") < fabric_rank("small2", "fixed"))
-    assert fabric_rank("small", "smallest", epoch=9, size=2 << 20) == rank["small"]
-    assert all(0 <= r < 1 << 64 for r in rank.values())
-    order = fabric_order(sizes, "smallest", sizes=sizes)
-    assert order[:2] == sorted(["small", "small2"], key=rank.get) and order[2] == "big"
-    assert fabric_order(sizes, "smallest") == sorted(sizes, key=lambda j: (fabric_rank(j, "fixed") >> 40, j))
-    # a host that knows no sizes ranks every job as unknown: by the hash
+    assert rank["small"] == rank["small2"] < rank["big"] < rank["huge"] <= rank["unknown"]  # smaller first
+    assert fabric_rank("small", "smallest", epoch=9, size=2 << 20) == rank["small"]  # no rotation
+    assert all(0 <= r < 1 << 64 for r in rank.values())  # a u64 on the wire
+    # the bands of mlcc-bands: by rank, one size by job id
+    assert fabric_order(sizes, "smallest", sizes=sizes) == ["small", "small2", "big", "huge", "unknown"]
+    assert fabric_order(sizes, "smallest") == sorted(sizes)  # a host that knows no size: all alike
 
 
 def test_containers_keys_and_flags(toml):

@@ -514,6 +514,34 @@ def test_a_jobs_view_in_arrival_order_leaves_out_later_jobs_and_the_asking_host(
     assert t.rows([0], 10, 10, "b1", "B") == [[130, 130]]
 
 
+def test_a_ranked_view_in_arrival_order_orders_by_rank_then_arrival():
+    """rows(below_rank=r, arrival_host=h) (job order smallest): the jobs ranked after r are left out
+    whenever they came, a job ranked before r counts whenever it came, and among the jobs of rank r
+    (or without a rank) those that arrived after the asking job are left out; h's own flows are left
+    out, each flow once."""
+    t = LoadTable(1, 2)
+    t.update("b1", [0], 10, [1, 1], 10, job_id="B", host="h2", rank=8)  # big, first
+    t.update("s1", [0], 10, [10, 10], 10, job_id="S", host="h2", rank=2)  # small, second
+    t.update("t1", [0], 10, [100, 100], 10, job_id="T", host="h3", rank=2)  # small, third
+    t.update("u1", [0], 10, [1000, 1000], 10, job_id="U", host="h3")  # no rank, fourth
+    t.update("b2", [0], 10, [10000, 10000], 10, job_id="B", host="h1", rank=8)  # the asker's flow of B
+    # S (rank 2, arrived before T): sees neither B (ranked after) nor T (same rank, later); U has no rank:
+    # it is ordered by arrival, and came later
+    assert t.rows([0], 10, 10, "s1", "S", below_rank=2, arrival_host="h1") == [[0, 0]]
+    # T (rank 2, after S): sees S only; B ranked after, U later
+    assert t.rows([0], 10, 10, "t1", "T", below_rank=2, arrival_host="h1") == [[10, 10]]
+    # B (rank 8, first to arrive): sees S and T (ranked before, though they came later), not U (later);
+    # its own flow b2 is left out as the job's, h1 asks
+    assert t.rows([0], 10, 10, "b1", "B", below_rank=8, arrival_host="h1") == [[110, 110]]
+    # from h2, B's view leaves out h2's own flows (s1) but counts h1's flow of another job: none here
+    assert t.rows([0], 10, 10, "b1", "B", below_rank=8, arrival_host="h2") == [[100, 100]]
+    # a job of rank 2 not in the table yet arrives last among rank 2: sees S, T (and not B); U has no
+    # rank and came before it: counted
+    assert t.rows([0], 10, 10, "v1", "V", below_rank=2, arrival_host="h9") == [[1110, 1110]]
+    # U itself (no rank: arrival only) sees every job that arrived before it: B (both hosts), S, T
+    assert t.rows([0], 10, 10, "u1", "U", arrival_host="h9") == [[10111, 10111]]
+
+
 def test_host_rows_are_every_other_hosts_load():
     t = LoadTable(2, 2)
     t.update("a", [0], 10, [10, 20], 10, job_id="A", host="h1")

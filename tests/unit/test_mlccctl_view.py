@@ -60,7 +60,7 @@ class ModelSwitch:
         return res
 
 
-@pytest.mark.parametrize("order", ["none", "fixed", "flat"])
+@pytest.mark.parametrize("order", ["none", "fixed", "flat", "smallest"])
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
@@ -109,8 +109,8 @@ def test_the_plan_sees_exactly_the_other_hosts_load(order, data):
                     # the published rates are rounded on the wire: half a byte/s per flow at most
                     assert view.other_Bps[fj[i], c] == pytest.approx(want, abs=n), (lid, view.other_Bps[fj[i], c])
             assert not view.same_Bps.any() and not view.same_flows.any()  # no other host has these jobs
-            # only "none" asks in arrival order; "flat" plans all of this host's jobs in one wave
-            assert sw.arrival == {order == "none"}
+            # none and smallest ask in arrival order; flat plans all of this host's jobs in one wave
+            assert sw.arrival == {order in ("none", "smallest")}
             if order == "flat":
                 assert waves[-1] is None
             elif order == "fixed":
@@ -257,7 +257,8 @@ def test_a_flow_asks_only_for_links_not_asked_yet_and_for_its_whole_path_when_re
 
 def test_job_order_smallest_ranks_the_jobs_by_the_model_sizes_given():
     """--job-order smallest: the ranks sent with the schedules and queries follow the model sizes that
-    tick() is given (smaller first, unknown last); the host plans its jobs in that order (waves)."""
+    tick() is given (smaller first, unknown last); the host plans its jobs in that order (waves), the jobs
+    of one size in the order they became busy, and asks for views in arrival order."""
     keys = {j: FlowKey("10.0.0.1", 5000 + i, "10.0.1.2", 9000) for i, j in enumerate(["big", "small", "unknown"])}
     paths = {flow_id(k): ["h0:up", "h1:down"] for k in keys.values()}
     sw = ModelSwitch(paths, {lid: np.zeros(K) for lid in LINKS})
@@ -279,8 +280,11 @@ def test_job_order_smallest_ranks_the_jobs_by_the_model_sizes_given():
     assert sw.asked[-1] and all(rank == ranks[job] for job, rank, _ in sw.asked[-1])  # the queries too
     assert list(waves[-1]) == [1, 0, 2]  # flows big, small, unknown: small first
     assert ctl.status()["job_order"]["jobs"] == ["small", "big", "unknown"]
-    # without sizes every job is of unknown size: the fixed order's hash decides
+    assert sw.arrival == {True}
+    # without sizes every job is of unknown size: one rank, the order they became busy decides
     t[0] += SLOT
-    ctl.tick(flows)
-    ranks = {job: rank for job, rank, _, _ in sw.table.values()}
-    assert sorted(ranks, key=ranks.get) == sorted(keys, key=lambda j: mlccctl.fabric_rank(j, "fixed"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mlccctl, "plan_slot", spy)
+        ctl.tick(flows)
+    assert {rank for _, rank, _, _ in sw.table.values()} == {(1 << 64) - 1}
+    assert list(waves[-1]) == [0, 1, 2]  # big, small, unknown: as they became busy (sorted by id at once)

@@ -156,6 +156,9 @@ class MlccControl:
         self.use_deps = deps
         # fabric-wide job order (switch mode): this slot's rank per job, and the ranks last published
         self.job_order = job_order
+        # none and smallest: the switch builds each job's view in arrival order and leaves this host's own
+        # flows out; under the other orders it counts them and _fabric_view subtracts them
+        self.arrival_views = job_order in ARRIVAL_ORDERS
         self.order_interval_s = order_interval_s
         self.ranks: dict[str, int] = {}
         self._pub_ranks: dict[str, int] = {}
@@ -235,6 +238,11 @@ class MlccControl:
             self._jobs = (jobs, jix, idx, np.array(jobs, dtype=object))
 
     @property
+    def wants_sizes(self) -> bool:
+        """Whether tick() uses the jobs' model sizes (job order smallest): callers can skip them otherwise."""
+        return self.switch is not None and self.job_order == "smallest"
+
+    @property
     def wants_comms(self) -> bool:
         """Whether tick() uses the jobs' comm patterns (Algorithm 2 needs switches to exchange
         progress with): callers can skip building them otherwise."""
@@ -292,7 +300,7 @@ class MlccControl:
                         # arrival order (the switch leaves out the jobs that arrived after it and this
                         # host's own flows)
                         x = wire.FlowQuery(i, f.key.laddr, f.key.raddr, job_id=f.job, rank=rank(f.job),
-                                           arrival=self.job_order in ARRIVAL_ORDERS)
+                                           arrival=self.arrival_views)
                     q.append(x)
                 asker.append(a)
             self._queries = dict(zip(groups, q))
@@ -479,7 +487,7 @@ class MlccControl:
             view = FabricView.empty(cap, len(jobs), K, avail)
         wave = None
         arrived: dict[str, int] | None = None
-        if self.mode == "switch" and self.job_order in ARRIVAL_ORDERS:
+        if self.mode == "switch" and self.arrival_views:
             # arrival order (the switch's order of the jobs' first schedules): this host's own jobs too are
             # planned one after another, the job whose flows became busy first first (smallest: within a rank)
             busy = {jobs[j] for j, g, m in zip(fj.tolist(), (f.G_bytes for f in flows), moving.tolist())
@@ -546,7 +554,7 @@ class MlccControl:
         # this host's published load that the switch counted in job j's rows: under a ranked order, its
         # other jobs that it ranked up to j's rank when it published; flat, all its other jobs; in arrival
         # order (none, smallest) the switch left this host out
-        if self.job_order not in ARRIVAL_ORDERS and (self.ranks or self.job_order == "flat"):
+        if not self.arrival_views:
             own_jix, own_job = self._own_load(self.fb_slot, col, L)
             pub = self._pub_ranks
             for j, name in enumerate(jobs):

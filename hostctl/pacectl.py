@@ -184,7 +184,7 @@ class PaceControl:
         if self.mlcc is not None:
             comms = {jid: JobComm(j.comm, frozenset(j.listen_ports), j.ring_size)
                      for jid, j in jobs.items() if j.comm} if self.mlcc.wants_comms else None
-            sizes = {jid: j.model_bytes for jid, j in jobs.items()}
+            sizes = {jid: j.model_bytes for jid, j in jobs.items()} if self.mlcc.wants_sizes else None
             return PaceTable(ports, flows, self.mlcc.tick(self._mlcc_flows(stats), comms, sizes), {}, remotes)
         recent = {int(i) for i, r in zip(stats.flow_id, stats.max_rate_Bps) if r > 0}
         job_flows: dict[str, list[FlowKey]] = {}

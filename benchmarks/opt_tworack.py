@@ -2,7 +2,7 @@
 
     python benchmarks/opt_tworack.py [SCENARIO.toml ...] [--out-dir DIR] [--lp-iterations 2]
            [--lp-slot 0.02] [--lp-time 60] [--order-work 300000] [--max-orders 700] [--no-lp] [--cross-share 0.8]
-           [--cross-positions all|bottom]
+           [--cross-positions all|bottom] [--slot-plan 0.06] [--slot-floor 65536] [--order J1,J2,...]
 
 Default scenario: examples/scenarios/two-rack.toml; one JSON per scenario, DIR/<name>.json (default
 docs/results/mlcc/opt). Written from scratch: it reads the scenario with hostctl.bench.scenario and
@@ -79,10 +79,19 @@ c. a LOWER BOUND on the average JCT of every schedule (any rates at any instant,
    version's fifo. With --cross-share, the small version's bound is computed a second time with the
    cross traffic required to get that share of its fifo bytes, when its window overlaps the jobs.
 
+d. slotted orders (--slot-plan S, default 0.06 s; 0: off): the same order search, but the order is
+   applied only at slot boundaries, as a planner of fixed slots applies it (slotted_rates): at each
+   boundary every flow seen by then gets its strict-priority rate and keeps it until the next boundary
+   (a paced flow), whatever ends or starts in between; a flow is seen from the first boundary at or after
+   its start (lag 1) or the one after (lag 2: the other hosts plan around it a slot later); flows not seen
+   yet share what the seen ones leave, max-min (work-conserving, so optimistic for the planner). Also
+   with every seen flow given --slot-floor bytes per slot first (mlcc's wait floor). --order J1,J2,...
+   simulates one given order, continuous and slotted (e.g. the order mlcc --job-order fixed uses).
+
 What it does not model: TCP (slow start, losses, RTT, fairness over short times), the switch
-buffers, the pacer's granularity, the 60 ms planning slot of mlcc (a schedule here changes rates at
-any instant), the headers on the wire (about 5% of a link) and the processes' start-up. Prints a
-table and writes JSON.
+buffers, the pacer's granularity, the headers on the wire (about 5% of a link) and the processes'
+start-up; the slotted schedules model the planning slot, with exact information at each boundary.
+Prints a table and writes JSON.
 """
 
 from __future__ import annotations
@@ -241,12 +250,14 @@ def model_from_scenario(sc) -> Model:
 # ------------------------------------------------------------------------------- the simulator
 
 class _Flow:
-    __slots__ = ("path", "left", "level", "done", "rate", "sent", "tag")
+    __slots__ = ("path", "left", "level", "done", "rate", "sent", "tag", "seen_at", "frozen")
 
-    def __init__(self, path, left, level, done, tag):
+    def __init__(self, path, left, level, done, tag, seen_at=0):
         self.path, self.left, self.level, self.done, self.tag = path, left, level, done, tag
         self.rate = 0.0
         self.sent = 0.0
+        self.seen_at = seen_at  # slotted schedules: the slot boundary from which its level counts
+        self.frozen = False  # slotted schedules: its rate was set at the last boundary
 
 
 @dataclass
@@ -262,13 +273,14 @@ class SimResult:
         return sum(self.jct.values()) / len(self.jct)
 
 
-def maxmin_rates(flows: list, cap: tuple[float, ...]) -> None:
+def maxmin_rates(flows: list, cap, one_level: bool = False) -> None:
     """Set each flow's rate: strict priority by level (lower level first), max-min fair within a
-    level on the capacity the levels before it left (progressive filling)."""
+    level on the capacity the levels before it left (progressive filling). one_level: all flows
+    in one level (plain max-min)."""
     resid = list(cap)
     by_level: dict[int, list] = {}
     for f in flows:
-        by_level.setdefault(f.level, []).append(f)
+        by_level.setdefault(0 if one_level else f.level, []).append(f)
     for lv in sorted(by_level):
         on: dict[int, list] = {}
         for f in by_level[lv]:
@@ -289,11 +301,48 @@ def maxmin_rates(flows: list, cap: tuple[float, ...]) -> None:
                             del n[l]
 
 
+def slotted_rates(flows: list, cap: tuple[float, ...], boundary: int | None, floor: float = 0.0) -> None:
+    """A priority order that is applied only at slot boundaries (as a planner of fixed slots does).
+    At a boundary (its index given): the flows seen by then (seen_at <= boundary) get the strict
+    priority rates of maxmin_rates and keep them (frozen, as paced flows) until the next boundary;
+    the flows not seen yet share what is left, max-min, at one level. Between boundaries (None):
+    frozen flows keep their rates, whatever ends or starts; the others (flows that started since,
+    or are not seen yet) share, max-min, what the frozen ones leave, which includes the rate of a
+    frozen flow that ended. Optimistic for a planner: every flow it has seen is planned at the
+    exact priority rates of that instant, and unseen flows fill every gap at once."""
+    if boundary is not None:
+        seen = [f for f in flows if f.seen_at <= boundary]
+        base = list(cap)
+        if floor > 0:  # every seen flow first gets the floor (a planner's wait floor), the order the rest
+            for f in seen:
+                for l in f.path:
+                    base[l] -= floor
+        maxmin_rates(seen, [max(b, 0.0) for b in base])
+        for f in flows:
+            f.frozen = f.seen_at <= boundary
+            if f.frozen:
+                f.rate += floor
+    resid = list(cap)
+    rest = []
+    for f in flows:
+        if f.frozen:
+            for l in f.path:
+                resid[l] -= f.rate
+        else:
+            rest.append(f)
+    maxmin_rates(rest, [max(r, 0.0) for r in resid], one_level=True)
+
+
 class Sim:
-    def __init__(self, model: Model, levels: dict[str, int] | None = None, by_worker: bool = False):
+    def __init__(self, model: Model, levels: dict[str, int] | None = None, by_worker: bool = False,
+                 slot: float | None = None, lag: int = 1, floor: float = 0.0):
         self.m = model
+        self.floor = floor  # slotted: bytes/s every seen flow gets before the order
         self.levels = levels or {}
         self.by_worker = by_worker
+        self.slot = slot  # slotted priority (slotted_rates): rates change at boundaries k * slot
+        self.lag = lag  # a flow's level counts from the lag-th boundary after it started (1: the next)
+        self.boundary: int | None = 0  # the boundary reached and not yet applied
         self.t = 0.0
         self.flows: list[_Flow] = []
         self.timers: list = []
@@ -318,7 +367,12 @@ class Sim:
             self.at(self.t, done)
             return None
         level = self.level(entity) * 1000 + (worker if self.by_worker else 0)
-        f = _Flow(path, float(nbytes), level, done, entity)
+        seen_at = 0
+        if self.slot:
+            # the first boundary at or after its start (the events of one instant all come before
+            # that instant's boundary plan), plus lag - 1
+            seen_at = math.ceil(self.t / self.slot - 1e-9) + self.lag - 1
+        f = _Flow(path, float(nbytes), level, done, entity, seen_at)
         self.flows.append(f)
         self.dirty = True
         return f
@@ -328,10 +382,16 @@ class Sim:
 
     def run(self) -> None:
         while self.flows or self.timers:
-            if self.dirty:
+            if self.slot:
+                if self.flows and (self.dirty or self.boundary is not None):
+                    slotted_rates(self.flows, self.m.net.cap, self.boundary, self.floor)
+                    self.dirty, self.boundary = False, None
+            elif self.dirty:
                 maxmin_rates(self.flows, self.m.net.cap)
                 self.dirty = False
             t_next = self.timers[0][0] if self.timers else INF
+            if self.slot and self.flows:
+                t_next = min(t_next, (math.floor(self.t / self.slot + 1e-9) + 1) * self.slot)
             for f in self.flows:
                 if f.rate > 0 and f.left < INF:
                     t_next = min(t_next, self.t + f.left / f.rate)
@@ -353,6 +413,9 @@ class Sim:
                 self.dirty = True
                 for f in finished:
                     f.done()
+            if self.slot:
+                k = round(self.t / self.slot)
+                self.boundary = k if abs(self.t - k * self.slot) < 1e-9 else None
             while self.timers and self.timers[0][0] <= self.t + 1e-12:
                 _, _, fn = heapq.heappop(self.timers)
                 fn()
@@ -443,12 +506,14 @@ def _start_cross(sim: Sim, c: Cross) -> None:
     sim.at(c.end, stop)
 
 
-def simulate(model: Model, order: list[str] | tuple[str, ...] | None = None, by_worker: bool = False) -> SimResult:
+def simulate(model: Model, order: list[str] | tuple[str, ...] | None = None, by_worker: bool = False,
+             slot: float | None = None, lag: int = 1, floor: float = 0.0) -> SimResult:
     """fifo (order None: one level, per-flow max-min) or strict priority in `order` (job names and
     cross entities "cross:NAME"; anything not listed comes last). by_worker: within a job, strict
-    priority by worker (rank) too, instead of max-min."""
+    priority by worker (rank) too, instead of max-min. slot: the order is applied only at slot
+    boundaries, a flow's level from the lag-th boundary after it starts (slotted_rates)."""
     levels = {e: i for i, e in enumerate(order)} if order is not None else {}
-    sim = Sim(model, levels, by_worker)
+    sim = Sim(model, levels, by_worker, slot=slot, lag=lag, floor=floor)
     for j in model.jobs:
         (_start_ps if isinstance(j, PSJob) else _start_ring)(sim, j)
     for c in model.cross:
@@ -535,13 +600,14 @@ def cross_share(res: SimResult, fifo: SimResult) -> float | None:
 
 
 def search_orders(model: Model, fifo: SimResult, cross_positions: str = "all", min_share: float = 0.8,
-                  max_orders: int = 700) -> dict:
-    """Every order (unique_orders), each with max-min within a job and with the job's workers in rank order."""
+                  max_orders: int = 700, **slotted) -> dict:
+    """Every order (unique_orders), each with max-min within a job and with the job's workers in rank order.
+    slotted: simulate's slot, lag and floor (the orders applied at slot boundaries only)."""
     orders, exhaustive = unique_orders(model, cross_positions, max_orders)
     rows = []
     for o in orders:
         for bw in (False, True):
-            r = simulate(model, o, by_worker=bw)
+            r = simulate(model, o, by_worker=bw, **slotted)
             rows.append((r.avg_jct, bw, o, r))
     rows.sort(key=lambda x: (x[0], x[1], x[2]))
 
@@ -951,7 +1017,8 @@ def testbed_fifo(name: str) -> dict | None:
 
 def analyse(model: Model, *, lp_iterations: int = 2, lp_slot: float = 0.02, lp_time: float = 60.0,
             order_work: int = 300_000, do_lp: bool = True, cross_positions: str = "all",
-            min_share: float = 0.8, max_orders: int = 700) -> dict:
+            min_share: float = 0.8, max_orders: int = 700, slot_plan: float = 0.0,
+            slot_floor: float = 0.0, orders: list[tuple[str, ...]] | None = None) -> dict:
     t0 = time.monotonic()
     out: dict = {}
     if do_lp:
@@ -963,6 +1030,32 @@ def analyse(model: Model, *, lp_iterations: int = 2, lp_slot: float = 0.02, lp_t
     else:
         fifo = simulate(model)
         out["full"] = {"fifo": _sim_dict(fifo), **search_orders(model, fifo, cross_positions, min_share, max_orders)}
+    if orders:
+        fifo_full = simulate(model)
+        out["orders"] = []
+        for o in orders:
+            unknown = sorted(set(o) - {j.name for j in model.jobs} - {c.entity for c in model.cross})
+            if unknown:
+                raise ModelError(f"--order names {', '.join(unknown)}, not jobs of {model.name} "
+                                 f"({', '.join(j.name for j in model.jobs)})")
+            runs = [("continuous", {})]
+            if slot_plan:
+                runs += [(f"every {slot_plan * 1000:.0f} ms, lag {lag}", {"slot": slot_plan, "lag": lag})
+                         for lag in (1, 2)]
+            for how, kw in runs:
+                r = simulate(model, o, **kw)
+                out["orders"].append({"order": list(o), "schedule": how, "avg_jct_s": r.avg_jct,
+                                      "ratio_vs_fifo": r.avg_jct / fifo_full.avg_jct, "jct_s": r.jct,
+                                      "cross_share": cross_share(r, fifo_full)})
+    if slot_plan:
+        fifo_full = simulate(model)
+        out["slotted"] = []
+        for lag in (1, 2):
+            for floor in sorted({0.0, slot_floor}):
+                kw = {"slot": slot_plan, "lag": lag, "floor": floor / slot_plan}
+                r = search_orders(model, fifo_full, cross_positions, min_share, max_orders, **kw)
+                out["slotted"].append({"slot_s": slot_plan, "lag": lag, "floor_bytes_per_slot": floor,
+                                       "best": r["best"], "best_cross_ok": r.get("best_cross_ok")})
     tb = testbed_fifo(model.name)
     if tb:
         f = out["full"]
@@ -1023,6 +1116,17 @@ def print_report(name: str, res: dict, min_share: float) -> None:
                      f["bound_cross_ok_ratio_vs_fifo"])
         elif bd:
             print(f"  lower bound: none ({bd.get('message')})")
+    for sl in res.get("slotted", []):
+        if sl is res["slotted"][0]:
+            print(f"-- the orders applied every {sl['slot_s'] * 1000:.0f} ms only (whole run, slotted_rates): "
+                  "a flow's level counts from the lag-th boundary after it starts")
+        b = sl["best"]
+        fl = f", floor {sl['floor_bytes_per_slot'] / 1024:.0f} KiB/slot" if sl["floor_bytes_per_slot"] else ""
+        line(f"best order, lag {sl['lag']}{fl} ({b['within_job']})", b["avg_jct_s"], b["ratio_vs_fifo"],
+             b["cross_share"])
+        print(f"      {' > '.join(b['order'])}")
+    for o in res.get("orders", []):
+        line(f"{' > '.join(o['order'])}, {o['schedule']}", o["avg_jct_s"], o["ratio_vs_fifo"], o["cross_share"])
     tb = res.get("testbed_fifo")
     if tb:
         msg = f"-- testbed fifo {tb['avg_jct_s']:.3f} s ({tb['source']}): best order {tb['best_ratio']:.3f}"
@@ -1060,7 +1164,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="share of its fifo throughput the cross traffic must keep (best_cross_ok)")
     ap.add_argument("--cross-positions", choices=("all", "bottom"), default="all",
                     help="the cross traffic at every position of an order, or last only")
+    ap.add_argument("--slot-plan", type=float, default=0.06,
+                    help="also search the orders applied only at boundaries of this slot, seconds, with lag 1 "
+                         "and 2 (a planner of fixed slots such as mlcc's 60 ms; 0: off)")
+    ap.add_argument("--slot-floor", type=float, default=65536,
+                    help="with --slot-plan, also with every planned flow given this many bytes per slot first "
+                         "(mlcc's wait floor is one 64 KiB packet per slot; 0: only without)")
+    ap.add_argument("--order", action="append", default=[], metavar="J1,J2,...",
+                    help="also simulate this strict-priority order of jobs (max-min within a job; cross traffic "
+                         "\"cross:NAME\", else last), continuous and slotted; repeatable")
     a = ap.parse_args(argv)
+    if not 0 <= a.slot_plan <= 1.0 or a.slot_floor < 0:
+        ap.error("--slot-plan within 0..1 s, --slot-floor >= 0")
     if (a.lp_iterations < 1 or not 0.001 <= a.lp_slot <= 1.0 or a.lp_time <= 0 or not 0 <= a.cross_share <= 1
             or a.max_orders < 1 or a.order_work < 0):
         ap.error("--lp-iterations >= 1, --lp-slot within 0.001..1, --lp-time > 0, --cross-share within 0..1, "
@@ -1068,12 +1183,14 @@ def main(argv: list[str] | None = None) -> int:
     for path in a.scenarios:
         try:
             model = model_from_scenario(load_scenario(path))
+            res = analyse(model, lp_iterations=a.lp_iterations, lp_slot=a.lp_slot, lp_time=a.lp_time,
+                          order_work=a.order_work, do_lp=not a.no_lp, cross_positions=a.cross_positions,
+                          min_share=a.cross_share, max_orders=a.max_orders, slot_plan=a.slot_plan,
+                          slot_floor=a.slot_floor,
+                          orders=[tuple(x.strip() for x in o.split(",") if x.strip()) for o in a.order])
         except (ModelError, HostctlError) as e:
             print(f"opt_tworack: {e}", file=sys.stderr)
             return 2
-        res = analyse(model, lp_iterations=a.lp_iterations, lp_slot=a.lp_slot, lp_time=a.lp_time,
-                      order_work=a.order_work, do_lp=not a.no_lp, cross_positions=a.cross_positions,
-                      min_share=a.cross_share, max_orders=a.max_orders)
         print_report(model.name, res, a.cross_share)
         try:
             import scipy
@@ -1088,7 +1205,8 @@ def main(argv: list[str] | None = None) -> int:
                             "jobs": [j.name for j in model.jobs], "cross": [c.name for c in model.cross]},
                "settings": {"lp_iterations": a.lp_iterations, "lp_slot_s": a.lp_slot, "lp_time_s": a.lp_time,
                             "order_work": a.order_work, "max_orders": a.max_orders, "cross_share": a.cross_share,
-                            "cross_positions": a.cross_positions,
+                            "cross_positions": a.cross_positions, "slot_plan_s": a.slot_plan,
+                            "slot_floor_bytes": a.slot_floor,
                             "cross_model": "backlogged flows for the cross traffic's duration"},
                **res}
         out = Path(a.out_dir) / f"{model.name}.json"

@@ -9,7 +9,8 @@ For each link of the two-level testbed (host up/down, rack up/down; hosts 10.B.0
 ``--hosts-per-rack`` consecutive hosts) and each slot, it sums every flow's sent bytes over the slot
 (the ``sent`` counter's increase from one traced slot to the next) by job. It prints, per job and link
 where the job was busy (a flow of it planned as "active" or "unknown"), the mean share of the link's
-capacity the job got and the share the other jobs got in those slots, and how long after a job became
+capacity the job got and the share the other jobs got in those slots (each beside what the pacers
+allowed the busy flows: their applied rates x the slot), and how long after a job became
 busy on a link it first got at least half of the link (the reaction time a strict order needs). And per
 job, the share of its flows' planned slot-0 bytes that went unsent: slots where an "active" flow planned
 at least ``UNSENT_MIN_Bps`` sent under 5% of its plan (a booking the other jobs planned around for nothing).
@@ -75,6 +76,7 @@ def analyse(by_slot: dict[int, dict[str, dict]], hpr: int, cap_Bps: float, slot_
     slots = sorted(by_slot)
     # bytes each flow sent in slot s: sent(s + 1) - sent(s) (a new iteration restarts the counter)
     per = defaultdict(lambda: defaultdict(float))  # (link, slot) -> job -> bytes
+    applied = defaultdict(lambda: defaultdict(float))  # (link, slot) -> job -> bytes its pacer allowed
     busy = defaultdict(set)  # (link, slot) -> jobs with a planned flow
     for s in slots:
         nxt = by_slot.get(s + 1)
@@ -84,6 +86,9 @@ def analyse(by_slot: dict[int, dict[str, dict]], hpr: int, cap_Bps: float, slot_
             if fl["kind"] in ("active", "unknown"):
                 for ln in ls:
                     busy[(ln, s)].add(fl["job"])
+            if fl["kind"] in ("active", "unknown") and fl.get("applied") is not None:  # idle flows send nothing
+                for ln in ls:
+                    applied[(ln, s)][fl["job"]] += float(fl["applied"]) * slot_s
             if nxt is None or fid not in nxt:
                 continue
             a, b = float(fl.get("sent") or 0.0), float(nxt[fid].get("sent") or 0.0)
@@ -106,7 +111,7 @@ def analyse(by_slot: dict[int, dict[str, dict]], hpr: int, cap_Bps: float, slot_
             if fl["plan"][0] >= UNSENT_MIN_Bps and d < UNSENT_FRAC * p:
                 unsent[fl["job"]] += p
     cap_slot = cap_Bps * slot_s
-    share = defaultdict(lambda: [0.0, 0.0, 0])  # (job, link) -> [own share sum, others' share sum, slots]
+    share = defaultdict(lambda: [0.0, 0.0, 0, 0.0, 0.0])  # (job, link) -> [own, others', slots, own applied, others' applied]
     react = defaultdict(list)  # (job, link) -> slots from busy to >= half the link
     for (ln, s), jobs in busy.items():
         if not ln.startswith("rack"):
@@ -117,6 +122,9 @@ def analyse(by_slot: dict[int, dict[str, dict]], hpr: int, cap_Bps: float, slot_
             x[0] += got.get(j, 0.0) / cap_slot
             x[1] += sum(v for k, v in got.items() if k != j) / cap_slot
             x[2] += 1
+            ap = applied.get((ln, s), {})
+            x[3] += ap.get(j, 0.0) / cap_slot
+            x[4] += sum(v for k, v in ap.items() if k != j) / cap_slot
             if j not in busy.get((ln, s - 1), ()):  # became busy on the link in slot s
                 for k in range(0, 20):
                     if got_k := per.get((ln, s + k), {}).get(j, 0.0):
@@ -127,10 +135,12 @@ def analyse(by_slot: dict[int, dict[str, dict]], hpr: int, cap_Bps: float, slot_
                         break
     out: dict = {"links": {}, "unsent_plan_frac": {j: unsent[j] / p for j, p in sorted(planned.items()) if p},
                  "booking": booking(by_slot, hpr, cap_Bps)}
-    for (j, ln), (own, oth, n) in sorted(share.items()):
+    for (j, ln), (own, oth, n, own_ap, oth_ap) in sorted(share.items()):
         r = react.get((j, ln), [])
         out["links"].setdefault(j, {})[ln] = {
             "busy_slots": n, "own_share": own / n, "others_share": oth / n,
+            # what the pacers allowed the busy flows in those slots (applied rates x the slot), as shares
+            "own_applied": own_ap / n, "others_applied": oth_ap / n,
             "bursts_reaching_half": len(r),
             "mean_slots_to_half": sum(r) / len(r) if r else None,
         }
@@ -195,8 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     for j, per in res["links"].items():
         for ln, v in per.items():
             m = v["mean_slots_to_half"]
-            print(f"{j:28s} {ln:11s} busy {v['busy_slots']:4d} slots: own {v['own_share']:.2f} of the link, "
-                  f"others {v['others_share']:.2f}; >= half after {'-' if m is None else f'{m:.2f}'} slots "
+            print(f"{j:28s} {ln:11s} busy {v['busy_slots']:4d} slots: own {v['own_share']:.2f} of the link "
+                  f"(paced at {v['own_applied']:.2f}), others {v['others_share']:.2f} (paced at "
+                  f"{v['others_applied']:.2f}); >= half after {'-' if m is None else f'{m:.2f}'} slots "
                   f"({v['bursts_reaching_half']} bursts)")
     for ln, v in res["booking"].items():
         if v["over"]:

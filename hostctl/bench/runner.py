@@ -56,6 +56,11 @@ SWITCH_POLICIES = ("mlcc", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate", "mlcc-sma
 JOB_ORDER = {"mlcc-fixed": "fixed", "mlcc-rotate": "rotate", "mlcc-smallest": "smallest", "mlcc-flat": "flat", HYBRID: "fixed"}
 
 
+# lab oracle: hosts run fifo; the emulated switches serve the jobs in strict priority, in mlcc-fixed's
+# order (Testbed.prioritize_fabric): what a planner that orders the jobs on the fabric could reach with real TCP
+FABRIC_PRIO = "fabric-prio"
+
+
 def daemon_policy(policy: str) -> str:
     """`hostctl start --policy` of a bench policy: mlcc-local is mlcc without switchemu, mlcc-nodeps
     mlcc with switchemu but --no-deps, mlcc-fixed / mlcc-rotate / mlcc-smallest / mlcc-flat mlcc with
@@ -63,6 +68,8 @@ def daemon_policy(policy: str) -> str:
     (with switchemu and --job-order fixed)."""
     if policy == HYBRID:
         return HYBRID
+    if policy == FABRIC_PRIO:
+        return "fifo"
     return "mlcc" if policy in MLCC_POLICIES else policy.removesuffix("-ingress")
 
 
@@ -229,9 +236,16 @@ class Run:
         mlcc = self.policy in MLCC_POLICIES
         if self.policy in SWITCH_POLICIES:
             self.start_switch()
+        if self.policy == FABRIC_PRIO:
+            from hostctl.core.bands import fabric_order
+
+            names = fabric_order([j.name for j in sc.jobs], "fixed")
+            ports = {j.name: list(j.ports) for j in sc.jobs}
+            self.fabric_classes = [ports[n] for n in names]
+            tb.prioritize_fabric(self.fabric_classes)
         for h in sc.topology.hosts:
             jobs = host_jobs(sc, h, workers=True if mlcc else None)
-            pol = self.policy if (h in sc.policy_hosts() and jobs) else "fifo"
+            pol = self.policy if (h in sc.policy_hosts() and jobs and self.policy != FABRIC_PRIO) else "fifo"
             cfg = os.path.join(self.raw_dir, f"hostctl-{h}.toml")
             with open(cfg, "w") as f:
                 f.write(_toml(jobs) if pol != "fifo" else "")
@@ -432,6 +446,8 @@ class Run:
                 time.sleep(0.05)
             t_end = max(ends.values())
             c1 = self.link_readings()
+            if self.policy == FABRIC_PRIO:  # bytes per band: 0 control, 1.. the jobs in order, last the rest
+                res["fabric_bands"] = {"order": [c for c in self.fabric_classes], "bytes": self.tb.fabric_band_bytes()}
             res["tcp"] = self.tcp_counters()
             res["cpu"] = cpu.stop()
             res["duration_s"] = t_end - t0

@@ -76,8 +76,10 @@ from hostctl.errors import ConfigError
 # dependency rules (--no-deps); mlcc-fixed / mlcc-rotate / mlcc-smallest / mlcc-flat = mlcc with switchemu and
 # --job-order fixed / rotate / smallest / flat;
 # one-ingress / rr-ingress = one / rr with ingress bands. (mlcc-bands, a daemon policy, runs with switchemu and
-# --job-order fixed: hostctl/bench/runner.py)
-POLICIES = (*ALL_POLICIES, "mlcc-local", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate", "mlcc-smallest", "mlcc-flat", "one-ingress", "rr-ingress")
+# --job-order fixed: hostctl/bench/runner.py); fabric-prio = fifo hosts, strict job priority in the emulated
+# switches (a lab oracle: Testbed.prioritize_fabric)
+POLICIES = (*ALL_POLICIES, "mlcc-local", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate", "mlcc-smallest", "mlcc-flat", "one-ingress", "rr-ingress",
+            "fabric-prio")
 
 KINDS = ("ps", "allreduce", "torch")
 PORT_BASE = 7100  # first port handed to a job's servers / ranks
@@ -185,11 +187,25 @@ class Scenario:
             s = replace(s, policies=_policies(list(policies), "--policies"))
             if "cap" in s.policies and s.hostctl.cap is None:
                 raise ConfigError("--policies lists cap: give its rate in the scenario, [hostctl] cap = \"100mbit\"")
+            _check_fabric_prio(s.policies, s.jobs, "--policies")
         if repeat is not None:
             if not 1 <= repeat <= 100:
                 raise ConfigError("--repeat must be within 1..100")
             s = replace(s, repeat=repeat)
         return s
+
+
+def _check_fabric_prio(policies, jobs, where: str) -> None:
+    """fabric-prio classifies by the jobs' TCP ports in htb's 8 priorities (control, jobs, the rest)."""
+    if "fabric-prio" not in policies:
+        return
+    torch = [j for j in jobs if j.kind not in ("ps", "allreduce")]
+    if torch:
+        raise ConfigError(f"{where} lists fabric-prio, which finds a job by its ports; {torch[0].kind} job "
+                          f"{torch[0].name} has no fixed ports: drop fabric-prio")
+    if len(jobs) > 6:
+        raise ConfigError(f"{where} lists fabric-prio, which gives each job one of htb's 8 priorities (6 for jobs); "
+                          f"this scenario has {len(jobs)} jobs: drop fabric-prio")
 
 
 def _where(ctx: str, key: str) -> str:
@@ -420,6 +436,7 @@ def parse_scenario(data: dict, path: str = "") -> Scenario:
     b = _check_keys(data.get("bench", {}), BENCH_KEYS, "bench")
     if "cap" in _policies(b.get("policies", ["fifo"]), "bench.policies") and settings.cap is None:
         raise ConfigError("bench.policies lists cap: give its rate with [hostctl] cap = \"100mbit\"")
+    _check_fabric_prio(_policies(b.get("policies", ["fifo"]), "bench.policies"), jobs, "bench.policies")
     name = data.get("name") or os.path.splitext(os.path.basename(path))[0] or "scenario"
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigError("name must be 1-32 letters, digits, '_', '.' or '-'")

@@ -218,6 +218,64 @@ class Testbed:
             for k, v in t.sysctls:
                 _run(["ip", "netns", "exec", h.ns, "sysctl", "-q", "-w", f"{k}={v}"])
 
+    def prioritize_fabric(self, classes: list[list[int]]) -> list[str]:
+        """Strict priority between jobs at every switch port and rack link (not at the hosts' NICs):
+        the egress of each shaped switch-side device becomes an htb of the same rate whose leaf
+        classes are served in strict priority (htb ``prio``; each guaranteed only 100 kbit/s, and
+        borrowing the rest in priority order; this kernel has no ``prio`` qdisc): band 0 for packets
+        under 128 bytes (pure ACKs, SYNs), band i+1 for the TCP ports of classes[i] (either direction:
+        a port matches as source or destination), the last band for everything else (cross traffic).
+        Each band queues in a bfifo of the port buffer (``queue``). A lab oracle for a programmable
+        switch that orders the jobs; returns the tc commands it ran."""
+        t = self.topology
+        bands = len(classes) + 2
+        if bands > 8:
+            raise TestbedError(f"prioritize_fabric: {len(classes)} classes; htb has 8 priorities, so at most 6 "
+                               "(plus the control and the default band)")
+        queue = str(max(t.queue_bytes, 2 * MTU_WIRE))
+        cmds = []
+        for ln in self.links():
+            if ln.ns != self.sw_ns:
+                continue
+            d, rate = ln.dev, ln.rate_bps
+            burst = max(2 * MTU_WIRE, rate // 8 // 250)
+            cmds.append(f"qdisc add dev {d} root handle 1: htb default {bands:x}")
+            cmds.append(f"class add dev {d} parent 1: classid 1:ff htb rate {rate}bit ceil {rate}bit "
+                        f"burst {burst} cburst {burst} quantum {MTU_WIRE}")
+            for b in range(bands):
+                cmds.append(f"class add dev {d} parent 1:ff classid 1:{b + 1:x} htb rate 100kbit ceil {rate}bit "
+                            f"burst {burst} cburst {burst} prio {b} quantum {MTU_WIRE}")
+                cmds.append(f"qdisc add dev {d} parent 1:{b + 1:x} handle {b + 10:x}: bfifo limit {queue}")
+            cmds.append(f"filter add dev {d} parent 1: protocol ip prio 1 u32 match u16 0 0xff80 at 2 flowid 1:1")
+            for i, ports in enumerate(classes):
+                for port in ports:
+                    for side in ("sport", "dport"):
+                        cmds.append(f"filter add dev {d} parent 1: protocol ip prio {2 + i} u32 "
+                                    f"match ip protocol 6 0xff match ip {side} {int(port)} 0xffff flowid 1:{i + 2:x}")
+        # a root of another kind or handle cannot be changed in place: remove it first (no error if absent)
+        devs = [ln.dev for ln in self.links() if ln.ns == self.sw_ns]
+        _run(["tc", "-force", "-n", self.sw_ns, "-batch", "-"], check=False,
+             stdin="".join(f"qdisc del dev {d} root\n" for d in devs))
+        _run(["tc", "-n", self.sw_ns, "-batch", "-"], stdin="\n".join(cmds) + "\n")
+        return cmds
+
+    def fabric_band_bytes(self) -> dict[str, list[int]]:
+        """After prioritize_fabric: per switch-side device, the bytes each prio band sent so far."""
+        r = _run(["tc", "-n", self.sw_ns, "-s", "-j", "qdisc", "show"], check=False)
+        out: dict[str, list[int]] = {}
+        try:
+            qdiscs = json.loads(r.stdout)
+        except ValueError:
+            return out
+        for q in qdiscs:
+            parent = str(q.get("parent", ""))
+            if q.get("kind") == "bfifo" and parent.startswith("1:"):
+                band = int(parent[2:], 16) - 1
+                row = out.setdefault(q["dev"], [])
+                row.extend([0] * (band + 1 - len(row)))
+                row[band] = int(q.get("bytes", 0))
+        return out
+
     def shape_host_egress(self, h: HostInfo) -> None:
         """(Re)install the host NIC's line rate: a tbf root qdisc on eth0."""
         _run(["tc", "-n", h.ns, "qdisc", "replace", "dev", h.dev, "root",

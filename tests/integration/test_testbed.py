@@ -225,3 +225,19 @@ def test_sysctls_and_congestion_control_reach_the_hosts(make_tb):
     p = tb.popen("h1", [PY, "-c", probe], stdout=subprocess.PIPE, text=True)
     out, _ = p.communicate(timeout=30)
     assert out.strip() == "cubic"
+
+
+def test_prioritize_fabric_serves_the_listed_ports_first(make_tb):
+    """The lab oracle `fabric-prio`: strict priority at the switch ports by TCP port. Two bulk flows into
+    h0 share its switch port: the one whose port is listed takes the link, whichever it is."""
+    tb = make_tb(topo(3, link=100_000_000))
+    for first, other in ((7311, 7312), (7314, 7313)):
+        tb.prioritize_fabric([[first]])
+        a = throughput_mbit(tb, "h1", "h0", first, seconds=2.5)
+        b = throughput_mbit(tb, "h2", "h0", other, seconds=2.5)
+        hi, lo = mbit(a), mbit(b)
+        assert hi >= 75 and lo <= 20, (first, hi, lo)
+        bands = tb.fabric_band_bytes()["h0"]  # 0 control, 1 the listed port, 2 the rest
+        assert len(bands) == 3 and bands[1] > 4 * bands[2] > 0, bands
+    # the rack-less testbed has no rack links; every host's switch port got the tree
+    assert set(tb.fabric_band_bytes()) == {"h0", "h1", "h2"}

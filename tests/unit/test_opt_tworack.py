@@ -218,6 +218,17 @@ duration = 1.0
     assert set(small["iterations"].values()) == {1}
     assert full["best_cross_ok"]["cross_share"] >= 0.8
     assert "LOWER BOUND" in capsys.readouterr().out
+    # the slotted search (default 60 ms, lag 1 and 2, with and without the floor) and a given order
+    assert opt.main([str(toml), "--out-dir", str(tmp_path), "--no-lp", "--order", "b,a"]) == 0
+    d = json.loads((tmp_path / "tiny.json").read_text())
+    assert [(x["lag"], x["floor_bytes_per_slot"]) for x in d["slotted"]] == [(1, 0), (1, 65536), (2, 0), (2, 65536)]
+    cont = {o["schedule"]: o for o in d["orders"]}
+    assert set(cont) == {"continuous", "every 60 ms, lag 1", "every 60 ms, lag 2"}
+    assert cont["continuous"]["avg_jct_s"] == pytest.approx(opt.simulate(opt.model_from_scenario(
+        opt.load_scenario(str(toml))), ["b", "a"]).avg_jct)
+    assert "b > a, every 60 ms, lag 1" in capsys.readouterr().out
+    assert opt.main([str(toml), "--out-dir", str(tmp_path), "--no-lp", "--order", "a,zz"]) == 2
+    assert capsys.readouterr().err.strip() == "opt_tworack: --order names zz, not jobs of tiny (a, b)"
 
 
 def test_bad_scenario_is_one_line(tmp_path, capsys):
@@ -228,3 +239,44 @@ def test_bad_scenario_is_one_line(tmp_path, capsys):
     torch.write_text('[testbed]\nhosts = 3\n[[jobs]]\nname = "t"\nkind = "torch"\nworkers = ["h0", "h1"]\n')
     assert opt.main([str(torch), "--out-dir", str(tmp_path)]) == 2
     assert "not modelled" in capsys.readouterr().err
+
+
+def late_high_job():
+    """b (3.5 MiB, low) starts at 0; a (0.5 MiB, high) arrives at 0.25 s on the same PS host h0. One
+    iteration each, 0.1 s compute, 1 MiB/s links."""
+    net = opt.make_net(["h0", "h1", "h2"], RATE)
+    return opt.Model("late", net, (opt.PSJob("a", ("h0",), (MB // 2,), ("h1",), 0.1, 1, 0.25),
+                                   opt.PSJob("b", ("h0",), (7 * MB // 2,), ("h2",), 0.1, 1)))
+
+
+def test_slotted_priority_waits_for_the_next_boundary_by_hand():
+    m = late_high_job()
+    # continuous: a's update 0.25-0.75 (b paused), compute, gradient 0.85-1.35; b's update ends at 4.0,
+    # its gradient 4.1-7.6
+    assert opt.simulate(m, ["a", "b"]).jct == pytest.approx({"a": 1.1, "b": 7.6})
+    # 1 s slots: b holds h0:up (frozen at 1 MiB/s) until boundary 1, where a is seen and gets it; a's update
+    # 1-1.5, compute, its gradient (unseen) fills the idle h0:down 1.6-2.1; b, frozen at 0 until boundary 2,
+    # sends its last 2.5 MiB 2-4.5, gradient 4.6-8.1
+    assert opt.simulate(m, ["a", "b"], slot=1.0).jct == pytest.approx({"a": 1.85, "b": 8.1})
+    # lag 2: nobody is seen before boundary 1 (b alone at full rate, then a and b at 0.5 each from 0.25);
+    # at boundary 1 b is seen and frozen at the whole link, a (0.375 MiB sent) waits for boundary 2
+    assert opt.simulate(m, ["a", "b"], slot=1.0, lag=2).jct == pytest.approx({"a": 2.475, "b": 8.475})
+    # a floor of 0.125 MiB/s for every seen flow: at boundary 1 a gets 0.875, b its floor (until boundary 2)
+    assert opt.simulate(m, ["a", "b"], slot=1.0, floor=MB / 8).jct == pytest.approx(
+        {"a": 1 + 0.5 / 0.875 + 0.1 + 0.5 - 0.25, "b": 7.975})
+    # slots much shorter than every phase: the continuous schedule
+    assert opt.simulate(m, ["a", "b"], slot=1e-3).jct == pytest.approx({"a": 1.1, "b": 7.6}, abs=3e-3)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_slotted_schedules_stay_above_the_bound_and_finish(seed):
+    # a slotted schedule is a schedule: never below the LP's bound on every schedule; and every job ends
+    m = _random_model(seed)
+    fifo = opt.simulate(m)
+    names = [j.name for j in m.jobs]
+    for kw in ({"slot": 0.5}, {"slot": 0.3, "lag": 2}, {"slot": 0.5, "floor": MB / 16}):
+        r = opt.search_orders(m, fifo, **kw)["best"]
+        total = sum(r["jct_s"][j.name] + j.arrival for j in m.jobs)
+        bound = opt.lp_bound(m, None, total)["bound_avg_jct_s"]
+        assert bound <= r["avg_jct_s"] + 1e-6
+        assert set(opt.simulate(m, names, slot=kw["slot"], lag=kw.get("lag", 1)).jct) == set(names)

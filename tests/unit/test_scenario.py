@@ -259,3 +259,21 @@ def test_two_rack_scenario_crosses_the_rack1_uplink():
     (c,) = s.cross
     assert rack[c.src] == 1 and rack[c.dst] == 0  # the gradients' direction: rack1:up
     assert c.start_s >= 2.0 and c.duration_s <= 10.0
+
+
+def test_fabric_prio_runs_fifo_hosts_and_refuses_what_it_cannot_classify():
+    from hostctl.bench.runner import daemon_policy
+
+    s = sc(bench={"policies": ["fifo", "fabric-prio"]})
+    assert s.policies == ("fifo", "fabric-prio") and daemon_policy("fabric-prio") == "fifo"
+    assert sc().with_overrides(policies=("fabric-prio",)).policies == ("fabric-prio",)
+    # 7 jobs: more than htb's 8 priorities hold besides the control and default bands
+    with pytest.raises(ConfigError, match="fabric-prio.*7 jobs"):
+        sc(jobs=[{"name": "a", "kind": "ps", "ps": ["h0"], "count": 7, "model": "1MiB"}],
+           bench={"policies": ["fabric-prio"]})
+    with pytest.raises(ConfigError, match="--policies lists fabric-prio.*7 jobs"):
+        sc(jobs=[{"name": "a", "kind": "ps", "ps": ["h0"], "count": 7, "model": "1MiB"}]).with_overrides(
+            policies=("fifo", "fabric-prio"))
+    torch = sc(jobs=[{"name": "t", "kind": "torch", "workers": ["h0", "h1"], "model": "1MiB"}])
+    with pytest.raises(ConfigError, match="torch job t has no fixed ports"):
+        torch.with_overrides(policies=("fabric-prio",))

@@ -57,6 +57,8 @@ def test_shares_and_the_slots_until_half_the_link(tmp_path):
     assert up["busy_slots"] == 3
     assert up["own_share"] == pytest.approx((0.25 + 0.75 + 0.5) / 3)
     assert up["others_share"] == pytest.approx(0.1 * 3 / 3)
+    # every flow was paced at the link's capacity; b's flow is idle, so what its pacer allowed is not counted
+    assert up["own_applied"] == pytest.approx(1.0) and up["others_applied"] == 0.0
     # the burst from slot 100 reached half the link one slot after it began, the one from 103 at once
     assert up["bursts_reaching_half"] == 2 and up["mean_slots_to_half"] == pytest.approx(0.5)
     assert "b" not in res["links"]  # never busy

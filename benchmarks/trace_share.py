@@ -10,7 +10,10 @@ For each link of the two-level testbed (host up/down, rack up/down; hosts 10.B.0
 (the ``sent`` counter's increase from one traced slot to the next) by job. It prints, per job and link
 where the job was busy (a flow of it planned as "active" or "unknown"), the mean share of the link's
 capacity the job got and the share the other jobs got in those slots (each beside what the pacers
-allowed the busy flows: their applied rates x the slot), and how long after a job became
+allowed the busy flows: their applied rates x the slot, and what their plans gave the slot; beside the
+job's own plan, what it had booked for those slots one slot before, which is all that a host planning
+earlier in the slot could see of it, and how many of its bursts started unannounced, booked under a tenth
+of the link one slot before), and how long after a job became
 busy on a link it first got at least half of the link (the reaction time a strict order needs). And per
 job, the share of its flows' planned slot-0 bytes that went unsent: slots where an "active" flow planned
 at least ``UNSENT_MIN_Bps`` sent under 5% of its plan (a booking the other jobs planned around for nothing).
@@ -77,6 +80,8 @@ def analyse(by_slot: dict[int, dict[str, dict]], hpr: int, cap_Bps: float, slot_
     # bytes each flow sent in slot s: sent(s + 1) - sent(s) (a new iteration restarts the counter)
     per = defaultdict(lambda: defaultdict(float))  # (link, slot) -> job -> bytes
     applied = defaultdict(lambda: defaultdict(float))  # (link, slot) -> job -> bytes its pacer allowed
+    plan0 = defaultdict(lambda: defaultdict(float))  # (link, slot) -> job -> bytes its busy flows' plans gave the slot
+    ahead = defaultdict(lambda: defaultdict(float))  # (link, slot) -> job -> bytes booked for it one slot before
     busy = defaultdict(set)  # (link, slot) -> jobs with a planned flow
     for s in slots:
         nxt = by_slot.get(s + 1)
@@ -89,6 +94,10 @@ def analyse(by_slot: dict[int, dict[str, dict]], hpr: int, cap_Bps: float, slot_
             if fl["kind"] in ("active", "unknown") and fl.get("applied") is not None:  # idle flows send nothing
                 for ln in ls:
                     applied[(ln, s)][fl["job"]] += float(fl["applied"]) * slot_s
+                    plan0[(ln, s)][fl["job"]] += float(fl["plan"][0]) * slot_s
+            if len(fl.get("plan", ())) > 1:  # what this plan booked for the next slot, ahead of it
+                for ln in ls:
+                    ahead[(ln, s + 1)][fl["job"]] += float(fl["plan"][1]) * slot_s
             if nxt is None or fid not in nxt:
                 continue
             a, b = float(fl.get("sent") or 0.0), float(nxt[fid].get("sent") or 0.0)
@@ -111,7 +120,9 @@ def analyse(by_slot: dict[int, dict[str, dict]], hpr: int, cap_Bps: float, slot_
             if fl["plan"][0] >= UNSENT_MIN_Bps and d < UNSENT_FRAC * p:
                 unsent[fl["job"]] += p
     cap_slot = cap_Bps * slot_s
-    share = defaultdict(lambda: [0.0, 0.0, 0, 0.0, 0.0])  # (job, link) -> [own, others', slots, own applied, others' applied]
+    # (job, link) -> [own, others', slots, own applied, others' applied, own plan, others' plan, own booked ahead,
+    #                 bursts, bursts whose first slot was booked ahead under a tenth of the link]
+    share = defaultdict(lambda: [0.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0])
     react = defaultdict(list)  # (job, link) -> slots from busy to >= half the link
     for (ln, s), jobs in busy.items():
         if not ln.startswith("rack"):
@@ -125,7 +136,13 @@ def analyse(by_slot: dict[int, dict[str, dict]], hpr: int, cap_Bps: float, slot_
             ap = applied.get((ln, s), {})
             x[3] += ap.get(j, 0.0) / cap_slot
             x[4] += sum(v for k, v in ap.items() if k != j) / cap_slot
+            p0 = plan0.get((ln, s), {})
+            x[5] += p0.get(j, 0.0) / cap_slot
+            x[6] += sum(v for k, v in p0.items() if k != j) / cap_slot
+            x[7] += ahead.get((ln, s), {}).get(j, 0.0) / cap_slot
             if j not in busy.get((ln, s - 1), ()):  # became busy on the link in slot s
+                x[8] += 1
+                x[9] += ahead.get((ln, s), {}).get(j, 0.0) < 0.1 * cap_slot
                 for k in range(0, 20):
                     if got_k := per.get((ln, s + k), {}).get(j, 0.0):
                         if got_k >= 0.5 * cap_slot:
@@ -135,12 +152,16 @@ def analyse(by_slot: dict[int, dict[str, dict]], hpr: int, cap_Bps: float, slot_
                         break
     out: dict = {"links": {}, "unsent_plan_frac": {j: unsent[j] / p for j, p in sorted(planned.items()) if p},
                  "booking": booking(by_slot, hpr, cap_Bps)}
-    for (j, ln), (own, oth, n, own_ap, oth_ap) in sorted(share.items()):
+    for (j, ln), (own, oth, n, own_ap, oth_ap, own_p, oth_p, own_ahead, bursts, unannounced) in sorted(share.items()):
         r = react.get((j, ln), [])
         out["links"].setdefault(j, {})[ln] = {
             "busy_slots": n, "own_share": own / n, "others_share": oth / n,
             # what the pacers allowed the busy flows in those slots (applied rates x the slot), as shares
             "own_applied": own_ap / n, "others_applied": oth_ap / n,
+            # what the busy flows' plans gave those slots, and what the job had booked for them one slot before
+            # (what a host that planned earlier in the slot saw of it)
+            "own_plan": own_p / n, "others_plan": oth_p / n, "own_booked_ahead": own_ahead / n,
+            "bursts": bursts, "bursts_unannounced": unannounced,
             "bursts_reaching_half": len(r),
             "mean_slots_to_half": sum(r) / len(r) if r else None,
         }
@@ -207,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
             m = v["mean_slots_to_half"]
             print(f"{j:28s} {ln:11s} busy {v['busy_slots']:4d} slots: own {v['own_share']:.2f} of the link "
                   f"(paced at {v['own_applied']:.2f}), others {v['others_share']:.2f} (paced at "
-                  f"{v['others_applied']:.2f}); >= half after {'-' if m is None else f'{m:.2f}'} slots "
+                  f"{v['others_applied']:.2f}); planned {v['own_plan']:.2f} / others {v['others_plan']:.2f}, "
+                  f"booked a slot ahead {v['own_booked_ahead']:.2f} ({v['bursts_unannounced']} of {v['bursts']} "
+                  f"bursts unannounced); >= half after {'-' if m is None else f'{m:.2f}'} slots "
                   f"({v['bursts_reaching_half']} bursts)")
     for ln, v in res["booking"].items():
         if v["over"]:

@@ -99,3 +99,23 @@ def test_booking_from_the_plans():
     b = ts.booking(by, 3, CAP)
     assert b["h0:down"] == {"slots": 2, "over": 1, "over_one_job": 1, "worst_ratio": pytest.approx(2.0)}
     assert b["rack1:up"]["over"] == 1 and b["h3:up"]["over"] == 0
+
+
+def test_plans_and_what_a_burst_booked_ahead(tmp_path):
+    """Slot 100: a is idle but books the whole link for slot 101 (plan[1]); in 101 it is busy and plans the
+    whole link, while b's busy flow plans half of it. In slot 105 a starts again without having booked
+    anything the slot before: one burst announced, one not."""
+    def line(slot, fid, job, kind, plan):
+        return json.dumps({"slot": slot, "mode": "switch", "flows": [
+            {"id": fid, "job": job, "G": 1e6, "B": 0.0, "sent": 0.0, "kind": kind, "wave": 0, "applied": plan[0],
+             "plan": plan + [0] * (10 - len(plan))}]})
+    h0 = tmp_path / "trace-1.jsonl"
+    h1 = tmp_path / "trace-2.jsonl"
+    h0.write_text("\n".join([line(100, A, "a", "idle", [0, CAP]), line(101, A, "a", "active", [CAP]),
+                             line(102, A, "a", "idle", [0]), line(104, A, "a", "idle", [0]),
+                             line(105, A, "a", "active", [CAP])]) + "\n")
+    h1.write_text("\n".join(line(s, B, "b", "active", [CAP / 2]) for s in range(100, 106)) + "\n")
+    up = ts.analyse(ts.load([str(h0), str(h1)]), 3, CAP, SLOT)["links"]["a"]["rack0:up"]
+    assert up["busy_slots"] == 2 and up["bursts"] == 2 and up["bursts_unannounced"] == 1
+    assert up["own_plan"] == pytest.approx(1.0) and up["others_plan"] == pytest.approx(0.5)
+    assert up["own_booked_ahead"] == pytest.approx(0.5)  # the whole link for 101, nothing for 105

@@ -1030,8 +1030,8 @@ def analyse(model: Model, *, lp_iterations: int = 2, lp_slot: float = 0.02, lp_t
     else:
         fifo = simulate(model)
         out["full"] = {"fifo": _sim_dict(fifo), **search_orders(model, fifo, cross_positions, min_share, max_orders)}
+    fifo_full = simulate(model) if orders or slot_plan else None  # the whole run's fifo, once for both
     if orders:
-        fifo_full = simulate(model)
         out["orders"] = []
         for o in orders:
             unknown = sorted(set(o) - {j.name for j in model.jobs} - {c.entity for c in model.cross})
@@ -1048,7 +1048,6 @@ def analyse(model: Model, *, lp_iterations: int = 2, lp_slot: float = 0.02, lp_t
                                       "ratio_vs_fifo": r.avg_jct / fifo_full.avg_jct, "jct_s": r.jct,
                                       "cross_share": cross_share(r, fifo_full)})
     if slot_plan:
-        fifo_full = simulate(model)
         out["slotted"] = []
         for lag in (1, 2):
             for floor in sorted({0.0, slot_floor}):

@@ -88,13 +88,12 @@ def analyse(by_slot: dict[int, dict[str, dict]], hpr: int, cap_Bps: float, slot_
         for fid, fl in by_slot[s].items():
             src, dst = parse_flow(fid)
             ls = links_of(src, dst, hpr)
-            if fl["kind"] in ("active", "unknown"):
+            if fl["kind"] in ("active", "unknown"):  # busy (idle flows send nothing)
                 for ln in ls:
                     busy[(ln, s)].add(fl["job"])
-            if fl["kind"] in ("active", "unknown") and fl.get("applied") is not None:  # idle flows send nothing
-                for ln in ls:
-                    applied[(ln, s)][fl["job"]] += float(fl["applied"]) * slot_s
-                    plan0[(ln, s)][fl["job"]] += float(fl["plan"][0]) * slot_s
+                    if fl.get("applied") is not None:
+                        applied[(ln, s)][fl["job"]] += float(fl["applied"]) * slot_s
+                        plan0[(ln, s)][fl["job"]] += float(fl["plan"][0]) * slot_s
             if len(fl.get("plan", ())) > 1:  # what this plan booked for the next slot, ahead of it
                 for ln in ls:
                     ahead[(ln, s + 1)][fl["job"]] += float(fl["plan"][1]) * slot_s

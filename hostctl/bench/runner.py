@@ -447,7 +447,7 @@ class Run:
             t_end = max(ends.values())
             c1 = self.link_readings()
             if self.policy == FABRIC_PRIO:  # bytes per band: 0 control, 1.. the jobs in order, last the rest
-                res["fabric_bands"] = {"order": [c for c in self.fabric_classes], "bytes": self.tb.fabric_band_bytes()}
+                res["fabric_bands"] = {"order": self.fabric_classes, "bytes": self.tb.fabric_band_bytes()}
             res["tcp"] = self.tcp_counters()
             res["cpu"] = cpu.stop()
             res["duration_s"] = t_end - t0

@@ -76,10 +76,16 @@ def _run(cmd: list[str], *, check: bool = True, stdin: str | None = None, timeou
     return r
 
 
+def shaper_burst(rate_bps: int) -> int:
+    """A shaper's bucket at ``rate_bps``: ~4 ms of traffic, at least 2 full frames (so GSO
+    packets are split and never stall)."""
+    return max(2 * MTU_WIRE, rate_bps // 8 // 250)
+
+
 def tbf_args(rate_bps: int, queue_bytes: int) -> list[str]:
-    """tbf shaping ``rate_bps``: the bucket holds ~4 ms of traffic (>= 2 full frames, so
-    GSO packets are split and never stall), the queue ``queue_bytes`` (the port buffer)."""
-    burst = max(2 * MTU_WIRE, rate_bps // 8 // 250)
+    """tbf shaping ``rate_bps`` with a bucket of ``shaper_burst``, the queue ``queue_bytes`` (the
+    port buffer)."""
+    burst = shaper_burst(rate_bps)
     return ["tbf", "rate", f"{rate_bps}bit", "burst", str(burst), "limit", str(max(queue_bytes, burst))]
 
 
@@ -233,12 +239,10 @@ class Testbed:
             raise TestbedError(f"prioritize_fabric: {len(classes)} classes; htb has 8 priorities, so at most 6 "
                                "(plus the control and the default band)")
         queue = str(max(t.queue_bytes, 2 * MTU_WIRE))
+        shaped = [(ln.dev, ln.rate_bps) for ln in self.links() if ln.ns == self.sw_ns]
         cmds = []
-        for ln in self.links():
-            if ln.ns != self.sw_ns:
-                continue
-            d, rate = ln.dev, ln.rate_bps
-            burst = max(2 * MTU_WIRE, rate // 8 // 250)
+        for d, rate in shaped:
+            burst = shaper_burst(rate)
             cmds.append(f"qdisc add dev {d} root handle 1: htb default {bands:x}")
             cmds.append(f"class add dev {d} parent 1: classid 1:ff htb rate {rate}bit ceil {rate}bit "
                         f"burst {burst} cburst {burst} quantum {MTU_WIRE}")
@@ -253,21 +257,15 @@ class Testbed:
                         cmds.append(f"filter add dev {d} parent 1: protocol ip prio {2 + i} u32 "
                                     f"match ip protocol 6 0xff match ip {side} {int(port)} 0xffff flowid 1:{i + 2:x}")
         # a root of another kind or handle cannot be changed in place: remove it first (no error if absent)
-        devs = [ln.dev for ln in self.links() if ln.ns == self.sw_ns]
         _run(["tc", "-force", "-n", self.sw_ns, "-batch", "-"], check=False,
-             stdin="".join(f"qdisc del dev {d} root\n" for d in devs))
+             stdin="".join(f"qdisc del dev {d} root\n" for d, _ in shaped))
         _run(["tc", "-n", self.sw_ns, "-batch", "-"], stdin="\n".join(cmds) + "\n")
         return cmds
 
     def fabric_band_bytes(self) -> dict[str, list[int]]:
         """After prioritize_fabric: per switch-side device, the bytes each prio band sent so far."""
-        r = _run(["tc", "-n", self.sw_ns, "-s", "-j", "qdisc", "show"], check=False)
         out: dict[str, list[int]] = {}
-        try:
-            qdiscs = json.loads(r.stdout)
-        except ValueError:
-            return out
-        for q in qdiscs:
+        for q in _qdisc_stats(self.sw_ns):
             parent = str(q.get("parent", ""))
             if q.get("kind") == "bfifo" and parent.startswith("1:"):
                 band = int(parent[2:], 16) - 1
@@ -409,16 +407,20 @@ def _tx_bytes(ns: str) -> dict[str, int]:
     return {d["ifname"]: int(d.get("stats64", {}).get("tx", {}).get("bytes", 0)) for d in json.loads(r.stdout)}
 
 
-def _root_drops(ns: str) -> dict[str, int]:
-    """device -> packets dropped by its root qdisc (a parent qdisc's count includes its children's)."""
+def _qdisc_stats(ns: str) -> list[dict]:
+    """Every qdisc of namespace ns with its counters (``tc -s -j qdisc show``); [] if tc fails."""
     r = _run(["tc", "-n", ns, "-s", "-j", "qdisc", "show"], check=False)
     if r.returncode != 0:
-        return {}
+        return []
     try:
-        qdiscs = json.loads(r.stdout)
+        return json.loads(r.stdout)
     except ValueError:
-        return {}
-    return {q["dev"]: int(q.get("drops", 0)) for q in qdiscs if q.get("root") and "dev" in q}
+        return []
+
+
+def _root_drops(ns: str) -> dict[str, int]:
+    """device -> packets dropped by its root qdisc (a parent qdisc's count includes its children's)."""
+    return {q["dev"]: int(q.get("drops", 0)) for q in _qdisc_stats(ns) if q.get("root") and "dev" in q}
 
 
 def list_states(state_dir: str = STATE_DIR) -> list[dict]:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hostctl.bench.results import write_results  # noqa: E402
 from hostctl.bench.runner import switch_topology  # noqa: E402
 from hostctl.bench.scenario import parse_scenario  # noqa: E402
-from hostctl.switchclient import SwitchClient  # noqa: E402
+from hostctl.policy.switchclient import SwitchClient  # noqa: E402
 from hostctl.testbed.net import Testbed  # noqa: E402
 
 PY = sys.executable

@@ -1,4 +1,4 @@
-"""The daemon's whole per-slot mlcc decision (hostctl.mlccctl.MlccControl.tick in local mode:
+"""The daemon's whole per-slot mlcc decision (hostctl.policy.mlcc.MlccControl.tick in local mode:
 flow table -> waves by job -> allocate -> floors -> own load table), for n flows of J jobs.
 
     python benchmarks/bench_mlcc_daemon.py [--flows 10,100] [--jobs 1,4,10] [--slots 1000] [--repeat 3]
@@ -27,8 +27,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hostctl.bench.results import write_results  # noqa: E402
 from hostctl.core.types import FlowKey  # noqa: E402
-from hostctl.mlccctl import FlowIn, MlccControl  # noqa: E402
-from hostctl.switchclient import ExchangeResult, FlowLoads  # noqa: E402
+from hostctl.policy.mlcc import FlowIn, MlccControl  # noqa: E402
+from hostctl.policy.switchclient import ExchangeResult, FlowLoads  # noqa: E402
 
 NIC_Bps = 10e9 / 8
 

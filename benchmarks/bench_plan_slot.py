@@ -5,7 +5,7 @@
         [--out docs/results/mlcc/plan25/bench_plan_slot.json]
     .venv/bin/python benchmarks/bench_plan_slot.py --table RESULTS.json [...]   (the table of saved runs)
 
-Requirement measured: the one-call ordered allocator, so that a job order (mlccctl --job-order) costs one
+Requirement measured: the one-call ordered allocator, so that a job order (policy.mlcc, --job-order) costs one
 plan per slot; decision p90 <= 1 ms for 100 flows. Pure CPU, no I/O, no root.
 
 Machines differ in speed, so every slot also times a FIXED reference computation (numpy: an argsort

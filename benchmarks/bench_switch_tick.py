@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hostctl.bench.results import write_results  # noqa: E402
 from hostctl.core.types import FlowKey  # noqa: E402
-from hostctl.mlccctl import FlowIn, MlccControl  # noqa: E402
-from hostctl.switchclient import SwitchClient  # noqa: E402
+from hostctl.policy.mlcc import FlowIn, MlccControl  # noqa: E402
+from hostctl.policy.switchclient import SwitchClient  # noqa: E402
 
 SLOT_S = 0.06
 

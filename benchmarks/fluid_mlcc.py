@@ -48,7 +48,7 @@ from fluid_mixed import (  # noqa: E402
 )
 
 from hostctl.bench.results import write_results  # noqa: E402
-from hostctl.core.bands import fabric_rank  # noqa: E402
+from hostctl.core.joborder import fabric_rank  # noqa: E402
 from hostctl.core.mlcc import MlccParams  # noqa: E402
 from hostctl.core.mlcchost import wait_floor_Bps  # noqa: E402
 from hostctl.core.mlccplan import FabricView, plan_slot  # noqa: E402

@@ -36,7 +36,7 @@ WARM_SLOTS = 100
 def install_capture(path: str, slots: int) -> None:
     """Wrap PaceControl so that its first `slots` ticks' inputs are pickled to `path` (rewritten
     every 100 slots, atomically, so that a daemon stopped early leaves a usable file)."""
-    import hostctl.pacectl as pc
+    import hostctl.policy.pacing as pc
 
     cap: dict = {"ticks": [], "config": None, "link_rate_bps": None}
     init, tick = pc.PaceControl.__init__, pc.PaceControl.tick
@@ -126,7 +126,7 @@ def _digest(h, pc, table, k: int, status_every: int) -> None:
 def replay(cap: dict, reps: int = 3, status_every: int = 25, gap_s: float = 0.0) -> tuple[np.ndarray, str]:
     """(per-tick CPU seconds of the fastest pass, the behaviour hash). gap_s: sleep between ticks,
     as the daemon does between slots (the CPU's caches then go cold as other processes run)."""
-    from hostctl.pacectl import PaceControl
+    from hostctl.policy.pacing import PaceControl
 
     best, digest = None, ""
     for rep in range(reps):

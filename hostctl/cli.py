@@ -223,7 +223,7 @@ def start(
         import_bcc()
     switch_client = None
     if cfg.switch:
-        from hostctl.switchclient import CurveClientKeys, SwitchClient
+        from hostctl.policy.switchclient import CurveClientKeys, SwitchClient
 
         keys = CurveClientKeys.from_dir(cfg.curve_keys) if cfg.curve_keys else None
         switch_client = SwitchClient(list(cfg.switch), curve=keys, horizon=cfg.horizon)

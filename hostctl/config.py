@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hostctl import consts
-from hostctl.core.bands import FABRIC, JOB_ORDERS, MAX_BANDS, POLICIES
+from hostctl.core.bands import FABRIC, MAX_BANDS, POLICIES
+from hostctl.core.joborder import JOB_ORDERS
 from hostctl.core.plan import BAND_MIN_RATE_BPS
 from hostctl.core.types import JobSpec
 from hostctl.core.units import (
@@ -34,7 +35,7 @@ JOB_KEYS = {"name", "ports", "pids", "match", "model_size", "cap", "comm", "ring
 COMM_PATTERNS = ("ps", "ring")  # [[jobs]] comm: parameter server, ring all-reduce
 HYBRID = "mlcc-bands"  # mlcc's plans and fabric job order + TensorLights' bands in that order (docs/mlcc.md)
 PACING_POLICIES = ("cap", "mlcc", HYBRID)  # policies that run the sock_ops pacing datapath and the slot loop
-MLCC_POLICIES = ("mlcc", HYBRID)  # policies whose rates mlcc's planner decides (hostctl.mlccctl)
+MLCC_POLICIES = ("mlcc", HYBRID)  # policies whose rates mlcc's planner decides (hostctl.policy.mlcc)
 _ENDPOINT = re.compile(r"(tcp://[^\s,]+:\d{1,5}|ipc://[^\s,]+)")
 ALL_POLICIES = (*POLICIES, *PACING_POLICIES)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

@@ -118,7 +118,7 @@ class Daemon:
         self.started_wall = wall()
         self.pace = None
         if config.pacing:
-            from hostctl.pacectl import PaceControl
+            from hostctl.policy.pacing import PaceControl
 
             self.pace = PaceControl(config, datapath, mono, link_rate_bps=plan.link_rate_bps, switch=switch, wall=wall)
         self.plan_offset_s = plan_offset(config, plan.iface) if config.plans_mlcc else 0.0

@@ -132,7 +132,7 @@ def probe(
 ) -> None:
     """One real fetch_feedback round trip; prints its latency (exit 1 on timeout)."""
     from hostctl.errors import ConfigError, HostctlError
-    from hostctl.switchclient import CurveClientKeys, SwitchClient
+    from hostctl.policy.switchclient import CurveClientKeys, SwitchClient
 
     if timeout <= 0 or slot_ms <= 0:
         raise ConfigError("--timeout and --slot-ms must be positive")
@@ -162,7 +162,7 @@ def status(
     import json
 
     from hostctl.errors import ConfigError
-    from hostctl.switchclient import CurveClientKeys, SwitchClient
+    from hostctl.policy.switchclient import CurveClientKeys, SwitchClient
 
     if timeout <= 0:
         raise ConfigError("--timeout must be positive")

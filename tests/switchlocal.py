@@ -10,7 +10,7 @@ import time
 
 from hostctl.core import wire
 from hostctl.core.topology import Topology
-from hostctl.switchclient import ExchangeResult, SwitchClient
+from hostctl.policy.switchclient import ExchangeResult, SwitchClient
 from switchemu.server import SwitchState
 
 RATE = "500mbit"

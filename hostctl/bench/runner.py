@@ -208,7 +208,7 @@ class Run:
         p = self._start(host, [sys.executable, "-m", "switchemu.cli", "--bind", self.switch_ep, "--topology", topo,
                                "--name", "all", "--slot-ms", f"{slot_s * 1000:g}", "--log-level", "WARNING"],
                         "switchemu", net_only=True)
-        from hostctl.switchclient import SwitchClient
+        from hostctl.policy.switchclient import SwitchClient
 
         with SwitchClient([self.switch_ep]) as c:
             deadline = time.monotonic() + READY_TIMEOUT_S
@@ -221,7 +221,7 @@ class Run:
         """How far the daemons' published schedules booked the fabric's links in this run: the switch's
         booking (switchemu status over its socket; docs/switchemu.md, "Booking"), or {"error": why} if it
         does not answer."""
-        from hostctl.switchclient import SwitchClient
+        from hostctl.policy.switchclient import SwitchClient
 
         try:
             with SwitchClient([self.switch_ep]) as c:
@@ -237,7 +237,7 @@ class Run:
         if self.policy in SWITCH_POLICIES:
             self.start_switch()
         if self.policy == FABRIC_PRIO:
-            from hostctl.core.bands import fabric_order
+            from hostctl.core.joborder import fabric_order
 
             names = fabric_order([j.name for j in sc.jobs], "fixed")
             ports = {j.name: list(j.ports) for j in sc.jobs}

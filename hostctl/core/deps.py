@@ -2,7 +2,7 @@
 
 Spec: ``shared/spec/tensorlights-mlcc.md`` 2.8 (the rules) and 2.4.4 (the progress exchange);
 the allocator side is ``hostctl.core.mlcc.allocate`` (``role``, ``ref_bytes``, ``slack_bytes``)
-and ``apply_reductions``; the daemon side is ``hostctl/mlccctl.py``. Design notes: docs/mlcc.md.
+and ``apply_reductions``; the daemon side is ``hostctl/policy/mlcc.py``. Design notes: docs/mlcc.md.
 
 Which role a flow has follows from its job's communication pattern (``comm`` in the job's
 ``[[jobs]]`` entry: the daemon cannot tell a parameter-server job from a ring from sockets alone)
@@ -77,7 +77,7 @@ NO_DEP = Dep(int(Role.NONE))
 
 @functools.lru_cache(maxsize=1 << 16)
 def flow_name(key: FlowKey) -> str:
-    """A flow's id on the wire, its 4-tuple (unique in the fabric; ``mlccctl.flow_id``). Cached: the
+    """A flow's id on the wire, its 4-tuple (unique in the fabric; ``policy.mlcc.flow_id``). Cached: the
     daemon asks for every flow every slot."""
     return f"{key.laddr}:{key.lport}>{key.raddr}:{key.rport}"
 

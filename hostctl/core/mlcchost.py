@@ -25,7 +25,7 @@ Which flows are planned, and how (choices the papers leave to the implementer):
   so that a new iteration's burst starts as it would without hostctl (TCP shares it)
   until the next slot plans it. An equal share alone would hold a burst that starts
   while the host's other flows are idle to 1/n of the link: not work-conserving.
-  Under a job order (``idle_share=False``, mlccctl's ``--job-order``) the idle rate is
+  Under a job order (``idle_share=False``, policy.mlcc's ``--job-order``) the idle rate is
   the headroom alone (at least the wait floor).
 - **Work-conserving slot 0** (``fill``, default on; not in the paper): capacity that the
   plans leave free in slot 0 (Algorithm 1 fills a flow's chosen slots to finish just in
@@ -231,7 +231,7 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     waves [n] int (optional): the planned flows' waves, lower first (a job order); overrides by_job.
 
     idle_share=False: an idle flow's rate is its path's slot-0 headroom only (at least the wait
-    floor), not at least an equal share of its tightest link: under a job order (mlccctl), a job's
+    floor), not at least an equal share of its tightest link: under a job order (policy.mlcc), a job's
     new burst must not run over the reservations of the jobs ranked before it."""
     K, t = int(params.K), float(params.slot_s)
     G = np.asarray(G_bytes, dtype=np.float64)

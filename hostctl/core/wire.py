@@ -2,7 +2,7 @@
 
 Transport
 ---------
-A client (``hostctl.switchclient``) talks to one emulated switch through a DEALER socket; the switch
+A client (``hostctl.policy.switchclient``) talks to one emulated switch through a DEALER socket; the switch
 (``switchemu``) is a ROUTER. One ZeroMQ message carries **one or more request frames** (at most
 ``MAX_PARTS``); the reply message carries exactly one reply frame per request frame, in order. So a
 host makes one round trip per switch per slot: typically [update_schedule, fetch_feedback] in one

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from hostctl.core.bands import fabric_rank
+from hostctl.core.joborder import fabric_rank
 from hostctl.core.types import FlowKey
-from hostctl.mlccctl import FlowIn, MlccControl
-from hostctl.switchclient import SwitchClient
+from hostctl.policy.mlcc import FlowIn, MlccControl
+from hostctl.policy.switchclient import SwitchClient
 from tests.integration.test_switchemu import SLOT_S, procs, topo_file, wait_up  # noqa: F401 (fixtures)
 
 C = 10**9 // 8  # every link: 1 Gbit/s, bytes/s

@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from hostctl.core.bands import fabric_order, priority_order
+from hostctl.core.bands import priority_order
+from hostctl.core.joborder import fabric_order
 from hostctl.core.mlcchost import wait_floor_Bps
 from hostctl.datapath import pacer
 from tests import oracle

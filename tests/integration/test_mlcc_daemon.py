@@ -121,7 +121,7 @@ def test_a_ps_daemon_reports_its_broadcast_progress_through_the_switch(pair, cgr
     flow gets no Delta (counted as missing progress)."""
     from hostctl.core.deps import ps_name
     from hostctl.core.wire import Code
-    from hostctl.switchclient import SwitchClient
+    from hostctl.policy.switchclient import SwitchClient
 
     topo = tmp_path / "topo.toml"
     topo.write_text(TOPO.replace("40mbit", "200mbit"))

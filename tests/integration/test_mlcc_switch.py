@@ -19,8 +19,8 @@ from hostctl.core import wire
 from hostctl.core.deps import JobComm
 from hostctl.core.mlcchost import wait_floor_Bps
 from hostctl.core.types import FlowKey
-from hostctl.mlccctl import SILENT_SLOTS, FlowIn, MlccControl
-from hostctl.switchclient import SwitchClient
+from hostctl.policy.mlcc import SILENT_SLOTS, FlowIn, MlccControl
+from hostctl.policy.switchclient import SwitchClient
 from tests.integration.test_switchemu import TOPO as SWITCHEMU_TOPO
 from tests.integration.test_switchemu import SLOT_S, OldSwitch, procs, wait_up  # noqa: F401 (procs: a fixture)
 

@@ -23,7 +23,7 @@ import zmq
 
 from hostctl.core import wire
 from hostctl.core.wire import Code
-from hostctl.switchclient import CurveClientKeys, SwitchClient
+from hostctl.policy.switchclient import CurveClientKeys, SwitchClient
 
 SWITCHEMU = os.path.join(sys.prefix, "bin", "switchemu")
 SLOT_S = 0.06

@@ -905,7 +905,7 @@ def test_job_order_needs_mlcc_with_a_switch():
 
 
 def test_fabric_rank_is_the_same_everywhere_and_rotates():
-    from hostctl.core.bands import fabric_rank
+    from hostctl.core.joborder import fabric_rank
 
     assert fabric_rank("ja", "none") is None
     assert fabric_rank("ja", "fixed") == fabric_rank("ja", "fixed", epoch=7)  # fixed: no rotation
@@ -919,7 +919,7 @@ def test_fabric_rank_is_the_same_everywhere_and_rotates():
 
 
 def test_smallest_ranks_by_model_size():
-    from hostctl.core.bands import fabric_order, fabric_rank
+    from hostctl.core.joborder import fabric_order, fabric_rank
 
     sizes = {"big": 8 << 20, "small": 2 << 20, "small2": 2 << 20, "unknown": None, "huge": 1 << 70}
     rank = {j: fabric_rank(j, "smallest", size=s) for j, s in sizes.items()}

@@ -83,6 +83,6 @@ def test_reports_carry_the_largest_f_per_name():
 
 @pytest.mark.parametrize("key", [FlowKey("10.0.0.1", 1, "10.0.0.2", 2), FlowKey("::1", 5, "fe80::1", 6)])
 def test_flow_name_is_the_mlcc_wire_id(key):
-    from hostctl.mlccctl import flow_id
+    from hostctl.policy.mlcc import flow_id
 
     assert flow_name(key) == flow_id(key) == f"{key.laddr}:{key.lport}>{key.raddr}:{key.rport}"

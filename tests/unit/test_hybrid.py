@@ -17,14 +17,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostctl.config import ALL_POLICIES, HYBRID, MLCC_POLICIES, PACING_POLICIES, Config, build_config, reload_config
-from hostctl.core.bands import FABRIC, assign_bands, fabric_order, fabric_rank, priority_order, rr_epoch
+from hostctl.core.bands import FABRIC, assign_bands, priority_order, rr_epoch
+from hostctl.core.joborder import fabric_order, fabric_rank
 from hostctl.core.plan import band_classid, build_tc_plan
 from hostctl.core.types import FlowKey, Job, JobSpec
 from hostctl.daemon import Daemon
 from hostctl.datapath.fake import FakeDatapath
 from hostctl.errors import ConfigError
-from hostctl.mlccctl import FlowIn, MlccControl
-from hostctl.switchclient import ExchangeResult
+from hostctl.policy.mlcc import FlowIn, MlccControl
+from hostctl.policy.switchclient import ExchangeResult
 
 from tests.unit.test_daemon import Clock, ScriptedDiscovery
 
@@ -168,7 +169,8 @@ def test_band_order_equals_the_order_mlcc_plans_in(names, order, t):
     flows = [FlowIn(FlowKey(PS, 9000 + i, "10.0.0.2", 40000), j, 1e6, C, 0.0) for i, j in enumerate(names)]
     ctl.tick(flows)
     planned = ctl.status()["job_order"]["jobs"]
-    epoch = rr_epoch(wall, 2.0)
+    # the rotation count of the slot planned (t * SLOT may round to just below its boundary)
+    epoch = rr_epoch(ctl.slot_now() * SLOT, 2.0)
     bands = assign_bands(dict.fromkeys(names), FABRIC, 7, epoch, order)
     assert sorted(names, key=bands.get) == planned
     assert bands[planned[0]] == 0

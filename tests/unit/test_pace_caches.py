@@ -14,8 +14,8 @@ from hostctl.core.monitor import FlowMonitor
 from hostctl.core.pace import WATCH_SLOT, selectors
 from hostctl.core.types import FlowKey, Job, JobSpec
 from hostctl.datapath import FLOW_CLOSED, FlowRecord, PacingReadout
-from hostctl.mlccctl import RATE_DEADBAND, MlccControl
-from hostctl.pacectl import PaceControl
+from hostctl.policy.mlcc import RATE_DEADBAND, MlccControl
+from hostctl.policy.pacing import PaceControl
 
 PS = "10.0.0.1"
 

@@ -27,8 +27,8 @@ LAB = ("hostctl.bench", "hostctl.testbed", "hostctl.workloads", "matplotlib")
 PROBE = """
 import importlib, json, os, sys
 for m in ("hostctl.cli", "hostctl.daemon", "hostctl.config", "hostctl.control", "hostctl.client",
-          "hostctl.discovery", "hostctl.metrics", "hostctl.switchclient", "hostctl.pacectl",
-          "hostctl.mlccctl", "hostctl.datapath.linux", "hostctl.datapath.classifier",
+          "hostctl.discovery", "hostctl.metrics", "hostctl.policy.switchclient", "hostctl.policy.pacing",
+          "hostctl.policy.mlcc", "hostctl.datapath.linux", "hostctl.datapath.classifier",
           "hostctl.datapath.pacer", "hostctl.datapath.journal", "hostctl.datapath.sockreset"):
     importlib.import_module(m)
 from hostctl import cli

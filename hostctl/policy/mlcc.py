@@ -44,7 +44,8 @@ import numpy as np
 
 from hostctl.core import deps as dep_rules
 from hostctl.core import wire
-from hostctl.core.bands import ARRIVAL_ORDERS, JOB_ORDERS, RANKED_ORDERS, fabric_rank, rr_epoch
+from hostctl.core.bands import rr_epoch
+from hostctl.core.joborder import ARRIVAL_ORDERS, JOB_ORDERS, RANKED_ORDERS, fabric_rank
 from hostctl.core.deps import Dep, JobComm
 from hostctl.core.hist import Histogram
 from hostctl.core.mlcc import MlccParams, Role

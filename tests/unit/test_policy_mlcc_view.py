@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import hostctl.mlccctl as mlccctl
+import hostctl.policy.mlcc as mlccctl
 from hostctl.core.types import FlowKey
-from hostctl.mlccctl import NIC, FlowIn, MlccControl, flow_id
+from hostctl.policy.mlcc import NIC, FlowIn, MlccControl, flow_id
 from hostctl.core import wire
-from hostctl.switchclient import ExchangeResult, FlowLoads
+from hostctl.policy.switchclient import ExchangeResult, FlowLoads
 
 C = 1_000_000_000 // 8
 SLOT = 0.06

@@ -11,8 +11,8 @@ import pytest
 from hostctl.core import wire
 from hostctl.core.deps import JobComm, flow_name, ps_name, ring_name
 from hostctl.core.types import FlowKey
-from hostctl.mlccctl import FlowIn, MlccControl
-from hostctl.switchclient import ExchangeResult
+from hostctl.policy.mlcc import FlowIn, MlccControl
+from hostctl.policy.switchclient import ExchangeResult
 
 C = 1_000_000_000 // 8
 SLOT = 0.06

@@ -13,7 +13,7 @@ import pytest
 from hostctl.core.deps import JobComm
 from hostctl.core.mlcchost import wait_floor_Bps
 from hostctl.core.types import FlowKey
-from hostctl.mlccctl import FlowIn, MlccControl, flow_id
+from hostctl.policy.mlcc import FlowIn, MlccControl, flow_id
 from tests.switchlocal import CAP_Bps as C
 from tests.switchlocal import Fabric, addr, two_racks
 

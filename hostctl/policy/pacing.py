@@ -7,7 +7,7 @@ Every slot (60 ms by default) the daemon's loop calls ``PaceControl.tick``:
   3. the policy turns jobs and flows into a PaceTable (selectors + rates), which the
      datapath diffs into its maps; then the heartbeat that keeps the lease alive.
      ``cap``: each job's cap split over its active flows; ``mlcc`` and ``mlcc-bands``: every flow's
-     rate planned over the next K slots (hostctl.mlccctl, with or without switchemu).
+     rate planned over the next K slots (hostctl.policy.mlcc, with or without switchemu).
 Everything here runs in the loop's thread; hints from the control socket are queued
 and applied at the next tick (the monitor is not thread-safe).
 """
@@ -80,7 +80,7 @@ class PaceControl:
         # the NIC's tx counter, when it was read, and the DL flows' bytes_sent then
         self._nic_last: tuple[int | None, float, dict[FlowKey, int]] = (None, 0.0, {})
         if config.plans_mlcc:  # mlcc, mlcc-bands (whose bands the daemon sets in the same job order)
-            from hostctl.mlccctl import MlccControl
+            from hostctl.policy.mlcc import MlccControl
 
             rate = link_rate_bps or config.link_rate_bps
             if not rate:
@@ -215,7 +215,7 @@ class PaceControl:
 
     def _mlcc_flows(self, stats) -> list:
         """This host's open inter-host DL flows, with the monitor's view of each."""
-        from hostctl.mlccctl import FlowIn
+        from hostctl.policy.mlcc import FlowIn
 
         row_of = {fid: i for i, fid in enumerate(stats.flow_id.tolist())}
         # plain lists: indexing numpy arrays element by element costs more than the conversion

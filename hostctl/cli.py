@@ -19,6 +19,7 @@ from typing import Optional
 import typer
 
 from hostctl import consts
+from hostctl.policy import POLICIES
 
 app = typer.Typer(
     add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
@@ -28,7 +29,8 @@ app = typer.Typer(
            "  hostctl status\n\n  hostctl clean",
 )
 
-PolicyOpt = typer.Option(None, "--policy", "-p", help="fifo, one (static priority), rr (rotating), cap (pace each job to --cap), mlcc (plan every flow's rate per slot) or mlcc-bands (mlcc plus priority bands in mlcc's job order). Default rr.")
+PolicyOpt = typer.Option(None, "--policy", "-p", help="; ".join(f"{p.name}: {p.summary}" for p in POLICIES.values())
+                         + f". Default {consts.DEFAULT_POLICY}.")
 IfaceOpt = typer.Option(None, "--iface", "-i", help="Egress interface. Default: the default route's.")
 ContainersOpt = typer.Option(None, "--containers/--no-containers", help="Find jobs in this host's containers too (network namespaces with a veth to this one: Docker, Kubernetes pods). Default on.")
 ContainerAddrOpt = typer.Option(None, "--container-addr", help="Address naming a container's listening port in job ids: pod (its own address; routed pod networks, default) or host (the --iface address; masquerading with hostPort = containerPort).")
@@ -153,10 +155,9 @@ def start(
 ) -> None:
     """Run the daemon in the foreground (systemd: examples/hostctl.service). SIGHUP reloads --config."""
     from hostctl.config import build_config
-    from hostctl.core.bands import assign_bands, rr_epoch
-    from hostctl.core.pace import PaceTable
-    from hostctl.core.plan import build_classifier, build_tc_plan
+    from hostctl.core.plan import build_tc_plan
     from hostctl.discovery import Discovery
+    from hostctl.policy import make_driver
 
     # a SIGHUP while starting up is kept and reloads once the loop runs (its default would kill us)
     early_hup = []
@@ -175,7 +176,7 @@ def start(
     the_iface = _resolve_iface(cfg)
     rate = _resolve_link_rate(cfg, the_iface, _link_rate_text(config, link_rate))
     dataclasses.replace(cfg, link_rate_bps=rate).validate()  # guaranteed rates must fit in a sysfs rate too
-    plan = build_tc_plan(the_iface, rate, cfg.bands, cfg.other_rate_bps(rate), classify=cfg.band_policy != "fifo",
+    plan = build_tc_plan(the_iface, rate, cfg.bands, cfg.other_rate_bps(rate), classify=cfg.spec.classifies,
                          ingress_rate_bps=cfg.ingress_rate_bps(rate))
     if cfg.pacing:
         from hostctl.datapath.pacer import resolve_cgroup
@@ -183,33 +184,16 @@ def start(
         resolve_cgroup(cfg.cgroup)  # a clear error before anything is touched
     discovery = Discovery(list(cfg.jobs), the_iface, containers=cfg.containers, container_addr=cfg.container_addr)
 
-    if dry_run:
-        jobs = discovery.scan()
-        epoch = rr_epoch(time.time(), cfg.rr_interval_s) if cfg.band_rotates else 0
-        assignment = assign_bands({j.job_id: j.model_bytes for j in jobs}, cfg.band_policy, cfg.bands, epoch,
-                                  job_order=cfg.fabric_order)
-        table = build_classifier(jobs, assignment)
-        pacing = None
-        if cfg.pacing:
-            from hostctl.core.pace import selectors, watch_ports
-            from hostctl.core.plan import MAX_JOB_SLOTS, allocate_slots
-
-            slots, _ = allocate_slots([j.job_id for j in jobs], {}, MAX_JOB_SLOTS)
-            ports_sel, flows_sel, remotes_sel = selectors(jobs, slots, watch_ports=watch_ports(cfg.jobs))
-            caps = cfg.job_caps_bps()
-            pacing = {"cgroup": cfg.cgroup, "slot_s": cfg.slot_s, "slots": slots,
-                      "selectors": PaceTable(ports_sel, flows_sel, remotes=remotes_sel).to_dict()}
-            if cfg.policy == "cap":
-                pacing["caps_bps"] = {j.job_id: caps.get(j.job_id, cfg.cap_bps) for j in jobs}
-            else:
-                pacing["mlcc"] = {"switch": list(cfg.switch), "mode": "switch" if cfg.switch else "local",
-                                  "horizon": cfg.horizon, "nic_capacity_Bps": rate // 8,
-                                  "job_order": cfg.fabric_order}
+    if dry_run:  # what the daemon would apply now: its policy's driver, without a datapath
+        jobs = {j.job_id: j for j in discovery.scan()}
+        driver = make_driver(cfg, None, link_rate_bps=rate)
+        assignment, table = driver.classifier(jobs, driver.epoch(time.time()))
         typer.echo(json.dumps({"plan": plan.to_dict(), "assignment": assignment,
                                # mlcc-bands: the bands follow mlcc's fabric job order (fixed, rotate or smallest)
-                               "band_order": cfg.fabric_order if cfg.band_policy == "fabric" else None,
+                               "band_order": cfg.spec.band_order(cfg.job_order),
                                "classifier": table.to_dict() if plan.classify else None,
-                               "pacing": pacing}, indent=2))
+                               "pacing": driver.describe(jobs)}, indent=2))
+        driver.close()
         return
 
     from hostctl import control

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hostctl import consts
-from hostctl.core.bands import FABRIC, MAX_BANDS, POLICIES
+from hostctl import policy as policies
+from hostctl.core.bands import MAX_BANDS
 from hostctl.core.joborder import JOB_ORDERS
 from hostctl.core.plan import BAND_MIN_RATE_BPS
 from hostctl.core.types import JobSpec
@@ -33,11 +34,7 @@ TOP_KEYS = {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval"
             "job_order", "metrics_addr", "log_level", "containers", "container_addr"}
 JOB_KEYS = {"name", "ports", "pids", "match", "model_size", "cap", "comm", "ring_size"}
 COMM_PATTERNS = ("ps", "ring")  # [[jobs]] comm: parameter server, ring all-reduce
-HYBRID = "mlcc-bands"  # mlcc's plans and fabric job order + TensorLights' bands in that order (docs/mlcc.md)
-PACING_POLICIES = ("cap", "mlcc", HYBRID)  # policies that run the sock_ops pacing datapath and the slot loop
-MLCC_POLICIES = ("mlcc", HYBRID)  # policies whose rates mlcc's planner decides (hostctl.policy.mlcc)
 _ENDPOINT = re.compile(r"(tcp://[^\s,]+:\d{1,5}|ipc://[^\s,]+)")
-ALL_POLICIES = (*POLICIES, *PACING_POLICIES)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -72,35 +69,28 @@ class Config:
     container_addr: str = "pod"  # a container's listener in job ids: "pod" (its own address) or "host"
 
     @property
-    def pacing(self) -> bool:
-        return self.policy in PACING_POLICIES
+    def spec(self) -> policies.Policy:
+        """The policy's row in the table (hostctl.policy.POLICIES)."""
+        return policies.get(self.policy)
 
     @property
-    def band_policy(self) -> str:
-        """The band policy: the configured one, ``fabric`` (bands in mlcc's fabric job order) for
-        mlcc-bands, or fifo (no bands) for the pacing-only policies."""
-        if self.policy == HYBRID:
-            return FABRIC
-        return self.policy if self.policy in POLICIES else "fifo"
+    def pacing(self) -> bool:
+        return self.spec.pacing
 
     @property
     def plans_mlcc(self) -> bool:
         """mlcc's planner decides the flows' rates (policies mlcc and mlcc-bands)."""
-        return self.policy in MLCC_POLICIES
+        return self.spec.plans_mlcc
 
     @property
     def fabric_order(self) -> str:
         """The job order mlcc's planner is given and, for mlcc-bands, the bands follow: job_order,
         except that mlcc-bands always has one (its bands need an order; none, the default, is fixed)."""
-        if self.policy == HYBRID and self.job_order == "none":
-            return "fixed"
-        return self.job_order
+        return self.spec.fabric_order(self.job_order)
 
     @property
     def band_rotates(self) -> bool:
-        """The band assignment changes at wall-clock multiples of rr_interval: rr, and mlcc-bands with
-        job_order rotate (the planner's order rotates at the same boundaries)."""
-        return self.band_policy == "rr" or (self.band_policy == FABRIC and self.fabric_order == "rotate")
+        return self.spec.band_rotates(self.job_order)
 
     @property
     def tracks_all_flows(self) -> bool:
@@ -135,8 +125,7 @@ class Config:
         return bps
 
     def validate(self) -> "Config":
-        if self.policy not in ALL_POLICIES:
-            raise ConfigError(f"unknown policy {self.policy!r}: choose one of {', '.join(ALL_POLICIES)}")
+        spec = policies.get(self.policy)
         if not 1 <= self.bands <= MAX_BANDS:
             raise ConfigError(f"bands must be within 1..{MAX_BANDS} (htb prio 7 is the default class), got {self.bands}")
         if not 0.1 <= self.rr_interval_s <= 86400:
@@ -151,8 +140,6 @@ class Config:
             raise ConfigError(f"phase_gap must be within 0.001..10 seconds, got {self.phase_gap_s}")
         if not self.cgroup.startswith("/"):
             raise ConfigError(f"cgroup must be a cgroup v2 path starting with /, e.g. / or /system.slice, got {self.cgroup!r}")
-        if self.policy == "cap" and not self.cap_bps and not self.job_caps_bps():
-            raise ConfigError("policy cap needs a rate: give --cap RATE (e.g. --cap 2gbit), or cap = in [[jobs]]")
         for what, bps in [("cap", self.cap_bps), *((f"cap of job {n}", c) for n, c in self.job_caps_bps().items())]:
             if bps is not None and not 100_000 <= bps <= 8 * 0xFFFFFFFE:
                 raise ConfigError(f"{what} {bps}bit/s is outside what TCP pacing can enforce (100kbit .. 34gbit)")
@@ -160,17 +147,8 @@ class Config:
             if not _ENDPOINT.fullmatch(ep):
                 raise ConfigError(f"bad switch endpoint {ep!r}: give tcp://HOST:PORT or ipc://PATH, "
                                   "e.g. --switch tcp://10.0.0.9:5555")
-        if self.plans_mlcc and self.curve_keys and not self.switch:
-            raise ConfigError("curve_keys needs switch endpoints (--switch)")
         if self.job_order not in JOB_ORDERS:
             raise ConfigError(f"unknown job order {self.job_order!r}: choose one of {', '.join(JOB_ORDERS)}")
-        if self.policy == HYBRID and self.job_order == "flat":
-            raise ConfigError(f"--policy {HYBRID} puts the jobs in bands in mlcc's job order: give --job-order "
-                              "fixed, rotate or smallest, not flat (no order)")
-        if self.job_order != "none" and self.policy != HYBRID and (self.policy != "mlcc" or not self.switch):
-            raise ConfigError(f"job order {self.job_order!r} orders jobs on the fabric's links through the "
-                              f"switches: it needs --policy mlcc with --switch ENDPOINT (or --policy {HYBRID}, "
-                              "whose bands follow it)")
         if self.plan_offset_s is not None and not 0 <= self.plan_offset_s <= 0.6 * self.slot_s:
             raise ConfigError(f"plan_offset must be within 0..{0.6 * self.slot_s:g} seconds (60% of the slot), "
                               f"got {self.plan_offset_s}")
@@ -202,19 +180,9 @@ class Config:
                 )
         if self.ingress_rate is not None:
             check_ingress_rate(self.ingress_rate, "ingress_rate")
-            if self.band_policy == "fifo":
-                raise ConfigError(f"ingress_rate orders received traffic by the bands of policy one or rr; "
-                                  f"policy {self.policy} has no bands: drop --ingress-rate")
-            if self.policy == HYBRID:
-                raise ConfigError(f"ingress_rate is for policies one and rr; policy {HYBRID} orders egress only "
-                                  "(its bands are on the NIC's egress): drop --ingress-rate")
             if self.link_rate_bps is not None:
                 self.ingress_rate_bps(self.link_rate_bps)
-        if self.policy != "fifo" and not self.jobs:
-            raise ConfigError(
-                f"policy {self.policy} needs DL jobs to control: give --ports, --pids, --match "
-                "or [[jobs]] in --config"
-            )
+        spec.check(self)
         return self
 
 

@@ -25,15 +25,14 @@ from dataclasses import dataclass, field
 
 from hostctl import consts
 from hostctl.config import Config, reload_config
-from hostctl.core.bands import FABRIC, assign_bands, describe, next_rotation_s, rr_epoch
+from hostctl.core.bands import describe, next_rotation_s
 from hostctl.core.hist import Histogram
-from hostctl.core.plan import (
-    DEFAULT_CLASSID, ClassifierTable, TcPlan, band_classid, build_classifier, endpoint_str, fmt_handle,
-)
+from hostctl.core.plan import DEFAULT_CLASSID, ClassifierTable, TcPlan, band_classid, endpoint_str, fmt_handle
 from hostctl.core.types import Job
 from hostctl.core.units import format_rate
 from hostctl.datapath import Counters, Datapath
 from hostctl.errors import HostctlError
+from hostctl.policy import make_driver, names_with
 from hostctl.systemd import monotonic_usec, notify
 
 log = logging.getLogger("hostctl")
@@ -116,13 +115,23 @@ class Daemon:
         self._rates = _Rates()
         self._lock = threading.Lock()
         self.started_wall = wall()
-        self.pace = None
-        if config.pacing:
-            from hostctl.policy.pacing import PaceControl
-
-            self.pace = PaceControl(config, datapath, mono, link_rate_bps=plan.link_rate_bps, switch=switch, wall=wall)
+        # the policy: its bands for the classifier, its rates every slot (hostctl.policy)
+        self.driver = make_driver(config, datapath, link_rate_bps=plan.link_rate_bps, switch=switch, mono=mono,
+                                  wall=wall)
+        self.pace = self.driver.pace  # the pacing policies' slot control (None for the others)
         self.plan_offset_s = plan_offset(config, plan.iface) if config.plans_mlcc else 0.0
         self._status: dict = {**self._base_status(), "state": "starting"}
+
+    @property
+    def config(self) -> Config:
+        return self._config
+
+    @config.setter
+    def config(self, config: Config) -> None:
+        """The running config; its policy's driver runs with the same one."""
+        self._config = config
+        if getattr(self, "driver", None) is not None:
+            self.driver.set_config(config)
 
     # -- one step each ---------------------------------------------------------
     def scan(self) -> bool:
@@ -148,17 +157,14 @@ class Daemon:
     def current_epoch(self) -> int:
         """The rotation count of the band order (rr; mlcc-bands with job order rotate, whose planner
         takes the same count of its slot's time), else 0."""
-        return rr_epoch(self.wall(), self.config.rr_interval_s) if self.config.band_rotates else 0
+        return self.driver.epoch(self.wall())
 
     def reassign(self, force: bool = False) -> bool:
         """Recompute bands (on job change or a new rotation epoch) and push map changes."""
         epoch = self.current_epoch()
-        sizes = {jid: j.model_bytes for jid, j in self.jobs.items()}
-        assignment = assign_bands(sizes, self.config.band_policy, self.config.bands, epoch,
-                                  job_order=self.config.fabric_order)
+        assignment, table = self.driver.classifier(self.jobs, epoch, self.table.slots)
         rotated = self.epoch is not None and epoch != self.epoch and self.config.band_rotates
         self.epoch = epoch
-        table = build_classifier(list(self.jobs.values()), assignment, self.table.slots)
         if not force and table == self.table:
             return False
         t0 = time.perf_counter()
@@ -234,7 +240,7 @@ class Daemon:
             "ingress_classes": class_rows(counters.ingress_classes, prev.ingress_class_bytes),
             "failopen_pkts": counters.failopen_pkts,
             "dropped_flows": self.table.dropped_flows,
-            "pacing": self.pace.status() if self.pace is not None else None,
+            "pacing": self.driver.status(),
             "slot_decision_seconds": self.slot_decision.to_dict() if self.pace is not None else None,
         }
         with self._lock:
@@ -249,7 +255,7 @@ class Daemon:
             "next_rotation": next_rotation_s(self.wall(), self.config.rr_interval_s)
             if self.config.band_rotates else None,
             # mlcc-bands: the bands follow mlcc's fabric job order (fixed, rotate or smallest)
-            "band_order": self.config.fabric_order if self.config.band_policy == FABRIC else None,
+            "band_order": self.config.spec.band_order(self.config.job_order),
             "uptime_s": self.wall() - self.started_wall,
             "jobs": [], "classes": [], "ingress_classes": [], "failopen_pkts": 0, "dropped_flows": 0, "pacing": None,
             "stats": dict(self.stats.__dict__), "reloads": dict(self.reloads),
@@ -271,7 +277,7 @@ class Daemon:
         the wall-clock start of its new iteration. Raises ValueError on bad input."""
         if self.pace is None:
             raise ValueError(f"policy {self.config.policy} does not monitor flows; hints need a pacing policy "
-                             "(cap, mlcc or mlcc-bands)")
+                             f"({names_with('pacing').removeprefix('policies ')})")
         if not isinstance(job, str) or not job:
             raise ValueError("hint: job must be a non-empty string")
         if bytes_per_iter is not None and (not isinstance(bytes_per_iter, int) or isinstance(bytes_per_iter, bool)
@@ -343,9 +349,7 @@ class Daemon:
             self.discovery = discovery
         if config.log_level != self.config.log_level:
             logging.getLogger().setLevel(config.log_level.upper())
-        self.config = config
-        if self.pace is not None:
-            self.pace.config = config
+        self.config = config  # the driver's too
         self._rescan_now = True  # new selectors, sizes, caps or intervals take effect at once
 
     def _status_line(self) -> str:
@@ -355,7 +359,7 @@ class Daemon:
     def pace_tick(self, now: float) -> None:
         t0 = time.perf_counter()
         try:
-            self.pace.tick(now, self.jobs)
+            self.driver.on_slot(now, self.jobs)
         except Exception as e:  # one bad slot must not kill the daemon; the lease covers a stuck one
             self.stats.errors += 1
             self.pace.errors += 1
@@ -379,8 +383,7 @@ class Daemon:
             self.loop()
         finally:
             notify("STOPPING=1", "STATUS=stopping: restoring the interface")
-            if self.pace is not None:
-                self.pace.close()
+            self.driver.close()
             try:
                 self.datapath.teardown()
                 log.info("stopped; %s restored", self.plan.iface)

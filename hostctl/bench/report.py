@@ -13,7 +13,7 @@
                           "drops": int | None}},  # packets dropped by the link's queue
          "active": {"start_s": float, "end_s": float, "links": {...as above}} | None,  # all jobs running
          "cpu": {"mean_pct": float, "max_pct": float},
-         # policies with a switchemu (runner.SWITCH_POLICIES): its booking at the end (docs/switchemu.md)
+         # policies with a switchemu (hostctl.policy.VARIANTS, switch): its booking at the end (docs/switchemu.md)
          "booking": {"tolerance": float, "links": {link: {...}}, "worst": {"link": str, "peak_ratio": float,
                      "slot_peak_ratio": float, "over_slots": int, "slots": int, ...} | None} | None}]}
 
@@ -31,11 +31,13 @@ from typing import Any
 
 import numpy as np
 
+from hostctl import policy as policy_table
+
 # Student t quantile t_{0.975, df} for df = 1..30; 1.96 beyond.
 T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
         2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
         2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423)
-BASELINE = "fifo"
+BASELINE = policy_table.BASELINE
 MINUS = "\u2212"
 DASH = "\u2014"
 
@@ -280,9 +282,8 @@ def summarize(results: Mapping) -> dict[str, dict]:
     return out
 
 
-# hybrid policy -> the policies it combines, as the bench names them: mlcc-bands is mlcc's planner with
-# --job-order fixed (bench policy mlcc-fixed; plain mlcc has no order) plus the bands of one
-HYBRIDS = {"mlcc-bands": ("one", "mlcc-fixed", "mlcc")}
+# hybrid policy -> the policies it combines, as the bench names them (hostctl.policy: Policy.parts)
+HYBRIDS = {v.name: v.parts for v in policy_table.VARIANTS.values() if v.parts}
 
 
 def hybrid_lines(summary: Mapping[str, Mapping]) -> list[str]:

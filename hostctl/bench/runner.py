@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from hostctl.bench.scenario import JobDef, Scenario
-from hostctl.config import PACING_POLICIES
+from hostctl import policy as policy_table
 from hostctl.core.traffic import shards
 from hostctl.errors import HostctlError
 from hostctl.testbed.net import Testbed
@@ -47,30 +47,10 @@ def policy_order(policies: tuple[str, ...], repeat: int) -> list[str]:
     return list(policies[k:] + policies[:k])
 
 
-HYBRID = "mlcc-bands"  # the daemon's policy of that name: mlcc's planner with switchemu plus bands in its job order
-# bench policies whose daemons plan with mlcc (all flows, workers' included; spread planning offsets)
-MLCC_POLICIES = ("mlcc", "mlcc-local", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate", "mlcc-smallest", "mlcc-flat", HYBRID)
-SWITCH_POLICIES = ("mlcc", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate", "mlcc-smallest", "mlcc-flat", HYBRID)  # bench policies that run switchemu
-# bench policy -> its --job-order (mlcc-bands: fixed, the order of mlcc-fixed, so that the hybrid differs
-# from mlcc-fixed by its bands only)
-JOB_ORDER = {"mlcc-fixed": "fixed", "mlcc-rotate": "rotate", "mlcc-smallest": "smallest", "mlcc-flat": "flat", HYBRID: "fixed"}
-
-
-# lab oracle: hosts run fifo; the emulated switches serve the jobs in strict priority, in mlcc-fixed's
-# order (Testbed.prioritize_fabric): what a planner that orders the jobs on the fabric could reach with real TCP
-FABRIC_PRIO = "fabric-prio"
-
-
 def daemon_policy(policy: str) -> str:
-    """`hostctl start --policy` of a bench policy: mlcc-local is mlcc without switchemu, mlcc-nodeps
-    mlcc with switchemu but --no-deps, mlcc-fixed / mlcc-rotate / mlcc-smallest / mlcc-flat mlcc with
-    switchemu and --job-order fixed / rotate / smallest / flat, one-ingress / rr-ingress are one / rr with --ingress-rate; mlcc-bands is itself
-    (with switchemu and --job-order fixed)."""
-    if policy == HYBRID:
-        return HYBRID
-    if policy == FABRIC_PRIO:
-        return "fifo"
-    return "mlcc" if policy in MLCC_POLICIES else policy.removesuffix("-ingress")
+    """`hostctl start --policy` of a bench policy (hostctl.policy.VARIANTS: mlcc-local is mlcc without
+    switchemu, mlcc-fixed mlcc with --job-order fixed, one-ingress one with --ingress-rate, ...)."""
+    return policy_table.variant(policy).policy
 
 
 def host_jobs(sc: Scenario, host: str, workers: bool | None = None) -> list[dict]:
@@ -233,41 +213,44 @@ class Run:
         sc, tb = self.sc, self.tb
         assert tb is not None
         hs = sc.hostctl
-        mlcc = self.policy in MLCC_POLICIES
-        if self.policy in SWITCH_POLICIES:
+        var = policy_table.variant(self.policy)
+        mlcc = var.spec.plans_mlcc
+        if var.switch:
             self.start_switch()
-        if self.policy == FABRIC_PRIO:
+        if var.fabric_prio:
             from hostctl.core.joborder import fabric_order
 
-            names = fabric_order([j.name for j in sc.jobs], "fixed")
+            names = fabric_order([j.name for j in sc.jobs], var.job_order)
             ports = {j.name: list(j.ports) for j in sc.jobs}
             self.fabric_classes = [ports[n] for n in names]
             tb.prioritize_fabric(self.fabric_classes)
         for h in sc.topology.hosts:
             jobs = host_jobs(sc, h, workers=True if mlcc else None)
-            pol = self.policy if (h in sc.policy_hosts() and jobs and self.policy != FABRIC_PRIO) else "fifo"
+            # hosts without jobs, and every host under a lab oracle, run the baseline
+            v = var if (h in sc.policy_hosts() and jobs and not var.fabric_prio) else policy_table.variant(policy_table.BASELINE)
+            pol, spec = v.name, v.spec
             cfg = os.path.join(self.raw_dir, f"hostctl-{h}.toml")
             with open(cfg, "w") as f:
-                f.write(_toml(jobs) if pol != "fifo" else "")
-            argv = [HOSTCTL, "start", "--policy", daemon_policy(pol), "--iface", "eth0",
+                f.write(_toml(jobs) if spec.needs_jobs else "")
+            argv = [HOSTCTL, "start", "--policy", v.policy, "--iface", "eth0",
                     "--link-rate",
                     f"{sc.topology.link_bps}bit", "--other-rate", hs.other_rate, "--bands", str(hs.bands),
                     "--rr-interval", str(hs.rr_interval_s), "--rescan", str(hs.rescan_s), "--log-level", "WARNING"]
-            if pol != "fifo":
+            if spec.needs_jobs:
                 argv += ["--config", cfg]
-            paced = daemon_policy(pol) in PACING_POLICIES
+            paced = spec.pacing
             if paced:  # the pacer watches this host's cgroup only
                 argv += ["--cgroup", tb.host(h).cgroup, "--slot", f"{hs.slot_s:g}"]
-            if pol == "cap":
+            if spec.rates == "cap":
                 argv += ["--cap", hs.cap or ""]
-            if pol.endswith("-ingress"):
+            if v.ingress:
                 argv += ["--ingress-rate", hs.ingress_rate]
-            if pol in SWITCH_POLICIES:
+            if v.switch:
                 argv += ["--switch", self.switch_ep]
-            if pol == "mlcc-nodeps":
+            if not v.deps:
                 argv += ["--no-deps"]
-            if pol in JOB_ORDER:
-                argv += ["--job-order", JOB_ORDER[pol]]
+            if v.job_order:
+                argv += ["--job-order", v.job_order]
             if mlcc:  # one host name for all namespaces: spread the planning offsets by host index
                 from hostctl.daemon import nth_plan_offset
 
@@ -295,7 +278,7 @@ class Run:
         """Merge what each policy daemon sees now into res["daemons"]: per job its bands, the
         most flows and bytes seen. Sampled about once a second while jobs run."""
         for h in self.sc.topology.hosts:
-            if self.daemon_policy.get(h) == "fifo":
+            if self.daemon_policy.get(h) == policy_table.BASELINE:
                 continue
             st = self.daemon_status(h)
             d = res["daemons"].setdefault(h, {"policy": self.daemon_policy[h], "samples": 0, "jobs": {}})
@@ -328,7 +311,7 @@ class Run:
                 st = self.daemon_status(h)
                 if st is None:
                     continue
-                if expect_jobs and self.daemon_policy[h] != "fifo":
+                if expect_jobs and self.daemon_policy[h] != policy_table.BASELINE:
                     # the parameter servers are up by now; all-reduce and torch ranks start with their job
                     want = {j.name for j in self.sc.jobs if j.kind == "ps" and h in j.ps_hosts}
                     have = {j["job_id"].split(":")[0] for j in st.get("jobs", [])}
@@ -446,7 +429,7 @@ class Run:
                 time.sleep(0.05)
             t_end = max(ends.values())
             c1 = self.link_readings()
-            if self.policy == FABRIC_PRIO:  # bytes per band: 0 control, 1.. the jobs in order, last the rest
+            if policy_table.variant(self.policy).fabric_prio:  # bytes per band: 0 control, 1.. the jobs in order, last the rest
                 res["fabric_bands"] = {"order": self.fabric_classes, "bytes": self.tb.fabric_band_bytes()}
             res["tcp"] = self.tcp_counters()
             res["cpu"] = cpu.stop()
@@ -533,7 +516,7 @@ class Run:
 
         out = {}
         for h, d in self.daemons.items():
-            if self.daemon_policy.get(h) == "fifo":
+            if self.daemon_policy.get(h) == policy_table.BASELINE:
                 continue
             cpu = 0.0
             try:

@@ -68,18 +68,13 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hostctl.config import ALL_POLICIES, check_ingress_rate
+from hostctl import policy as policy_table
+from hostctl.config import check_ingress_rate
 from hostctl.core.units import parse_rate_bps, parse_size_bytes
 from hostctl.errors import ConfigError
 
-# bench-only names: mlcc-local = mlcc without switchemu; mlcc-nodeps = mlcc with switchemu, without Algorithm 2's
-# dependency rules (--no-deps); mlcc-fixed / mlcc-rotate / mlcc-smallest / mlcc-flat = mlcc with switchemu and
-# --job-order fixed / rotate / smallest / flat;
-# one-ingress / rr-ingress = one / rr with ingress bands. (mlcc-bands, a daemon policy, runs with switchemu and
-# --job-order fixed: hostctl/bench/runner.py); fabric-prio = fifo hosts, strict job priority in the emulated
-# switches (a lab oracle: Testbed.prioritize_fabric)
-POLICIES = (*ALL_POLICIES, "mlcc-local", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate", "mlcc-smallest", "mlcc-flat", "one-ingress", "rr-ingress",
-            "fabric-prio")
+# the bench's policies: the daemon's, and variants of them with options (hostctl.policy.VARIANTS)
+POLICIES = tuple(policy_table.VARIANTS)
 
 KINDS = ("ps", "allreduce", "torch")
 PORT_BASE = 7100  # first port handed to a job's servers / ranks
@@ -185,7 +180,7 @@ class Scenario:
             s = replace(s, jobs=tuple(replace(j, iterations=iterations) for j in s.jobs))
         if policies is not None:
             s = replace(s, policies=_policies(list(policies), "--policies"))
-            if "cap" in s.policies and s.hostctl.cap is None:
+            if _capped(s.policies) and s.hostctl.cap is None:
                 raise ConfigError("--policies lists cap: give its rate in the scenario, [hostctl] cap = \"100mbit\"")
             _check_fabric_prio(s.policies, s.jobs, "--policies")
         if repeat is not None:
@@ -197,15 +192,21 @@ class Scenario:
 
 def _check_fabric_prio(policies, jobs, where: str) -> None:
     """fabric-prio classifies by the jobs' TCP ports in htb's 8 priorities (control, jobs, the rest)."""
-    if "fabric-prio" not in policies:
+    oracles = [p for p in policies if policy_table.VARIANTS[p].fabric_prio]
+    if not oracles:
         return
     torch = [j for j in jobs if j.kind not in ("ps", "allreduce")]
     if torch:
-        raise ConfigError(f"{where} lists fabric-prio, which finds a job by its ports; {torch[0].kind} job "
-                          f"{torch[0].name} has no fixed ports: drop fabric-prio")
+        raise ConfigError(f"{where} lists {oracles[0]}, which finds a job by its ports; {torch[0].kind} job "
+                          f"{torch[0].name} has no fixed ports: drop {oracles[0]}")
     if len(jobs) > 6:
-        raise ConfigError(f"{where} lists fabric-prio, which gives each job one of htb's 8 priorities (6 for jobs); "
-                          f"this scenario has {len(jobs)} jobs: drop fabric-prio")
+        raise ConfigError(f"{where} lists {oracles[0]}, which gives each job one of htb's 8 priorities (6 for jobs); "
+                          f"this scenario has {len(jobs)} jobs: drop {oracles[0]}")
+
+
+def _capped(policies) -> bool:
+    """A listed policy paces each job to [hostctl] cap."""
+    return any(policy_table.VARIANTS[p].spec.rates == "cap" for p in policies)
 
 
 def _where(ctx: str, key: str) -> str:
@@ -434,7 +435,7 @@ def parse_scenario(data: dict, path: str = "") -> Scenario:
         cap=_cap(h), ingress_rate=_ingress_rate(h),
         slot_s=float(_num(h, "slot", "hostctl", 0.06, 0.01, 1.0)))
     b = _check_keys(data.get("bench", {}), BENCH_KEYS, "bench")
-    if "cap" in _policies(b.get("policies", ["fifo"]), "bench.policies") and settings.cap is None:
+    if _capped(_policies(b.get("policies", ["fifo"]), "bench.policies")) and settings.cap is None:
         raise ConfigError("bench.policies lists cap: give its rate with [hostctl] cap = \"100mbit\"")
     _check_fabric_prio(_policies(b.get("policies", ["fifo"]), "bench.policies"), jobs, "bench.policies")
     name = data.get("name") or os.path.splitext(os.path.basename(path))[0] or "scenario"

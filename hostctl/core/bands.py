@@ -1,6 +1,6 @@
 """TensorLights band assignment (spec section 1.3-1.5), pure.
 
-Policies:
+Band rules (each policy of hostctl.policy names one):
 - ``fifo``: no job gets a band; everything shares the default class.
 - ``one`` (TLs-One): static strict priority, smaller model update first; jobs of
   equal (or unknown) size are ordered by job id, so every host agrees.
@@ -9,7 +9,7 @@ Policies:
   n_g gets rank (k + epoch) mod n_g). The daemon passes
   ``epoch = floor(unix_time / interval_s)``, so hosts carrying the same jobs agree
   without talking to each other.
-- ``fabric`` (the band order of policy ``mlcc-bands``, not a policy name itself): the
+- ``fabric`` (the band rule of policy ``mlcc-bands``): the
   jobs in mlcc's fabric-wide job order (``fabric_order``: ``fabric_rank`` of the job id,
   ``fixed``, ``rotate`` with the rotation count ``epoch``, or ``smallest`` by model size),
   the order in which mlcc plans them with ``--job-order``.
@@ -28,9 +28,8 @@ from collections.abc import Mapping, Sequence
 
 from hostctl.core.joborder import fabric_order
 
-POLICIES = ("fifo", "one", "rr")
 FABRIC = "fabric"  # bands in mlcc's fabric job order (policy mlcc-bands)
-BAND_POLICIES = (*POLICIES, FABRIC)
+BAND_RULES = ("fifo", "one", "rr", FABRIC)  # the band rules a policy (hostctl.policy.POLICIES) names
 MAX_BANDS = 7  # htb prio 0..6 for jobs; prio 7 is the default class
 
 
@@ -48,7 +47,7 @@ def priority_order(
     epoch: rotation count; only used by ``rr`` and by ``fabric`` with job_order ``rotate``.
     job_order: ``fixed``, ``rotate`` or ``smallest``, only used by ``fabric``.
     """
-    if policy not in BAND_POLICIES:
+    if policy not in BAND_RULES:
         raise ValueError(f"unknown policy {policy!r}")
     if policy == FABRIC:
         return fabric_order(jobs, job_order, epoch, sizes=jobs)
@@ -73,7 +72,7 @@ def assign_bands(
     if not 1 <= bands <= MAX_BANDS:
         raise ValueError(f"bands must be within 1..{MAX_BANDS}, got {bands}")
     if policy == "fifo" or len(jobs) <= 1:
-        if policy not in BAND_POLICIES:
+        if policy not in BAND_RULES:
             raise ValueError(f"unknown policy {policy!r}")
         return {}
     order = priority_order(jobs, policy, epoch, job_order)

@@ -78,6 +78,17 @@ def watch_ports(specs: Iterable[JobSpec]) -> frozenset[int]:
     return frozenset(p for spec in specs for p in spec.ports)
 
 
+def job_caps_Bps(job_ids: Iterable[str], per_job_bps: Mapping[str, int], default_bps: int | None) -> dict[str, int]:
+    """Policy ``cap``: each job's cap in bytes/s, its own ([[jobs]] cap) or the default (--cap); jobs
+    with neither are left out."""
+    out = {}
+    for jid in job_ids:
+        bps = per_job_bps.get(jid, default_bps)
+        if bps:
+            out[jid] = bps // 8
+    return out
+
+
 def split_cap(cap_Bps: int, flows: Sequence[FlowKey]) -> dict[FlowKey, int]:
     """A job cap split equally over its flows (each gets cap / n)."""
     if not flows:

@@ -23,7 +23,7 @@ Dependencies (Algorithm 2, switch mode, ``deps=True``): roles follow from the jo
 of the connection (hostctl/core/deps.py); progress is counted per iteration and reported under names both
 sides compute (core.mlccplan.progress_bytes); received notifications hold the paced rate. Job order
 (``job_order="fixed"``, ``"rotate"`` or ``"smallest"``, switch mode): every host ranks the jobs alike
-(``bands.fabric_rank``), sends each flow's rank with its schedules and queries, and plans its own jobs as
+(``core.joborder.fabric_rank``), sends each flow's rank with its schedules and queries, and plans its own jobs as
 waves of one plan in that order. ``"none"`` (the default) orders the jobs by arrival: the switch's order of
 their first schedules, and this host's jobs in the order they became busy; ``"smallest"`` ranks them by
 model size and orders the jobs of one size by arrival. ``"flat"`` has no order: every
@@ -759,3 +759,83 @@ class MlccControl:
     def close(self) -> None:
         if self.switch is not None:
             self.switch.close()
+
+
+NAN = float("nan")
+
+
+def _intra_host(key: FlowKey) -> bool:
+    """Traffic that stays on this host (loopback, or to its own address): not scheduled."""
+    return key.raddr == key.laddr or key.raddr.startswith("127.")
+
+
+class MlccRates:
+    """The Rates of policies mlcc and mlcc-bands (hostctl.policy.pacing): the pacer's flows and the NIC
+    counter in, MlccControl's rates out."""
+
+    def __init__(self, config, *, link_rate_bps: int, switch=None, wall: Callable[[], float] = time.time) -> None:
+        if not link_rate_bps:
+            raise ValueError(f"policy {config.policy} needs the link rate (the NIC link's capacity)")
+        self.config = config
+        self.link_rate_bps = link_rate_bps
+        self.ctl = MlccControl(link_rate_bps // 8, config.slot_s, switch=switch, horizon=config.horizon, wall=wall,
+                               deps=config.deps, job_order=config.fabric_order,
+                               order_interval_s=config.rr_interval_s)
+        # the NIC's tx counter, when it was read, and the DL flows' bytes_sent then
+        self._nic_last: tuple[int | None, float, dict[FlowKey, int]] = (None, 0.0, {})
+
+    def observe(self, ctl, readout, t: float) -> None:
+        """The NIC's transmit rate since the last read and the DL flows' part of it (their bytes_sent, read
+        with it), for MLCC's û."""
+        tx_bytes = readout.link_tx_bytes
+        sent = {r.key: r.bytes_sent for r in readout.flows}
+        last, self._nic_last = self._nic_last, (tx_bytes, t, sent)
+        if tx_bytes is None or last[0] is None or t <= last[1] or tx_bytes < last[0]:
+            return
+        before = last[2]
+        dl = sum(max(b - before.get(k, 0), 0) for k, b in sent.items())
+        dt = t - last[1]
+        self.ctl.observe_nic((tx_bytes - last[0]) / dt, dl / dt)
+
+    def plan(self, ctl, jobs: Mapping[str, Any]) -> tuple[dict[FlowKey, int], dict[int, int]]:
+        comms = {jid: JobComm(j.comm, frozenset(j.listen_ports), j.ring_size)
+                 for jid, j in jobs.items() if j.comm} if self.ctl.wants_comms else None
+        sizes = {jid: j.model_bytes for jid, j in jobs.items()} if self.ctl.wants_sizes else None
+        return self.ctl.tick(self.flows(ctl), comms, sizes), {}
+
+    def flows(self, ctl) -> list[FlowIn]:
+        """This host's open inter-host DL flows, with the monitor's view of each."""
+        stats = ctl.monitor.flow_stats()
+        row_of = {fid: i for i, fid in enumerate(stats.flow_id.tolist())}
+        # plain lists: indexing numpy arrays element by element costs more than the conversion
+        left, max_rate, rate = stats.bytes_left.tolist(), stats.max_rate_Bps.tolist(), stats.rate_Bps.tolist()
+        it_bytes, active = stats.iter_bytes.tolist(), stats.active.tolist()
+        out = []
+        records, ids, flow_job = ctl._records, ctl._ids, ctl._flow_job
+        for key in ctl.flows_in_order():
+            r = records[key]
+            if r.closed or _intra_host(key):
+                continue  # intra-host traffic is not scheduled (spec 2.2)
+            i = row_of.get(ids.get(key, -1))
+            if i is None:
+                out.append(FlowIn(key, flow_job[key], NAN, 0.0, 0.0, cum_bytes=r.bytes_sent))
+                continue
+            # (tolist() gave Python floats and bools already)
+            out.append(FlowIn(key, flow_job[key], left[i], max_rate[i], float(it_bytes[i]), active[i], rate[i],
+                              r.bytes_sent))
+        return out
+
+    def schedule_of(self, key: FlowKey) -> dict | None:
+        return self.ctl.schedule_of(key)
+
+    def describe(self, jobs: Mapping[str, Any]) -> dict:
+        cfg = self.config
+        return {"mlcc": {"switch": list(cfg.switch), "mode": "switch" if cfg.switch else "local",
+                         "horizon": cfg.horizon, "nic_capacity_Bps": self.link_rate_bps // 8,
+                         "job_order": cfg.fabric_order}}
+
+    def status(self) -> dict:
+        return {"mlcc": self.ctl.status()}
+
+    def close(self) -> None:
+        self.ctl.close()

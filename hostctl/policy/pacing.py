@@ -1,13 +1,13 @@
-"""The per-slot pacing control of the daemon (policies that pace flows: ``cap``, ``mlcc``, ``mlcc-bands``).
+"""The per-slot pacing control of the daemon (the policies with ``rates``: ``cap``, ``mlcc``, ``mlcc-bands``).
 
 Every slot (60 ms by default) the daemon's loop calls ``PaceControl.tick``:
   1. one batched read of the kernel's flow table and the completed bursts;
   2. the monitor (hostctl.core.monitor, pure) turns them into per-flow slot bytes,
      rates, the 4-slot max rate B_i, iteration counts and bytes left;
-  3. the policy turns jobs and flows into a PaceTable (selectors + rates), which the
-     datapath diffs into its maps; then the heartbeat that keeps the lease alive.
-     ``cap``: each job's cap split over its active flows; ``mlcc`` and ``mlcc-bands``: every flow's
-     rate planned over the next K slots (hostctl.policy.mlcc, with or without switchemu).
+  3. the policy's ``Rates`` turn jobs and flows into rates, PaceControl adds the selectors into a
+     PaceTable, which the datapath diffs into its maps; then the heartbeat that keeps the lease alive.
+     ``CapRates`` (hostctl.policy.cap): each job's cap split over its active flows; ``MlccRates``
+     (hostctl.policy.mlcc): every flow's rate planned over the next K slots, with or without switchemu.
 Everything here runs in the loop's thread; hints from the control socket are queued
 and applied at the next tick (the monitor is not thread-safe).
 """
@@ -19,24 +19,40 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import numpy as np
 
 from hostctl.config import Config
-from hostctl.core.deps import JobComm
 from hostctl.core.monitor import FlowMonitor, MonitorParams
-from hostctl.core.pace import PaceTable, cap_rates, selectors, watch_ports
+from hostctl.core.pace import PaceTable, job_caps_Bps, selectors, watch_ports
 from hostctl.core.plan import MAX_JOB_SLOTS, allocate_slots
 from hostctl.core.types import FlowKey, Job
-from hostctl.datapath import UNLIMITED_BPS_BYTES, BurstBatch, FlowRecord
+from hostctl.datapath import UNLIMITED_BPS_BYTES, BurstBatch, FlowRecord, PacingReadout
 
-NAN = float("nan")
 log = logging.getLogger("hostctl")
 
 
-def _intra_host(key: FlowKey) -> bool:
-    """Traffic that stays on this host (loopback, or to its own address): not scheduled."""
-    return key.raddr == key.laddr or key.raddr.startswith("127.")
+class Rates(Protocol):
+    """How a pacing policy decides its flows' rates, once per slot (CapRates, MlccRates)."""
+
+    def observe(self, ctl: PaceControl, readout: PacingReadout, t: float) -> None:
+        """This slot's read of the kernel (taken at monotonic time t), after the monitor's update."""
+
+    def plan(self, ctl: PaceControl, jobs: Mapping[str, Job]) -> tuple[dict[FlowKey, int], dict[int, int]]:
+        """(rate per flow, default rate per job slot), bytes/s."""
+
+    def schedule_of(self, key: FlowKey) -> dict | None:
+        """The flow's planned schedule, for status (None: no schedule)."""
+
+    def describe(self, jobs: Mapping[str, Job]) -> dict:
+        """--dry-run: what decides the rates, as JSON."""
+
+    def status(self) -> dict:
+        """Merged into the pacing status."""
+
+    def close(self) -> None:
+        """Release what the rates hold (the switch connection)."""
 
 
 def _num(x: float) -> float | None:
@@ -46,7 +62,8 @@ def _num(x: float) -> float | None:
 
 class PaceControl:
     def __init__(self, config: Config, datapath, mono: Callable[[], float] = time.monotonic, *,
-                 link_rate_bps: int | None = None, switch=None, wall: Callable[[], float] = time.time) -> None:
+                 link_rate_bps: int | None = None, switch=None, wall: Callable[[], float] = time.time,
+                 rates: Rates | None = None) -> None:
         self.config = config
         self.datapath = datapath
         self.mono = mono
@@ -76,18 +93,12 @@ class PaceControl:
         self.errors = 0
         self.tick_ms: deque[float] = deque(maxlen=200)
         self.full_warned = 0
-        self.mlcc = None
-        # the NIC's tx counter, when it was read, and the DL flows' bytes_sent then
-        self._nic_last: tuple[int | None, float, dict[FlowKey, int]] = (None, 0.0, {})
-        if config.plans_mlcc:  # mlcc, mlcc-bands (whose bands the daemon sets in the same job order)
-            from hostctl.policy.mlcc import MlccControl
+        if rates is None:
+            from hostctl.policy.driver import make_rates
 
-            rate = link_rate_bps or config.link_rate_bps
-            if not rate:
-                raise ValueError(f"policy {config.policy} needs the link rate (the NIC link's capacity)")
-            self.mlcc = MlccControl(rate // 8, config.slot_s, switch=switch, horizon=config.horizon, wall=wall,
-                                    deps=config.deps, job_order=config.fabric_order,
-                                    order_interval_s=config.rr_interval_s)
+            rates = make_rates(config, link_rate_bps=link_rate_bps or config.link_rate_bps or 0, switch=switch,
+                               wall=wall)
+        self.rates: Rates = rates
 
     # -- from other threads -----------------------------------------------------------
     def hint(self, job: str, bytes_per_iter: int | None, iteration_start_mono: float | None) -> None:
@@ -101,15 +112,6 @@ class PaceControl:
             fid = self._ids[key] = self._next_id
             self._next_id += 1
         return fid
-
-    def caps_Bps(self, jobs: Mapping[str, Job]) -> dict[str, int]:
-        per_job = self.config.job_caps_bps()
-        out = {}
-        for jid in jobs:
-            bps = per_job.get(jid, self.config.cap_bps)
-            if bps:
-                out[jid] = bps // 8
-        return out
 
     def tick(self, now: float, jobs: Mapping[str, Job]) -> None:
         self.ticks += 1
@@ -159,42 +161,43 @@ class PaceControl:
             for k in closed:
                 self._ids.pop(k, None)
 
-        if self.mlcc is not None:
-            self._observe_nic(readout.link_tx_bytes, readout.flows, t_read)
+        self.rates.observe(self, readout, t_read)
         self.table = self.plan(jobs)
         self.datapath.pace(self.table)
         self.datapath.heartbeat()
 
-    def _observe_nic(self, tx_bytes: int | None, flows: list[FlowRecord], t: float) -> None:
-        """The NIC's transmit rate since the last read and the DL flows' part of it (their bytes_sent, read
-        with it), for MLCC's û."""
-        sent = {r.key: r.bytes_sent for r in flows}
-        last, self._nic_last = self._nic_last, (tx_bytes, t, sent)
-        if tx_bytes is None or last[0] is None or t <= last[1] or tx_bytes < last[0]:
-            return
-        before = last[2]
-        dl = sum(max(b - before.get(k, 0), 0) for k, b in sent.items())
-        dt = t - last[1]
-        self.mlcc.observe_nic((tx_bytes - last[0]) / dt, dl / dt)
-
     def plan(self, jobs: Mapping[str, Job]) -> PaceTable:
-        """Selectors for every job; rates from the policy (cap or mlcc)."""
+        """Selectors for every job; rates from the policy's Rates."""
         ports, flows, remotes = self._selectors(jobs)
-        stats = self.monitor.flow_stats()
-        if self.mlcc is not None:
-            comms = {jid: JobComm(j.comm, frozenset(j.listen_ports), j.ring_size)
-                     for jid, j in jobs.items() if j.comm} if self.mlcc.wants_comms else None
-            sizes = {jid: j.model_bytes for jid, j in jobs.items()} if self.mlcc.wants_sizes else None
-            return PaceTable(ports, flows, self.mlcc.tick(self._mlcc_flows(stats), comms, sizes), {}, remotes)
-        recent = {int(i) for i, r in zip(stats.flow_id, stats.max_rate_Bps) if r > 0}
-        job_flows: dict[str, list[FlowKey]] = {}
+        flow_rates, slot_rates = self.rates.plan(self, jobs)
+        return PaceTable(ports, flows, flow_rates, slot_rates, remotes)
+
+    def job_flows(self) -> dict[str, list[FlowKey]]:
+        """This slot's open flows by job."""
+        out: dict[str, list[FlowKey]] = {}
         for key, job in self._flow_job.items():
             if not self._records[key].closed:
-                job_flows.setdefault(job, []).append(key)
-        active = {k for k in self._flow_job if self._ids.get(k) in recent}
-        flow_rates, job_rates = cap_rates(self.caps_Bps(jobs), job_flows, active)
-        slot_rates = {self.slots[j]: r for j, r in job_rates.items() if j in self.slots}
-        return PaceTable(ports, flows, flow_rates, slot_rates, remotes)
+                out.setdefault(job, []).append(key)
+        return out
+
+    def active_flows(self) -> set[FlowKey]:
+        """The flows that moved bytes in the monitor's window (the last 4 slots)."""
+        stats = self.monitor.flow_stats()
+        recent = {int(i) for i, r in zip(stats.flow_id, stats.max_rate_Bps) if r > 0}
+        return {k for k in self._flow_job if self._ids.get(k) in recent}
+
+    def caps_Bps(self, job_ids) -> dict[str, int]:
+        """The configured cap of each job (bytes/s; jobs without one left out)."""
+        return job_caps_Bps(job_ids, self.config.job_caps_bps(), self.config.cap_bps)
+
+    def describe(self, jobs: Mapping[str, Job]) -> dict:
+        """--dry-run: the selectors the kernel would get now, and what decides the rates."""
+        from hostctl.core.plan import MAX_JOB_SLOTS, allocate_slots
+
+        slots, _ = allocate_slots(sorted(jobs), {}, MAX_JOB_SLOTS)
+        ports, flows, remotes = selectors(list(jobs.values()), slots, watch_ports=self.watch_ports)
+        return {"cgroup": self.config.cgroup, "slot_s": self.config.slot_s, "slots": slots,
+                "selectors": PaceTable(ports, flows, remotes=remotes).to_dict(), **self.rates.describe(jobs)}
 
     def _selectors(self, jobs: Mapping[str, Job]) -> tuple[dict, dict, dict]:
         """selectors() of the jobs and their slots, recomputed only when either changed (the
@@ -205,7 +208,7 @@ class PaceControl:
             self._sel_key = key
         return self._sel
 
-    def _flows_in_order(self) -> list[FlowKey]:
+    def flows_in_order(self) -> list[FlowKey]:
         """This slot's flows (of a job, open or not) in key order, re-sorted only when the set changed."""
         keys = self._flow_job.keys()
         if keys != self._sorted_set:
@@ -213,32 +216,8 @@ class PaceControl:
             self._sorted_keys = sorted(keys)
         return self._sorted_keys
 
-    def _mlcc_flows(self, stats) -> list:
-        """This host's open inter-host DL flows, with the monitor's view of each."""
-        from hostctl.policy.mlcc import FlowIn
-
-        row_of = {fid: i for i, fid in enumerate(stats.flow_id.tolist())}
-        # plain lists: indexing numpy arrays element by element costs more than the conversion
-        left, max_rate, rate = stats.bytes_left.tolist(), stats.max_rate_Bps.tolist(), stats.rate_Bps.tolist()
-        it_bytes, active = stats.iter_bytes.tolist(), stats.active.tolist()
-        out = []
-        records, ids, flow_job = self._records, self._ids, self._flow_job
-        for key in self._flows_in_order():
-            r = records[key]
-            if r.closed or _intra_host(key):
-                continue  # intra-host traffic is not scheduled (spec 2.2)
-            i = row_of.get(ids.get(key, -1))
-            if i is None:
-                out.append(FlowIn(key, flow_job[key], NAN, 0.0, 0.0, cum_bytes=r.bytes_sent))
-                continue
-            # (tolist() gave Python floats and bools already)
-            out.append(FlowIn(key, flow_job[key], left[i], max_rate[i], float(it_bytes[i]), active[i], rate[i],
-                              r.bytes_sent))
-        return out
-
     def close(self) -> None:
-        if self.mlcc is not None:
-            self.mlcc.close()
+        self.rates.close()
 
     # -- status ------------------------------------------------------------------------------
     def status(self) -> dict:
@@ -248,7 +227,7 @@ class PaceControl:
         for key, rec in sorted(self._records.items()):
             i = row_of.get(self._ids.get(key, -1))
             target = self.table.flow_rates.get(key)
-            sched = self.mlcc.schedule_of(key) if self.mlcc is not None else None
+            sched = self.rates.schedule_of(key)
             flows.append({
                 "flow": str(key), "job": self._flow_job.get(key), "plan": sched,
                 "target_bps": target * 8 if target else None,
@@ -262,7 +241,7 @@ class PaceControl:
                 "bytes_acked": rec.bytes_acked, "srtt_us": rec.srtt_us, "cwnd": rec.snd_cwnd,
                 "retrans": rec.total_retrans, "closed": rec.closed,
             })
-        caps = {j: c * 8 for j, c in self.caps_Bps({j: None for j in self.slots}).items()}
+        caps = {j: c * 8 for j, c in self.caps_Bps(self.slots).items()}
         jobs = {}
         for jid, js in self.monitor.jobs().items():
             jobs[jid] = {"flows": js.flows, "iterations": js.iterations, "bytes_per_iter": _num(js.bytes_per_iter),
@@ -273,5 +252,5 @@ class PaceControl:
             "slot_s": self.config.slot_s, "flows": flows, "jobs": jobs, "ticks": self.ticks,
             "burst_records": self.burst_records,
             "tick_ms_p50": ms[len(ms) // 2] if ms else None, "tick_ms_p90": ms[int(len(ms) * 0.9)] if ms else None,
-            "kernel": dict(self.ctl), "mlcc": self.mlcc.status() if self.mlcc is not None else None,
+            "kernel": dict(self.ctl), **self.rates.status(),
         }

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostctl.config import ALL_POLICIES, HYBRID, MLCC_POLICIES, PACING_POLICIES, Config, build_config, reload_config
+from hostctl.config import Config, build_config, reload_config
+from hostctl.policy import POLICIES as TABLE
 from hostctl.core.bands import FABRIC, assign_bands, priority_order, rr_epoch
 from hostctl.core.joborder import fabric_order, fabric_rank
 from hostctl.core.plan import band_classid, build_tc_plan
@@ -38,9 +39,10 @@ C = 1_000_000_000 // 8
 # ------------------------------------------------------------------ config and flags
 
 def test_policy_name_and_what_it_turns_on():
-    assert HYBRID == "mlcc-bands" and HYBRID in ALL_POLICIES and HYBRID in PACING_POLICIES and HYBRID in MLCC_POLICIES
+    spec = TABLE["mlcc-bands"]
+    assert spec.pacing and spec.plans_mlcc and spec.bands == FABRIC and spec.classifies
     c = build_config(policy="mlcc-bands", ports="9000")
-    assert c.pacing and c.plans_mlcc and c.band_policy == FABRIC and not c.band_rotates
+    assert c.pacing and c.plans_mlcc and c.spec.bands == FABRIC and not c.band_rotates
     assert c.job_order == "none" and c.fabric_order == "fixed"  # the bands need an order: fixed by default
     r = build_config(policy="mlcc-bands", ports="9000", job_order="rotate", rr_interval=4.0)
     assert r.fabric_order == "rotate" and r.band_rotates
@@ -50,9 +52,9 @@ def test_policy_name_and_what_it_turns_on():
 
 def test_the_parents_are_unchanged():
     m = build_config(policy="mlcc", ports="9000")
-    assert m.band_policy == "fifo" and m.fabric_order == "none" and m.plans_mlcc and not m.band_rotates
+    assert m.spec.bands == "fifo" and m.fabric_order == "none" and m.plans_mlcc and not m.band_rotates
     o = build_config(policy="one", ports="9000")
-    assert o.band_policy == "one" and not o.pacing and not o.plans_mlcc
+    assert o.spec.bands == "one" and not o.pacing and not o.plans_mlcc
     assert build_config(policy="rr", ports="9000").band_rotates
     with pytest.raises(ConfigError, match="needs --policy mlcc with --switch"):
         build_config(policy="mlcc", ports="9000", job_order="fixed")  # mlcc's order still needs switches
@@ -65,7 +67,7 @@ def test_policy_from_the_config_file(tmp_path):
     c = build_config(str(f))
     assert (c.policy, c.switch, c.fabric_order, c.bands) == ("mlcc-bands", ("ipc:///run/sw.sock",), "rotate", 3)
     m = build_config(str(f), policy="mlcc")  # the flag wins: mlcc with the same order, and no bands
-    assert m.policy == "mlcc" and m.band_policy == "fifo" and m.fabric_order == "rotate"
+    assert m.policy == "mlcc" and m.spec.bands == "fifo" and m.fabric_order == "rotate"
 
 
 @pytest.mark.parametrize("kw, fragment", [
@@ -186,7 +188,7 @@ def make(job_order="none", names=("ja", "jb", "jc"), rr_interval=2.0):
     specs = tuple(JobSpec(name=n, ports=(9000 + i,)) for i, n in enumerate(names))
     cfg = Config(policy="mlcc-bands", jobs=specs, switch=("ipc:///tmp/hybrid-none.sock",), job_order=job_order,
                  rr_interval_s=rr_interval, plan_offset_s=0.0).validate()
-    plan = build_tc_plan("eth0", 10**9, 6, 10**8, cfg.band_policy != "fifo")
+    plan = build_tc_plan("eth0", 10**9, 6, 10**8, cfg.spec.classifies)
     dp = FakeDatapath()
     jobs = [Job(n, "config", listen_ports=(9000 + i,)) for i, n in enumerate(names)]
     wall, mono = Clock(1_000_000 * SLOT + 0.001), Clock(100.0)
@@ -209,7 +211,7 @@ def band_of(d, dp, job):
 
 def test_daemon_sets_bands_in_mlccs_order_and_paces_the_same_flows():
     d, dp, wall, mono = make()
-    assert dp.plan.classify and d.pace is not None and d.pace.mlcc is not None
+    assert dp.plan.classify and d.pace is not None and d.pace.rates.ctl is not None
     d.scan()
     d.reassign()
     step(d, wall, mono)  # the selectors reach the pacer's maps
@@ -221,7 +223,7 @@ def test_daemon_sets_bands_in_mlccs_order_and_paces_the_same_flows():
     for k in keys:
         dp.transfer(k, 400_000, ns, ns + 50_000_000)
     step(d, wall, mono)
-    order = d.pace.mlcc.status()["job_order"]
+    order = d.pace.rates.ctl.status()["job_order"]
     assert order["order"] == "fixed" and order["jobs"] == fabric_order(["ja", "jb", "jc"], "fixed")
     for band, job in enumerate(order["jobs"]):
         assert d.assignment[job] == band and band_of(d, dp, job) == band_classid(band)
@@ -246,7 +248,7 @@ def test_rotating_order_moves_bands_and_planner_together():
     leaders = set()
     for _ in range(60):  # 3.6 s: six rotations of 0.6 s
         step(d, wall, mono)
-        planned = d.pace.mlcc.status()["job_order"]["jobs"]
+        planned = d.pace.rates.ctl.status()["job_order"]["jobs"]
         assert sorted(d.assignment, key=d.assignment.get) == planned, (wall.t, d.assignment, planned)
         assert band_of(d, dp, planned[0]) == band_classid(0)
         leaders.add(planned[0])

@@ -92,14 +92,14 @@ def test_the_flows_of_the_plan_follow_the_flow_set_in_key_order():
     local = FlowKey(PS, 9000, PS, 40100)  # intra-host: never planned
     dp.flows = [_record(k, slot, 1000) for k in keys + [local]]
     _tick(pc, t, jobs)
-    assert [f.key for f in pc._mlcc_flows(pc.monitor.flow_stats())] == sorted(keys)
+    assert [f.key for f in pc.rates.flows(pc)] == sorted(keys)
     assert set(dp.tables[-1].flow_rates) == set(keys)
     # a flow leaves, another arrives, one closes: the order is rebuilt
     k2 = FlowKey(PS, 9000, "10.0.0.4", 40001)
     dp.flows = [_record(keys[0], slot, 2000), _record(keys[2], slot, 2000, FLOW_CLOSED), _record(k2, slot, 10)]
     _tick(pc, t, jobs)
-    assert [f.key for f in pc._mlcc_flows(pc.monitor.flow_stats())] == sorted([keys[0], k2])
-    assert pc._flows_in_order() == sorted([keys[0], keys[2], k2])
+    assert [f.key for f in pc.rates.flows(pc)] == sorted([keys[0], k2])
+    assert pc.flows_in_order() == sorted([keys[0], keys[2], k2])
 
 
 def _beta_before(rates, complete, K):
@@ -198,11 +198,11 @@ def test_the_nics_cross_traffic_reaches_mlccs_available_bandwidth():
     dp.read_pacing = read
     jobs = {"a": Job("a", "config", listen_ports=(9000,))}
     _tick(pc, t, jobs)
-    assert pc.mlcc.nic_avail_Bps == cap  # one read: no rate yet
+    assert pc.rates.ctl.nic_avail_Bps == cap  # one read: no rate yet
     for _ in range(3):
         tx[0] += int(0.5 * cap * 0.06)  # half the link, and no DL flow sends: cross traffic
         _tick(pc, t, jobs)
-    assert pc.mlcc.nic_avail_Bps == pytest.approx(cap / 2, rel=0.01)
+    assert pc.rates.ctl.nic_avail_Bps == pytest.approx(cap / 2, rel=0.01)
     dp.read_pacing = lambda: PacingReadout(list(dp.flows), [], {})  # no counter (sysfs unreadable): kept
     _tick(pc, t, jobs)
-    assert pc.mlcc.nic_avail_Bps == pytest.approx(cap / 2, rel=0.01)
+    assert pc.rates.ctl.nic_avail_Bps == pytest.approx(cap / 2, rel=0.01)

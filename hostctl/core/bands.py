@@ -39,7 +39,7 @@ def _size_key(size: int | None) -> tuple[int, int]:
 
 
 def priority_order(
-    jobs: Mapping[str, int | None], policy: str, epoch: int = 0, job_order: str = "fixed"
+    jobs: Mapping[str, int | None], rule: str, epoch: int = 0, job_order: str = "fixed"
 ) -> list[str]:
     """Job ids from highest to lowest priority.
 
@@ -47,11 +47,11 @@ def priority_order(
     epoch: rotation count; only used by ``rr`` and by ``fabric`` with job_order ``rotate``.
     job_order: ``fixed``, ``rotate`` or ``smallest``, only used by ``fabric``.
     """
-    if policy not in BAND_RULES:
-        raise ValueError(f"unknown policy {policy!r}")
-    if policy == FABRIC:
+    if rule not in BAND_RULES:
+        raise ValueError(f"unknown band rule {rule!r}")
+    if rule == FABRIC:
         return fabric_order(jobs, job_order, epoch, sizes=jobs)
-    rotation = epoch if policy == "rr" else 0
+    rotation = epoch if rule == "rr" else 0
     groups: dict[tuple[int, int], list[str]] = {}
     for job_id in sorted(jobs):
         groups.setdefault(_size_key(jobs[job_id]), []).append(job_id)
@@ -65,17 +65,17 @@ def priority_order(
 
 
 def assign_bands(
-    jobs: Mapping[str, int | None], policy: str, bands: int, epoch: int = 0, job_order: str = "fixed"
+    jobs: Mapping[str, int | None], rule: str, bands: int, epoch: int = 0, job_order: str = "fixed"
 ) -> dict[str, int]:
     """job id -> band (0 = highest priority). Empty for fifo or <= 1 job. job_order: the
-    fabric order (``fixed`` or ``rotate``) of policy ``fabric``; ignored by the others."""
+    fabric order (``fixed`` or ``rotate``) of rule ``fabric``; ignored by the others."""
     if not 1 <= bands <= MAX_BANDS:
         raise ValueError(f"bands must be within 1..{MAX_BANDS}, got {bands}")
-    if policy == "fifo" or len(jobs) <= 1:
-        if policy not in BAND_RULES:
-            raise ValueError(f"unknown policy {policy!r}")
+    if rule == "fifo" or len(jobs) <= 1:
+        if rule not in BAND_RULES:
+            raise ValueError(f"unknown band rule {rule!r}")
         return {}
-    order = priority_order(jobs, policy, epoch, job_order)
+    order = priority_order(jobs, rule, epoch, job_order)
     per_band = math.ceil(len(order) / bands)
     return {job_id: pos // per_band for pos, job_id in enumerate(order)}
 

@@ -116,6 +116,12 @@ class Policy:
                           "follow it)")
 
 
+# rates kind -> "module:class" of its Rates (hostctl.policy.pacing.Rates), imported when a daemon runs it
+RATES: dict[str, str] = {
+    "cap": "hostctl.policy.cap:CapRates",
+    "mlcc": "hostctl.policy.mlcc:MlccRates",
+}
+
 POLICIES: dict[str, Policy] = {p.name: p for p in (
     Policy("fifo", "the baseline: the same shaping, no bands, no pacing", needs_jobs=False),
     Policy("one", "TensorLights-One: strict priority bands, smaller model update first", bands="one", ingress=True),

@@ -11,7 +11,7 @@ from hostctl.core.types import FlowKey, Job
 
 
 class CapRates:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, **_context) -> None:
         self.config = config
 
     def observe(self, ctl, readout, t: float) -> None:

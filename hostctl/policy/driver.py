@@ -8,6 +8,7 @@ dry run prints exactly what the daemon would apply.
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable, Mapping
 
@@ -15,23 +16,22 @@ from hostctl.config import Config
 from hostctl.core.bands import assign_bands, rr_epoch
 from hostctl.core.plan import ClassifierTable, build_classifier
 from hostctl.core.types import Job
-from hostctl.policy import Policy
+from hostctl.policy import RATES, Policy
 
 
 def make_rates(config: Config, *, link_rate_bps: int, switch=None, wall: Callable[[], float] = time.time):
-    """The Rates of the config's policy (None for a policy that does not pace)."""
+    """The Rates of the config's policy (None for a policy that does not pace): the class that
+    hostctl.policy.RATES names for its rates kind, given the config, the link rate, the switch
+    client (None: plan on this host's NIC) and the wall clock."""
     kind = config.spec.rates
     if kind is None:
         return None
-    if kind == "cap":
-        from hostctl.policy.cap import CapRates
-
-        return CapRates(config)
-    if kind == "mlcc":
-        from hostctl.policy.mlcc import MlccRates
-
-        return MlccRates(config, link_rate_bps=link_rate_bps, switch=switch, wall=wall)
-    raise ValueError(f"policy {config.policy}: no rates {kind!r} (hostctl.policy.driver.make_rates)")
+    where = RATES.get(kind)
+    if where is None:
+        raise ValueError(f"policy {config.policy}: no rates {kind!r} in hostctl.policy.RATES")
+    module, cls = where.split(":")
+    return getattr(importlib.import_module(module), cls)(config, link_rate_bps=link_rate_bps, switch=switch,
+                                                         wall=wall)
 
 
 class HostDriver:

@@ -8,10 +8,9 @@ Which flows are planned, and how (choices the papers leave to the implementer):
   ``allocate`` (Algorithms 1 and 2) in one wave: progressive filling shares each link
   among this host's flows (Q-M8). ``by_job=True`` plans them in waves by job instead, the
   job with the fewest bytes left on this host first (SRPT; ties by job order), which
-  staggers this host's jobs over the horizon. It is off by default: on the testbed's
-  mixed PS + ring scenario it made ring all-reduce jobs wait behind PS flows at every
-  worker host, slot after slot, and the average JCT 1.46x fifo's instead of 0.96x
-  (docs/benchmarks.md).
+  staggers this host's jobs over the horizon. It is off by default: with PS and ring
+  all-reduce jobs mixed it makes the ring jobs wait behind PS flows at every worker host,
+  slot after slot (docs/mlcc.md).
 - **Unknown-size** flows (no iteration size learnt yet: the first iteration without a
   hint, ``G`` NaN) are planned as backlogged (``G`` = what their path carries in K
   slots) in a last wave: they take what the known flows leave, and their schedule is
@@ -47,12 +46,10 @@ Which flows are planned, and how (choices the papers leave to the implementer):
   whole GSO packet (up to 64 KiB: on paths with an RTT under 512 us, tcp_tso_autosize adds
   gso_max_size >> (min_rtt_us >> tcp_tso_rtt_log) whatever the rate) and then waits
   len / rate before the next one; raising the rate does not shorten a wait already
-  started (Linux 5.18+, net.ipv4.tcp_tso_rtt_log = 9 by default). At the old floor of
-  4 MSS per slot (96.5 KB/s) a flow held for 0.2 s and then released to 50 MB/s took
-  1.18 s to deliver 1 MB over a veth; at 64 KiB per slot, 0.12 s (two slots;
-  tests/integration/test_pacer.py). On mlcc-mixed, ring steps and PS updates that had been
-  held stood still for 10-12 slots after their release, and their whole job with them.
-  The floor costs at most n x floor on a link and is published as the flow's slot-0 rate.
+  started (Linux 5.18+, net.ipv4.tcp_tso_rtt_log = 9 by default): a lower floor leaves a
+  released flow waiting out its last GSO packet's gap (tests/integration/test_pacer.py
+  measures the release). The floor costs at most n x floor on a link and is published as
+  the flow's slot-0 rate.
 - **Algorithm 2** (``role`` given; core/mlccplan.py builds the inputs): Delta raises the rate a flow is
   *paced* at (capped by B_i, its bytes left and the headroom its links have left: ``delta_within_avail``).
   A received notification lowers the schedule the flow *publishes* here (``apply_reductions``);

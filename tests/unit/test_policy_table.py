@@ -178,3 +178,9 @@ def test_the_scan_finds_a_comparison():
                and any(_names_policy(s) for s in [n.left, *n.comparators])
                and any(_str_consts(s) & _policy_names() for s in [n.left, *n.comparators])]
     assert len(flagged) == 2
+
+
+def test_docs_list_every_policy_and_variant():
+    text = (ROOT / "docs" / "policies.md").read_text()
+    missing = [n for n in [*policy.POLICIES, *policy.VARIANTS] if f"`{n}`" not in text]
+    assert missing == []

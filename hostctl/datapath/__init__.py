@@ -50,7 +50,7 @@ class Counters:
 
 
 class FlowRecord(NamedTuple):
-    """One paced/monitored flow as the kernel sees it (a row of hp_flows, hostctl/bpf/hc_pace.c). A
+    """One paced/monitored flow as the kernel sees it (a row of hc_pace_flows, hostctl/bpf/hc_pace.c). A
     NamedTuple: every flow's row is read every slot."""
 
     key: FlowKey

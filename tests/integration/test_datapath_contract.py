@@ -42,10 +42,11 @@ def _shape(counters: dict) -> dict:
     return {str(k): sorted(vars(v)) for k, v in sorted(counters.items())}
 
 
-def scenario(dp, conn, root_qdisc) -> dict:
+def scenario(dp, conn, root_qdisc, entries) -> dict:
     """The daemon's sequence of calls (setup, apply, pace, reads, update, teardown, close) on ``dp``.
     ``conn`` opens and drives the one TCP flow (``key``, ``open()``, ``send(n)``, ``settle(pred)``);
-    ``root_qdisc()`` says the interface's root qdisc kind."""
+    ``root_qdisc()`` says the interface's root qdisc kind; ``entries()`` the classifier's entries
+    (the kernel maps of the real one: the Datapath protocol has no read for them)."""
     rep: dict = {"root_before": root_qdisc()}
     plan = build_tc_plan(conn.iface, 1_000_000_000, 2, 100_000_000, True)
     dp.setup(plan)
@@ -57,9 +58,11 @@ def scenario(dp, conn, root_qdisc) -> dict:
                             slot_classid={SLOT_A: band_classid(0), SLOT_B: band_classid(1)},
                             flows={key: SLOT_A, other: SLOT_B})
     rep["apply_writes"] = [dp.apply(table), dp.apply(table)]
+    rep["entries"] = [entries()]
     moved = ClassifierTable(slots=table.slots, slot_classid={SLOT_A: band_classid(1), SLOT_B: band_classid(0)},
                             flows={key: SLOT_A})  # a rotation, and one flow gone
     rep["apply_writes"].append(dp.apply(moved))
+    rep["entries"].append(entries())
     dp.heartbeat()
 
     # pacing: the flow is selected by its remote port at connection time, its rate is per flow
@@ -141,6 +144,19 @@ class FakeConn:
         return f
 
 
+def _entries(flows, slot_classid) -> dict:
+    """Classifier entries, comparable: [flow, slot] and [slot, classid] pairs (classid 0 = none)."""
+    return {"flows": sorted([str(f), s] for f, s in flows), "classes": sorted([s, c] for s, c in slot_classid if c)}
+
+
+def _kernel_entries(dp) -> dict:
+    from hostctl.datapath.pacer import key_of
+
+    c = dp.classifier
+    return _entries([(key_of(k), v.value) for k, v in c.flows.items()],
+                    [(k.value, v.classid) for k, v in c.job_class.items()])
+
+
 def _root_kind(dev: str) -> str:
     qd = json.loads(sh(["tc", "-j", "qdisc", "show", "dev", dev, "root"]).stdout or "[]")
     return qd[0]["kind"] if qd else "none"
@@ -155,7 +171,7 @@ def _linux_main(iface: str, laddr: str, raddr: str, cgroup: str, state_dir: str)
     dp = LinuxDatapath(iface, pace_cgroup=cgroup, state_dir=state_dir, track_all=False)
     conn = Conn(iface, laddr, raddr)
     try:
-        rep = scenario(dp, conn, lambda: _root_kind(iface))
+        rep = scenario(dp, conn, lambda: _root_kind(iface), lambda: _kernel_entries(dp))
     finally:
         dp.teardown()  # again, if the scenario failed half-way
         conn.sock.close()
@@ -180,12 +196,15 @@ def test_fake_and_linux_report_the_same(pair, cgroup, tmp_path):
     from hostctl.datapath.fake import FakeDatapath
 
     fake = FakeDatapath(previous_root=out["report"]["root_before"])
-    rep = scenario(fake, FakeConn(fake, pair.wk.dev, key), lambda: fake.root.split()[0])
+    rep = scenario(fake, FakeConn(fake, pair.wk.dev, key), lambda: fake.root.split()[0],
+                   lambda: _entries(fake.table.flows.items(), fake.table.slot_classid.items()))
     assert fake.closed
     # JSON turns tuples and int keys into lists and strings: compare both the same way
     assert json.loads(json.dumps(rep)) == out["report"]
     assert rep["root_after_teardown"] == rep["root_before"] == "noqueue"
     assert rep["rates"] == [RATE1_BPS_BYTES, RATE2_BPS_BYTES] and rep["acked_grows"]
+    assert len(rep["entries"][0]["flows"]) == 2 and len(rep["entries"][1]["flows"]) == 1
+    assert rep["classes"] and set(rep["jobs"]) == {str(SLOT_A), str(SLOT_B)}
 
 
 if __name__ == "__main__":

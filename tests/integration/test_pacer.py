@@ -580,7 +580,10 @@ def _resumes_fast(rx, app, rate: int) -> list[float]:
     return series
 
 
-def test_clean_after_crash_releases_idle_flow(pair, cgroup, procs, monkeypatch):
+@pytest.mark.parametrize("old_pins", [False, True], ids=["pins", "old-pins"])
+def test_clean_after_crash_releases_idle_flow(pair, cgroup, procs, monkeypatch, old_pins):
+    """old-pins: the maps are pinned under the names of hostctl before hc_* (hp_*), as a host
+    upgraded from it may have them: clean still finds them, releases the flow and unpins."""
     port = 5351
     rate = 10 * MBIT
     orig = 375_000_000  # the app's own SO_MAX_PACING_RATE (3 Gbit/s): what it must get back
@@ -595,6 +598,9 @@ def test_clean_after_crash_releases_idle_flow(pair, cgroup, procs, monkeypatch):
     time.sleep(1.3)
     # the lease ran out, but an idle flow gets no callback: the kernel alone leaves it throttled
     assert app.rate(0) == rate
+    if old_pins:
+        for old, new in pacer.OLD_MAP_NAMES.items():
+            os.rename(os.path.join(info["pin_dir"], new), os.path.join(info["pin_dir"], old))
     own_owners(monkeypatch, cgroup)
     msgs = pacer.clean_pacers()
     assert len(msgs) == 1 and "released 1 throttled flow(s)" in msgs[0] and "detached" in msgs[0], msgs

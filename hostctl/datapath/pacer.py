@@ -57,14 +57,11 @@ MAP_NAMES = ("hc_pace_flows", "hc_rates", "hc_sel_flows", "hc_sel_ports", "hc_se
              "hc_pace_ctl", "hc_bursts")
 # Compatibility: pins of a hostctl from before the maps were named hc_* (hp_<name>, in
 # MAP_NAMES' order); _open_objects and release() still find and remove them.
-OLD_MAP_NAMES = dict(zip(("hc_pace_flows", "hc_rates", "hc_sel_flows", "hc_sel_ports", "hc_sel_remotes", "hc_slot_rate",
-                          "hc_pace_ctl", "hc_bursts"), MAP_NAMES))
+OLD_MAP_NAMES = dict(zip(("hp_flows", "hp_rates", "hp_sel_flows", "hp_sel_ports", "hp_sel_remotes", "hp_slot_rate",
+                          "hp_ctl", "hp_bursts"), MAP_NAMES))
 # sizes and values shared with the program: hostctl/bpf/hostctl.h
 HC_MAX_FLOWS = DEFINES["HC_MAX_FLOWS"]
-HC_MAX_PORTS = DEFINES["HC_MAX_PORTS"]
-HC_MAX_REMOTES = DEFINES["HC_MAX_REMOTES"]
-HC_MAX_SLOTS = DEFINES["HC_MAX_SLOTS"]
-HC_RINGBUF_PAGES = DEFINES["HC_RINGBUF_PAGES"]
+SIZES = ("HC_MAX_FLOWS", "HC_MAX_PORTS", "HC_MAX_REMOTES", "HC_MAX_SLOTS", "HC_RINGBUF_PAGES")  # passed with -D
 UNLIMITED = DEFINES["HP_UNLIMITED"]
 HP_SLOT_WATCH = WATCH_SLOT  # a remote-port selector that only asks for callbacks (core/pace.py)
 MAX_RATE_BPS_BYTES = UNLIMITED - 1  # the largest settable rate, bytes/s (~34 Gbit/s)
@@ -141,9 +138,9 @@ MIRRORS = {"hc_flow_key": FlowKeyC, "hc_remote_key": RemoteKeyC, "hc_port_key": 
 
 
 def cflags(max_flows: int = HC_MAX_FLOWS) -> list[str]:
-    return [f"-I{bpf_dir()}", f"-DHC_MAX_FLOWS={max_flows}", f"-DHC_MAX_PORTS={HC_MAX_PORTS}",
-            f"-DHC_MAX_REMOTES={HC_MAX_REMOTES}", f"-DHC_MAX_SLOTS={HC_MAX_SLOTS}",
-            f"-DHC_RINGBUF_PAGES={HC_RINGBUF_PAGES}", "-w"]
+    """The include folder of hostctl.h and the map sizes (the header's; a test may shrink the flows)."""
+    sizes = {**{n: DEFINES[n] for n in SIZES}, "HC_MAX_FLOWS": max_flows}
+    return [f"-I{bpf_dir()}", *(f"-D{n}={v}" for n, v in sizes.items()), "-w"]
 
 
 def key_bytes(f: FlowKey) -> FlowKeyC:
@@ -505,7 +502,8 @@ class Pacer:
             self.bpf[b"hc_bursts"].open_ring_buffer(self._on_burst)
         if self.pin_dir is not None:
             os.makedirs(self.pin_dir, mode=0o700, exist_ok=True)
-            for n in (PROG_NAME, *MAP_NAMES):  # a dead daemon's, left after a clean from a private /sys
+            # a dead daemon's, left after a clean from a private /sys
+            for n in (PROG_NAME, *MAP_NAMES, *OLD_MAP_NAMES):
                 if os.path.exists(stale := os.path.join(self.pin_dir, n)):
                     log.warning("removing the stale pin %s", stale)
                     os.unlink(stale)

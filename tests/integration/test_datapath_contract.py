@@ -186,8 +186,8 @@ LISTENER = ("import socket,sys\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET
 def test_fake_and_linux_report_the_same(pair, cgroup, tmp_path):
     listener = pair.start(pair.ps, PY, "-c", LISTENER, pair.ps.addr, str(PORT))
     assert listener.stdout.readline().strip() == "up", listener.stderr.read()
-    real = subprocess.run(["nsenter", f"--net=/run/netns/{pair.wk.ns}", PY, "-m", "tests.integration.test_datapath_contract",
-                           pair.wk.dev, pair.wk.addr, pair.ps.addr, cgroup, str(tmp_path)],
+    real = subprocess.run(pair.wk.nsenter(PY, "-m", "tests.integration.test_datapath_contract", pair.wk.dev,
+                                          pair.wk.addr, pair.ps.addr, cgroup, str(tmp_path)),
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert real.returncode == 0, real.stderr[-3000:]
     out = json.loads(real.stdout.strip().splitlines()[-1])

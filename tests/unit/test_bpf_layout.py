@@ -233,8 +233,8 @@ def test_constants_match(c_text):
     assert set(pacer.CTL_COUNTERS) < {f[0] for f in pacer.CtlC._fields_}
     assert {"local": defines["HP_SIDE_LOCAL"], "remote": defines["HP_SIDE_REMOTE"]} == pacer.SIDE
     # the sizes the loaders pass with -D are the header's
-    for n in ("HC_MAX_FLOWS", "HC_MAX_PORTS", "HC_MAX_REMOTES", "HC_MAX_SLOTS", "HC_RINGBUF_PAGES"):
-        assert defines[n] == getattr(pacer, n), n
+    assert [f"-D{n}={defines[n]}" for n in pacer.SIZES] == [f for f in pacer.cflags() if f.startswith("-D")]
+    assert pacer.cflags(64)[1] == "-DHC_MAX_FLOWS=64"
     assert (plan.MAX_FLOW_ENTRIES, plan.MAX_PORT_ENTRIES, plan.MAX_REMOTE_ENTRIES, plan.MAX_JOB_SLOTS) == (
         defines["HC_MAX_FLOWS"], defines["HC_MAX_PORTS"], defines["HC_MAX_REMOTES"], defines["HC_MAX_SLOTS"])
     assert (pace.MAX_FLOW_SELECTORS, pace.MAX_PORT_SELECTORS, pace.MAX_REMOTE_SELECTORS) == (
@@ -242,5 +242,7 @@ def test_constants_match(c_text):
     # the map names pacer.py opens and pins are the maps the program defines
     maps = re.findall(r"^BPF_(?:HASH|ARRAY|RINGBUF_OUTPUT)\((\w+)", pace_text, re.M)
     assert sorted(maps) == sorted(pacer.MAP_NAMES)
-    assert sorted(pacer.OLD_MAP_NAMES.values()) == sorted(pacer.MAP_NAMES)  # `hostctl clean` knows the old pins
+    # `hostctl clean` knows the pins of the names before hc_*
+    assert all(old.startswith("hp_") for old in pacer.OLD_MAP_NAMES)
+    assert sorted(pacer.OLD_MAP_NAMES.values()) == sorted(pacer.MAP_NAMES)
     assert re.search(rf"^int {pacer.PROG_NAME}\(struct bpf_sock_ops \*", pace_text, re.M)

@@ -6,7 +6,7 @@
  *   - counts bytes acked and sent, and records srtt, cwnd, retransmits, last activity;
  *   - cuts the flow's ACK progress into bursts (no progress for gap_ns, or for two ACK
  *     steps at the applied pacing rate if longer, ends one) and reports each completed
- *     burst in the hp_bursts ring buffer;
+ *     burst in the hc_bursts ring buffer;
  *   - applies the flow's maximum pacing rate with bpf_setsockopt(SO_MAX_PACING_RATE):
  *     TCP's internal pacing then enforces it, no fq qdisc needed (ENVIRONMENT.md).
  * A flow that matches no selector is never touched: no pacing, no map entry.
@@ -18,8 +18,8 @@
  * the snd_nxt of its previous call, NOT on every ACK), and on each one the counters are
  * updated and the wanted rate is applied if it differs from the applied one. So the
  * ACKs of the last window a flow sent before it goes idle often come with no callback:
- * hp_flow.bytes_acked then lags the socket by up to that window until the flow sends
- * again (hp_flow.bytes_sent, taken at the same callback, includes it), and a burst's
+ * hc_flow.bytes_acked then lags the socket by up to that window until the flow sends
+ * again (hc_flow.bytes_sent, taken at the same callback, includes it), and a burst's
  * bytes are cut at bytes_sent, not at the ACK that happens to come next (see below).
  * With HP_CTL_TRACK_ALL set (the daemon selects flows by 4-tuple, learnt after the
  * connection exists), every flow of the cgroup gets RTT callbacks so that it can be
@@ -29,7 +29,7 @@
  * connection to a PS is what makes the daemon's job (and its remote-endpoint selector),
  * so it must be selectable after it is established, without TRACK_ALL's cost on every flow.
  *
- * Fail open: the daemon refreshes hp_ctl.heartbeat_ns every slot. When
+ * Fail open: the daemon refreshes hc_pace_ctl.heartbeat_ns every slot. When
  * now - heartbeat_ns > lease_ns (daemon killed or stuck), or HP_CTL_RELEASE is set
  * (orderly stop), each flow's rate goes back to what it was before hostctl touched it
  * (orig_rate_Bps, normally ~0U = unlimited) at its next callback. A flow that sends
@@ -37,144 +37,47 @@
  * throttled rate) after the lease expires.
  *
  * Maps (pinned under <bpffs>/hostctl/<scope>/ by the daemon; hostctl/datapath/pacer.py
- * mirrors every struct and tests/unit/test_bpf_layout.py checks sizes and offsets):
- *   name           type     key                   -> value                max_entries       writer
- *   hp_flows       hash     struct hc_flow_key    -> struct hp_flow       HP_MAX_FLOWS      this program (daemon deletes closed flows)
- *   hp_rates       hash     struct hc_flow_key    -> struct hp_rate       HP_MAX_FLOWS      daemon
- *   hp_sel_flows   hash     struct hc_flow_key    -> __u32 job slot       HP_MAX_FLOWS      daemon
- *   hp_sel_ports   hash     struct hp_port_key    -> __u32 job slot       HP_MAX_PORTS      daemon
- *   hp_sel_remotes hash     struct hc_remote_key  -> __u32 job slot       HP_MAX_REMOTES    daemon
- *   hp_slot_rate   array    __u32 job slot        -> struct hp_rate       HP_MAX_SLOTS      daemon (a job-wide default rate)
- *   hp_ctl         array    __u32 0 or 1          -> struct hp_ctl        2                 0: daemon, 1: this program
- *   hp_bursts      ringbuf  struct hp_burst records                       HP_RINGBUF_PAGES  this program
- * hp_ctl holds two entries of the same struct: HP_CTL_KEY_CONTROL (heartbeat, lease, gap,
+ * mirrors every struct of hostctl.h and tests/unit/test_bpf_layout.py checks sizes and offsets):
+ *   name           type     key                   -> value                 max_entries       writer
+ *   hc_pace_flows  hash     struct hc_flow_key    -> struct hc_flow        HC_MAX_FLOWS      this program (daemon deletes closed flows)
+ *   hc_rates       hash     struct hc_flow_key    -> struct hc_rate        HC_MAX_FLOWS      daemon
+ *   hc_sel_flows   hash     struct hc_flow_key    -> __u32 job slot        HC_MAX_FLOWS      daemon
+ *   hc_sel_ports   hash     struct hc_port_key    -> __u32 job slot        HC_MAX_PORTS      daemon
+ *   hc_sel_remotes hash     struct hc_remote_key  -> __u32 job slot        HC_MAX_REMOTES    daemon
+ *   hc_slot_rate   array    __u32 job slot        -> struct hc_rate        HC_MAX_SLOTS      daemon (a job-wide default rate)
+ *   hc_pace_ctl    array    __u32 0 or 1          -> struct hc_pace_ctl    2                 0: daemon, 1: this program
+ *   hc_bursts      ringbuf  struct hc_burst records                        HC_RINGBUF_PAGES  this program
+ * Structs, sizes and the HP_* values are in hostctl.h (shared with tl_classify.c and the daemon).
+ * hc_pace_ctl holds two entries of the same struct: HP_CTL_KEY_CONTROL (heartbeat, lease, gap,
  * flags), written only by the daemon, and HP_CTL_KEY_COUNTERS (flows_full ... setopt_errors),
  * written only by this program. The daemon writes its entry whole (a map update cannot
  * write part of a value), so counters kept in the same entry would lose every increment
  * made between its read and its write.
- * Rate of a selected flow: hp_rates[flow] if present, else hp_slot_rate[slot] if not 0,
+ * Rate of a selected flow: hc_rates[flow] if present, else hc_slot_rate[slot] if not 0,
  * else unlimited (orig_rate_Bps). Rates are bytes/s in a __u32 (bpf_setsockopt takes an
  * int: at most 2^32-1 B/s, about 34 Gbit/s; ~0U means unlimited).
  *
  * Flow map full: the flow is not paced and not counted, its callbacks are switched
- * off, and hp_ctl.flows_full counts it (once per flow).
- * Compile-time settings (cflags from pacer.cflags()): HP_MAX_FLOWS, HP_MAX_PORTS,
- * HP_MAX_REMOTES, HP_MAX_SLOTS, HP_RINGBUF_PAGES.
+ * off, and hc_pace_ctl.flows_full counts it (once per flow).
+ * Compile-time settings (cflags from pacer.cflags()): HC_MAX_FLOWS, HC_MAX_PORTS,
+ * HC_MAX_REMOTES, HC_MAX_SLOTS, HC_RINGBUF_PAGES.
  */
 #include <uapi/linux/bpf.h>
 #include <uapi/linux/tcp.h>
 #include <linux/socket.h>
 
-#ifndef HP_MAX_FLOWS
-#define HP_MAX_FLOWS 16384
-#endif
-#ifndef HP_MAX_PORTS
-#define HP_MAX_PORTS 4096
-#endif
-#ifndef HP_MAX_REMOTES
-#define HP_MAX_REMOTES 4096
-#endif
-#ifndef HP_MAX_SLOTS
-#define HP_MAX_SLOTS 1024
-#endif
-#ifndef HP_RINGBUF_PAGES
-#define HP_RINGBUF_PAGES 64
-#endif
+#include "hostctl.h"  /* structs, sizes, HP_* values */
 
-#define HP_UNLIMITED 0xffffffffU
-#define HP_SLOT_WATCH 0xffffffffU  /* hp_sel_ports value: no slot, only callbacks (see the top) */
 #define HP_TCP_CLOSE 7
 
-/* hp_port_key.side */
-#define HP_SIDE_LOCAL 0
-#define HP_SIDE_REMOTE 1
-
-/* hp_flow.flags */
-#define HP_F_CLOSED 1        /* the socket reached TCP_CLOSE; the daemon may delete the entry */
-#define HP_F_SETOPT_ERR 2    /* the last bpf_setsockopt failed */
-
-/* hp_ctl keys */
-#define HP_CTL_KEY_CONTROL 0   /* the daemon's entry: heartbeat_ns, lease_ns, gap_ns, flags */
-#define HP_CTL_KEY_COUNTERS 1  /* this program's entry: flows_full, failopen_events, bursts_lost, setopt_errors */
-
-/* hp_ctl.flags */
-#define HP_CTL_TRACK_ALL 1   /* ask for RTT callbacks on every flow (late 4-tuple selection) */
-#define HP_CTL_RELEASE 2     /* orderly stop: give every flow its original rate back */
-
-struct hc_flow_key {
-    __u8 laddr[16];  /* local address; IPv4 as ::ffff:a.b.c.d */
-    __u8 raddr[16];  /* remote address; IPv4 as ::ffff:a.b.c.d */
-    __u16 lport;     /* host byte order */
-    __u16 rport;     /* host byte order */
-    __u32 pad;
-};
-
-struct hc_remote_key {
-    __u8 raddr[16];  /* remote address; IPv4 as ::ffff:a.b.c.d */
-    __u16 rport;     /* host byte order */
-    __u16 pad;
-};
-
-struct hp_port_key {
-    __u16 port;      /* host byte order */
-    __u8 side;       /* HP_SIDE_LOCAL (a served port) or HP_SIDE_REMOTE (a port connected to) */
-    __u8 pad;
-};
-
-struct hp_rate {
-    __u32 rate_Bps;  /* max pacing rate in bytes/s; 0 = not set (hp_slot_rate) */
-    __u32 pad;
-};
-
-struct hp_flow {
-    __u64 bytes_acked;       /* cumulative (tcp bytes_acked) */
-    __u64 bytes_sent;        /* bytes_acked + bytes in flight (snd_nxt - snd_una) */
-    __u64 first_ns;          /* bpf_ktime_get_ns() when the flow was selected */
-    __u64 last_ns;           /* last callback that saw ACK progress */
-    __u64 burst_start_ns;    /* first progress of the burst in progress */
-    __u64 burst_base_acked;  /* bytes_acked before the burst in progress */
-    __u64 bursts;            /* completed bursts */
-    __u64 callbacks;         /* program runs for this flow */
-    __u32 slot;              /* job slot (index into hp_slot_rate) */
-    __u32 rate_Bps;          /* rate applied now (HP_UNLIMITED = none) */
-    __u32 orig_rate_Bps;     /* SO_MAX_PACING_RATE before hostctl touched the flow */
-    __u32 srtt_us;           /* smoothed RTT (skops->srtt_us is in 1/8 us: converted) */
-    __u32 snd_cwnd;          /* segments */
-    __u32 total_retrans;
-    __u32 flags;             /* HP_F_* */
-    __u32 setopt_errors;
-};
-
-struct hp_burst {
-    struct hc_flow_key key;
-    __u64 start_ns;
-    __u64 end_ns;
-    __u64 bytes;             /* bytes acked during the burst */
-    __u32 slot;
-    __u32 pad;
-};
-
-struct hp_ctl {
-    /* entry HP_CTL_KEY_CONTROL (the daemon writes; the counters stay 0 there) */
-    __u64 heartbeat_ns;      /* daemon's CLOCK_MONOTONIC at its last heartbeat */
-    __u64 lease_ns;          /* fail open when now - heartbeat_ns > lease_ns (0: never) */
-    __u64 gap_ns;            /* no ACK progress for this long ends a burst */
-    __u64 flags;             /* HP_CTL_* */
-    /* entry HP_CTL_KEY_COUNTERS (this program writes; the fields above stay 0 there) */
-    __u64 flows_full;        /* flows not tracked because hp_flows was full */
-    __u64 failopen_events;   /* rate changes made because the lease had expired */
-    __u64 bursts_lost;       /* burst records dropped (ring buffer full) */
-    __u64 setopt_errors;     /* failed bpf_setsockopt calls */
-};
-
-BPF_HASH(hp_flows, struct hc_flow_key, struct hp_flow, HP_MAX_FLOWS);
-BPF_HASH(hp_rates, struct hc_flow_key, struct hp_rate, HP_MAX_FLOWS);
-BPF_HASH(hp_sel_flows, struct hc_flow_key, __u32, HP_MAX_FLOWS);
-BPF_HASH(hp_sel_ports, struct hp_port_key, __u32, HP_MAX_PORTS);
-BPF_HASH(hp_sel_remotes, struct hc_remote_key, __u32, HP_MAX_REMOTES);
-BPF_ARRAY(hp_slot_rate, struct hp_rate, HP_MAX_SLOTS);
-BPF_ARRAY(hp_ctl, struct hp_ctl, 2);
-BPF_RINGBUF_OUTPUT(hp_bursts, HP_RINGBUF_PAGES);
+BPF_HASH(hc_pace_flows, struct hc_flow_key, struct hc_flow, HC_MAX_FLOWS);
+BPF_HASH(hc_rates, struct hc_flow_key, struct hc_rate, HC_MAX_FLOWS);
+BPF_HASH(hc_sel_flows, struct hc_flow_key, __u32, HC_MAX_FLOWS);
+BPF_HASH(hc_sel_ports, struct hc_port_key, __u32, HC_MAX_PORTS);
+BPF_HASH(hc_sel_remotes, struct hc_remote_key, __u32, HC_MAX_REMOTES);
+BPF_ARRAY(hc_slot_rate, struct hc_rate, HC_MAX_SLOTS);
+BPF_ARRAY(hc_pace_ctl, struct hc_pace_ctl, 2);
+BPF_RINGBUF_OUTPUT(hc_bursts, HC_RINGBUF_PAGES);
 
 /* One 4-byte context load per field: the verifier refuses the 8-byte loads clang
  * would otherwise merge neighbouring address words into. */
@@ -208,20 +111,20 @@ static __always_inline int flow_key(struct bpf_sock_ops *skops, struct hc_flow_k
  * 0: neither. */
 static __always_inline int select_slot(struct hc_flow_key *k, __u32 *slot)
 {
-    __u32 *s = hp_sel_flows.lookup(k);
+    __u32 *s = hc_sel_flows.lookup(k);
     if (!s) {
-        struct hp_port_key pk = {.port = k->lport, .side = HP_SIDE_LOCAL};
-        s = hp_sel_ports.lookup(&pk);
+        struct hc_port_key pk = {.port = k->lport, .side = HP_SIDE_LOCAL};
+        s = hc_sel_ports.lookup(&pk);
         if (!s) {
             struct hc_remote_key rk = {};
             __builtin_memcpy(rk.raddr, k->raddr, 16);
             rk.rport = k->rport;
-            s = hp_sel_remotes.lookup(&rk);
+            s = hc_sel_remotes.lookup(&rk);
         }
         if (!s) {
             pk.port = k->rport;
             pk.side = HP_SIDE_REMOTE;
-            s = hp_sel_ports.lookup(&pk);
+            s = hc_sel_ports.lookup(&pk);
         }
     }
     if (!s)
@@ -232,7 +135,7 @@ static __always_inline int select_slot(struct hc_flow_key *k, __u32 *slot)
     return 1;
 }
 
-static __always_inline void set_rate(struct bpf_sock_ops *skops, struct hp_flow *f, struct hp_ctl *cnt,
+static __always_inline void set_rate(struct bpf_sock_ops *skops, struct hc_flow *f, struct hc_pace_ctl *cnt,
                                      __u32 want)
 {
     if (want == f->rate_Bps)
@@ -251,8 +154,8 @@ static __always_inline void set_rate(struct bpf_sock_ops *skops, struct hp_flow 
 int hc_pace(struct bpf_sock_ops *skops)
 {
     __u32 ctl_key = HP_CTL_KEY_CONTROL, cnt_key = HP_CTL_KEY_COUNTERS;
-    struct hp_ctl *ctl = hp_ctl.lookup(&ctl_key);
-    struct hp_ctl *cnt = hp_ctl.lookup(&cnt_key);
+    struct hc_pace_ctl *ctl = hc_pace_ctl.lookup(&ctl_key);
+    struct hc_pace_ctl *cnt = hc_pace_ctl.lookup(&cnt_key);
     if (!ctl || !cnt)
         return 1;
     __u32 op = skops->op;
@@ -264,11 +167,11 @@ int hc_pace(struct bpf_sock_ops *skops)
     if (flow_key(skops, &key) < 0)
         return 1;
     __u64 now = bpf_ktime_get_ns();
-    struct hp_flow *f = hp_flows.lookup(&key);
+    struct hc_flow *f = hc_pace_flows.lookup(&key);
     if (f && (op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)) {
         /* A row found at ESTABLISHED belongs to an earlier connection with the same
          * 4-tuple (closed, not yet forgotten by the daemon): start this one afresh. */
-        hp_flows.delete(&key);
+        hc_pace_flows.delete(&key);
         f = 0;
     }
     if (!f) {
@@ -281,7 +184,7 @@ int hc_pace(struct bpf_sock_ops *skops)
                 bpf_sock_ops_cb_flags_set(skops, BPF_SOCK_OPS_RTT_CB_FLAG);
             return 1;
         }
-        struct hp_flow nf = {};
+        struct hc_flow nf = {};
         nf.slot = slot;
         nf.first_ns = now;
         nf.last_ns = 0;
@@ -293,16 +196,16 @@ int hc_pace(struct bpf_sock_ops *skops)
         if (bpf_getsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &orig, sizeof(orig)) == 0)
             nf.orig_rate_Bps = (__u32)orig;
         nf.rate_Bps = nf.orig_rate_Bps;
-        if (hp_flows.insert(&key, &nf) != 0) {
+        if (hc_pace_flows.insert(&key, &nf) != 0) {
             /* full (or a racing insert): leave the flow alone for good */
-            if (!hp_flows.lookup(&key)) {
+            if (!hc_pace_flows.lookup(&key)) {
                 __sync_fetch_and_add(&cnt->flows_full, 1);
                 bpf_sock_ops_cb_flags_set(skops, 0);
                 return 1;
             }
         }
         bpf_sock_ops_cb_flags_set(skops, BPF_SOCK_OPS_RTT_CB_FLAG | BPF_SOCK_OPS_STATE_CB_FLAG);
-        f = hp_flows.lookup(&key);
+        f = hc_pace_flows.lookup(&key);
         if (!f)
             return 1;
     }
@@ -332,13 +235,13 @@ int hc_pace(struct bpf_sock_ops *skops)
             __u64 end_acked = f->bytes_sent < acked ? f->bytes_sent : acked;
             if (end_acked < f->bytes_acked)
                 end_acked = f->bytes_acked;
-            struct hp_burst b = {};
+            struct hc_burst b = {};
             b.key = key;
             b.start_ns = f->burst_start_ns;
             b.end_ns = f->last_ns;  /* last progress seen; the burst's last ACK may be later */
             b.bytes = end_acked - f->burst_base_acked;
             b.slot = f->slot;
-            if (hp_bursts.ringbuf_output(&b, sizeof(b), 0) != 0)
+            if (hc_bursts.ringbuf_output(&b, sizeof(b), 0) != 0)
                 __sync_fetch_and_add(&cnt->bursts_lost, 1);
             f->bursts++;
             f->burst_base_acked = end_acked;
@@ -360,12 +263,12 @@ int hc_pace(struct bpf_sock_ops *skops)
         if (want != f->rate_Bps)
             __sync_fetch_and_add(&cnt->failopen_events, 1);
     } else {
-        struct hp_rate *r = hp_rates.lookup(&key);
+        struct hc_rate *r = hc_rates.lookup(&key);
         if (r && r->rate_Bps) {
             want = r->rate_Bps;
         } else {
             __u32 slot = f->slot;
-            struct hp_rate *sr = hp_slot_rate.lookup(&slot);
+            struct hc_rate *sr = hc_slot_rate.lookup(&slot);
             if (sr && sr->rate_Bps)
                 want = sr->rate_Bps;
         }

@@ -18,12 +18,13 @@
  *
  * Maps (all written by the daemon, hostctl/datapath/classifier.py):
  *   name          type   key                   -> value                  max_entries      reader
- *   hc_flows      hash   struct hc_flow_key    -> __u32 job slot          MAX_FLOW_ENTRIES this program
- *   hc_ports      hash   __u32 local port      -> __u32 job slot          MAX_PORT_ENTRIES this program
- *   hc_remotes    hash   struct hc_remote_key  -> __u32 job slot          MAX_REMOTE_ENTRIES this program
- *   hc_job_class  array  __u32 job slot        -> struct hc_job_class     MAX_JOB_SLOTS    this program
- *   hc_job_stats  array  __u32 job slot        -> struct hc_job_stats     MAX_JOB_SLOTS    daemon (written here)
+ *   hc_flows      hash   struct hc_flow_key    -> __u32 job slot          HC_MAX_FLOWS     this program
+ *   hc_ports      hash   __u32 local port      -> __u32 job slot          HC_MAX_PORTS     this program
+ *   hc_remotes    hash   struct hc_remote_key  -> __u32 job slot          HC_MAX_REMOTES   this program
+ *   hc_job_class  array  __u32 job slot        -> struct hc_job_class     HC_MAX_SLOTS     this program
+ *   hc_job_stats  array  __u32 job slot        -> struct hc_job_stats     HC_MAX_SLOTS     daemon (written here)
  *   hc_ctl        array  __u32 0               -> struct hc_ctl           1                both (tl_redirect too)
+ * Structs and sizes are in hostctl.h (shared with hc_pace.c and the daemon).
  * hc_remotes (remote address + remote port) classifies a worker's connections to its
  * PS from their first packet (the daemon writes no 4-tuple for them), and still does
  * when the worker sits in a container behind masquerading NAT (source address and
@@ -31,8 +32,8 @@
  * A rotation rewrites only hc_job_class entries (one 8-byte value per job, atomic
  * per entry): no packet is dropped and shaping never stops.
  *
- * Compile-time settings (cflags, built by classifier.cflags()): MAX_FLOW_ENTRIES,
- * MAX_PORT_ENTRIES, MAX_REMOTE_ENTRIES, MAX_JOB_SLOTS, L2_HLEN (14 on Ethernet/veth,
+ * Compile-time settings (cflags, built by classifier.cflags()): HC_MAX_FLOWS,
+ * HC_MAX_PORTS, HC_MAX_REMOTES, HC_MAX_SLOTS, L2_HLEN (14 on Ethernet/veth,
  * 0 on L3 devices),
  * CONTROL_CLASSID (the class of TCP segments without data: control_class() below;
  * 0 = no control class: those of no job stay in the default class, a job's in its band).
@@ -55,21 +56,11 @@
 #include <uapi/linux/pkt_cls.h>
 #include <uapi/linux/if_ether.h>
 
+#include "hostctl.h"  /* structs and sizes */
+
 /* Classic (not direct-action) mode: 0 = no match, the packet goes to htb's default class. */
 #define NO_MATCH 0
 
-#ifndef MAX_FLOW_ENTRIES
-#define MAX_FLOW_ENTRIES 16384
-#endif
-#ifndef MAX_PORT_ENTRIES
-#define MAX_PORT_ENTRIES 4096
-#endif
-#ifndef MAX_REMOTE_ENTRIES
-#define MAX_REMOTE_ENTRIES 4096
-#endif
-#ifndef MAX_JOB_SLOTS
-#define MAX_JOB_SLOTS 1024
-#endif
 #ifndef L2_HLEN
 #define L2_HLEN 14
 #endif
@@ -93,48 +84,11 @@
 #define LPORT 0
 #endif
 
-struct hc_flow_key {
-    __u8 laddr[16];  /* local address; IPv4 as ::ffff:a.b.c.d */
-    __u8 raddr[16];  /* remote address; IPv4 as ::ffff:a.b.c.d */
-    __u16 lport;     /* host byte order */
-    __u16 rport;     /* host byte order */
-    __u32 pad;
-};
-
-struct hc_remote_key {
-    __u8 raddr[16];  /* remote address; IPv4 as ::ffff:a.b.c.d */
-    __u16 rport;     /* host byte order */
-    __u16 pad;
-};
-
-struct hc_job_class {
-    __u32 classid;   /* htb classid (major<<16|minor); 0 = default class */
-    __u32 pad;
-};
-
-struct hc_job_stats {
-    __u64 tx_bytes;          /* egress bytes (skb->len, L2 included) */
-    __u64 tx_packets;
-    __u64 last_ns;           /* bpf_ktime_get_ns() of the last packet */
-    __u64 burst_bytes;       /* bytes of the burst in progress */
-    __u64 last_burst_bytes;  /* size of the last completed burst */
-    __u64 bursts;            /* completed bursts (gap > burst_gap_ns ends one) */
-};
-
-struct hc_ctl {
-    __u64 heartbeat_ns;   /* daemon's CLOCK_MONOTONIC at its last heartbeat */
-    __u64 lease_ns;       /* fail open when now - heartbeat_ns > lease_ns; 0 = never */
-    __u64 burst_gap_ns;   /* idle gap that separates two bursts of a job */
-    __u64 failopen_pkts;  /* packets passed unclassified because the lease expired */
-    __u32 ifb_ifindex;    /* HC_INGRESS: IFB to redirect ingress to; 0 = do not redirect */
-    __u32 pad;
-};
-
-BPF_HASH(hc_flows, struct hc_flow_key, __u32, MAX_FLOW_ENTRIES);
-BPF_HASH(hc_ports, __u32, __u32, MAX_PORT_ENTRIES);
-BPF_HASH(hc_remotes, struct hc_remote_key, __u32, MAX_REMOTE_ENTRIES);
-BPF_ARRAY(hc_job_class, struct hc_job_class, MAX_JOB_SLOTS);
-BPF_ARRAY(hc_job_stats, struct hc_job_stats, MAX_JOB_SLOTS);
+BPF_HASH(hc_flows, struct hc_flow_key, __u32, HC_MAX_FLOWS);
+BPF_HASH(hc_ports, __u32, __u32, HC_MAX_PORTS);
+BPF_HASH(hc_remotes, struct hc_remote_key, __u32, HC_MAX_REMOTES);
+BPF_ARRAY(hc_job_class, struct hc_job_class, HC_MAX_SLOTS);
+BPF_ARRAY(hc_job_stats, struct hc_job_stats, HC_MAX_SLOTS);
 BPF_ARRAY(hc_ctl, struct hc_ctl, 1);
 
 /* A TCP segment without data (a pure ACK, SYN, FIN, RST) goes to the control class

@@ -1,7 +1,7 @@
 """Per-slot flow monitor of the MLCC pacer (pure: numpy and stdlib, no clock, no I/O).
 
 Every slot the daemon reads the cumulative bytes acked of every selected flow
-(hc_pace.c's hp_flows) and drains the burst records (hp_bursts), then calls
+(hc_pace.c's hc_pace_flows) and drains the burst records (hc_bursts), then calls
 ``bursts()`` and ``observe()`` (in that order preferably; the other order works,
 decisions just come one slot later). Times are the kernel's CLOCK_MONOTONIC in
 seconds; ``observe()``'s t_s must be the time of the counter read itself (the

@@ -19,11 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from hostctl.core.bpfabi import DEFINES
 from hostctl.core.plan import endpoint_str, job_entries
 from hostctl.core.types import FlowKey, Job, JobSpec
 
 SIDES = ("local", "remote")
-WATCH_SLOT = 0xFFFFFFFF  # = HP_SLOT_WATCH in bpf/hc_pace.c
+WATCH_SLOT = DEFINES["HP_SLOT_WATCH"]  # a selector that only asks for callbacks (bpf/hostctl.h)
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,10 @@ class PaceTable:
         }
 
 
-MAX_FLOW_SELECTORS = 16384  # = HP_MAX_FLOWS: hp_sel_flows holds no more
-MAX_PORT_SELECTORS = 4096  # = HP_MAX_PORTS
-MAX_REMOTE_SELECTORS = 4096  # = HP_MAX_REMOTES
+# the sizes of hc_pace.c's selector maps (hostctl/bpf/hostctl.h): they hold no more
+MAX_FLOW_SELECTORS = DEFINES["HC_MAX_FLOWS"]
+MAX_PORT_SELECTORS = DEFINES["HC_MAX_PORTS"]
+MAX_REMOTE_SELECTORS = DEFINES["HC_MAX_REMOTES"]
 
 
 def selectors(jobs: Sequence[Job], slots: Mapping[str, int], *, watch_ports: Iterable[int] = (),

@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
+from hostctl.core.bpfabi import DEFINES
 from hostctl.core.types import FlowKey, Job, shared_ports
 
 QDISC_MAJOR = 0x6863
@@ -50,10 +51,11 @@ DEFAULT_PRIO = 7
 BAND_MIN_RATE_BPS = 100_000  # 100kbit guaranteed per band (reference code's $MIN)
 QUANTUM_BYTES = 65536  # DRR quantum for classes sharing a prio level (explicit: avoids htb warnings)
 FILTER_PRIO = 1
-MAX_JOB_SLOTS = 1024
-MAX_PORT_ENTRIES = 4096
-MAX_FLOW_ENTRIES = 16384
-MAX_REMOTE_ENTRIES = 4096
+# sizes of the classifier's maps: hostctl/bpf/hostctl.h
+MAX_JOB_SLOTS = DEFINES["HC_MAX_SLOTS"]
+MAX_PORT_ENTRIES = DEFINES["HC_MAX_PORTS"]
+MAX_FLOW_ENTRIES = DEFINES["HC_MAX_FLOWS"]
+MAX_REMOTE_ENTRIES = DEFINES["HC_MAX_REMOTES"]
 
 
 def band_classid(band: int) -> int:

@@ -1,8 +1,8 @@
 """Every kernel effect behind one small interface.
 
 ``Datapath`` is implemented by ``LinuxDatapath`` (pyroute2 netlink + bcc) and
-``FakeDatapath`` (in memory, for unit tests of the daemon). Both run the same
-contract tests (tests/unit/test_datapath_contract.py, tests/integration/...).
+``FakeDatapath`` (in memory, for unit tests of the daemon). One scenario runs against
+both and compares what they report: tests/integration/test_datapath_contract.py.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class Counters:
 
 
 class FlowRecord(NamedTuple):
-    """One paced/monitored flow as the kernel sees it (a row of hp_flows, hostctl/bpf/hc_pace.c). A
+    """One paced/monitored flow as the kernel sees it (a row of hc_pace_flows, hostctl/bpf/hc_pace.c). A
     NamedTuple: every flow's row is read every slot."""
 
     key: FlowKey
@@ -142,6 +142,10 @@ class PacingReadout:
 
 
 class Datapath(Protocol):
+    """What the daemon (hostctl/daemon.py, pacectl.py, mlccctl.py) calls, in this order:
+    setup, then per slot heartbeat / apply / pace / read_counters / read_pacing / forget,
+    then teardown; close last."""
+
     def setup(self, plan: TcPlan) -> None:
         """Install the plan (idempotent: a second call with the same plan changes nothing)."""
 
@@ -151,8 +155,9 @@ class Datapath(Protocol):
     def heartbeat(self) -> None:
         """Tell the kernel side the daemon is alive (fail-open lease)."""
 
-    def read_counters(self) -> Counters:
-        """One batched read of class and job counters."""
+    def read_counters(self, slots: set[int] | None = None) -> Counters:
+        """One batched read of the class counters and of the job counters of ``slots`` (none when
+        ``slots`` is None or empty)."""
 
     def pace(self, table: PaceTable) -> int:
         """Make the pacing maps equal to ``table`` (selectors and rates); returns map writes."""
@@ -165,3 +170,6 @@ class Datapath(Protocol):
 
     def teardown(self) -> None:
         """Remove everything setup() created and restore the previous state (idempotent)."""
+
+    def close(self) -> None:
+        """Release what the object itself holds (the netlink socket), after teardown()."""

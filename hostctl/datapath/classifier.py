@@ -43,10 +43,11 @@ def bpf_source(name: str) -> Path:
 def cflags(l2_hlen: int = 14, ingress: bool = False) -> list[str]:
     """Compile-time settings of the classifier (never edit the C text)."""
     return ["-DHC_INGRESS=1"] * ingress + [
-        f"-DMAX_FLOW_ENTRIES={MAX_FLOW_ENTRIES}",
-        f"-DMAX_PORT_ENTRIES={MAX_PORT_ENTRIES}",
-        f"-DMAX_REMOTE_ENTRIES={MAX_REMOTE_ENTRIES}",
-        f"-DMAX_JOB_SLOTS={MAX_JOB_SLOTS}",
+        f"-I{bpf_dir()}",  # hostctl.h
+        f"-DHC_MAX_FLOWS={MAX_FLOW_ENTRIES}",
+        f"-DHC_MAX_PORTS={MAX_PORT_ENTRIES}",
+        f"-DHC_MAX_REMOTES={MAX_REMOTE_ENTRIES}",
+        f"-DHC_MAX_SLOTS={MAX_JOB_SLOTS}",
         f"-DL2_HLEN={l2_hlen}",
         f"-DCONTROL_CLASSID={CONTROL_CLASSID:#x}",
         "-w",

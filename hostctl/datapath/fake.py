@@ -32,11 +32,14 @@ class FakeDatapath:
         self.ingress_class_bytes: dict[int, int] = {}  # the IFB's classes (ingress bands)
         self.rx_job_bytes: dict[int, int] = {}
         self.torn_down = 0
+        self.closed = False
         self.pace_table = PaceTable()
         self.pace_writes: list[PaceTable] = []
         self.kflows: dict[FlowKey, FlowRecord] = {}  # the kernel's flow table, driven by connect/transfer
         self.kbursts: list[Burst] = []
-        self.ctl = {"flows_full": 0, "failopen_events": 0, "bursts_lost": 0, "setopt_errors": 0}
+        # the program's control words and counters, as Pacer.ctl() reads them
+        self.ctl = {"heartbeat_ns": 0, "lease_ns": 0, "gap_ns": 0, "flags": 0,
+                    "flows_full": 0, "failopen_events": 0, "bursts_lost": 0, "setopt_errors": 0}
 
     def setup(self, plan: TcPlan) -> None:
         self.setups += 1
@@ -164,3 +167,6 @@ class FakeDatapath:
         self.root = self.previous_root
         self.plan = None
         self.table = ClassifierTable()
+
+    def close(self) -> None:
+        self.closed = True

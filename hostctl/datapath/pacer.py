@@ -4,7 +4,7 @@ clean`` can undo a crashed daemon.
 
 Scope and names:
   scope        a cgroup v2 directory; its id is the directory's inode
-  pins         <bpffs>/hostctl/cg<id>/{hc_pace, hp_flows, hp_rates, ...}
+  pins         <bpffs>/hostctl/cg<id>/{hc_pace, hc_pace_flows, hc_rates, ...}
   owner record /run/hostctl/pace/cg<id>.json: pid, cgroup (path, and path below the
                cgroup v2 root), pin folder (or none), program id, netns
 One daemon per scope: a second one is refused while the owner lives.
@@ -43,37 +43,40 @@ import numpy as np
 
 from hostctl import consts
 from hostctl.cgroups import cgroup_pids  # noqa: F401  (re-exported: tests use pacer.cgroup_pids)
+from hostctl.core.bpfabi import DEFINES
 from hostctl.core.pace import WATCH_SLOT, PaceTable
 from hostctl.core.types import FlowKey
 from hostctl.datapath import Burst, BurstBatch, FlowRecord, bpfsys
-from hostctl.datapath.classifier import addr16, bpf_source, import_bcc
+from hostctl.datapath.classifier import addr16, bpf_dir, bpf_source, import_bcc
 from hostctl.errors import DatapathError, ProbeError
 
 log = logging.getLogger("hostctl.datapath")
 
 PROG_NAME = "hc_pace"
-MAP_NAMES = ("hp_flows", "hp_rates", "hp_sel_flows", "hp_sel_ports", "hp_sel_remotes", "hp_slot_rate", "hp_ctl",
-             "hp_bursts")
-HP_MAX_FLOWS = 16384
-HP_MAX_PORTS = 4096
-HP_MAX_REMOTES = 4096
-HP_MAX_SLOTS = 1024
-HP_RINGBUF_PAGES = 64
-UNLIMITED = 0xFFFFFFFF
+MAP_NAMES = ("hc_pace_flows", "hc_rates", "hc_sel_flows", "hc_sel_ports", "hc_sel_remotes", "hc_slot_rate",
+             "hc_pace_ctl", "hc_bursts")
+# Compatibility: pins of a hostctl from before the maps were named hc_* (hp_<name>, in
+# MAP_NAMES' order); _open_objects and release() still find and remove them.
+OLD_MAP_NAMES = dict(zip(("hp_flows", "hp_rates", "hp_sel_flows", "hp_sel_ports", "hp_sel_remotes", "hp_slot_rate",
+                          "hp_ctl", "hp_bursts"), MAP_NAMES))
+# sizes and values shared with the program: hostctl/bpf/hostctl.h
+HC_MAX_FLOWS = DEFINES["HC_MAX_FLOWS"]
+SIZES = ("HC_MAX_FLOWS", "HC_MAX_PORTS", "HC_MAX_REMOTES", "HC_MAX_SLOTS", "HC_RINGBUF_PAGES")  # passed with -D
+UNLIMITED = DEFINES["HP_UNLIMITED"]
 HP_SLOT_WATCH = WATCH_SLOT  # a remote-port selector that only asks for callbacks (core/pace.py)
 MAX_RATE_BPS_BYTES = UNLIMITED - 1  # the largest settable rate, bytes/s (~34 Gbit/s)
 MIN_RATE_BYTES = 12_500  # 100 kbit/s: a rate of 0 would stall TCP; never go below this
 
-HP_F_CLOSED = 1
-HP_F_SETOPT_ERR = 2
-HP_CTL_TRACK_ALL = 1
-HP_CTL_RELEASE = 2
-# hp_ctl has two entries: the daemon's control words and the program's counters (so that
+HP_F_CLOSED = DEFINES["HP_F_CLOSED"]
+HP_F_SETOPT_ERR = DEFINES["HP_F_SETOPT_ERR"]
+HP_CTL_TRACK_ALL = DEFINES["HP_CTL_TRACK_ALL"]
+HP_CTL_RELEASE = DEFINES["HP_CTL_RELEASE"]
+# hc_pace_ctl has two entries: the daemon's control words and the program's counters (so that
 # a heartbeat, which writes its entry whole, never overwrites a counter increment)
-HP_CTL_KEY_CONTROL = 0
-HP_CTL_KEY_COUNTERS = 1
+HP_CTL_KEY_CONTROL = DEFINES["HP_CTL_KEY_CONTROL"]
+HP_CTL_KEY_COUNTERS = DEFINES["HP_CTL_KEY_COUNTERS"]
 CTL_COUNTERS = ("flows_full", "failopen_events", "bursts_lost", "setopt_errors")
-SIDE = {"local": 0, "remote": 1}
+SIDE = {"local": DEFINES["HP_SIDE_LOCAL"], "remote": DEFINES["HP_SIDE_REMOTE"]}
 
 OWNER_DIR = os.path.join(consts.RUN_DIR, "pace")
 # Scopes held by a Pacer of this process that is not closed yet. The owner record cannot
@@ -82,7 +85,7 @@ OWNER_DIR = os.path.join(consts.RUN_DIR, "pace")
 _LIVE_SCOPES: set[str] = set()
 
 
-# -- C struct mirrors (tests/unit/test_bpf_layout.py checks them against hc_pace.c) --------
+# -- C struct mirrors (tests/unit/test_bpf_layout.py checks them against hostctl.h) --------
 class FlowKeyC(ctypes.Structure):
     _fields_ = [("laddr", ctypes.c_uint8 * 16), ("raddr", ctypes.c_uint8 * 16),
                 ("lport", ctypes.c_uint16), ("rport", ctypes.c_uint16), ("pad", ctypes.c_uint32)]
@@ -130,14 +133,14 @@ class CtlC(ctypes.Structure):
                 ("bursts_lost", ctypes.c_uint64), ("setopt_errors", ctypes.c_uint64)]
 
 
-MIRRORS = {"hc_flow_key": FlowKeyC, "hc_remote_key": RemoteKeyC, "hp_port_key": PortKeyC, "hp_rate": RateC,
-           "hp_flow": FlowC, "hp_burst": BurstC, "hp_ctl": CtlC}
+MIRRORS = {"hc_flow_key": FlowKeyC, "hc_remote_key": RemoteKeyC, "hc_port_key": PortKeyC, "hc_rate": RateC,
+           "hc_flow": FlowC, "hc_burst": BurstC, "hc_pace_ctl": CtlC}
 
 
-def cflags(max_flows: int = HP_MAX_FLOWS) -> list[str]:
-    return [f"-DHP_MAX_FLOWS={max_flows}", f"-DHP_MAX_PORTS={HP_MAX_PORTS}", f"-DHP_MAX_REMOTES={HP_MAX_REMOTES}",
-            f"-DHP_MAX_SLOTS={HP_MAX_SLOTS}",
-            f"-DHP_RINGBUF_PAGES={HP_RINGBUF_PAGES}", "-w"]
+def cflags(max_flows: int = HC_MAX_FLOWS) -> list[str]:
+    """The include folder of hostctl.h and the map sizes (the header's; a test may shrink the flows)."""
+    sizes = {**{n: DEFINES[n] for n in SIZES}, "HC_MAX_FLOWS": max_flows}
+    return [f"-I{bpf_dir()}", *(f"-D{n}={v}" for n, v in sizes.items()), "-w"]
 
 
 def key_bytes(f: FlowKey) -> FlowKeyC:
@@ -358,7 +361,7 @@ def _records(keys: bytes, values: bytes) -> list[FlowRecord]:
             for raw, f in zip([keys[i:i + ks] for i in range(0, len(keys), ks)], _FLOW_KEPT.iter_unpack(values))]
 
 
-# a ring buffer record of hp_bursts: the kernel's 8-byte header, then struct hp_burst
+# a ring buffer record of hc_bursts: the kernel's 8-byte header, then struct hc_burst
 _BURST_REC = np.dtype([("len", "<u4"), ("pgoff", "<u4"), ("key", f"V{_KEY_SIZE}"), ("start_ns", "<u8"),
                        ("end_ns", "<u8"), ("bytes", "<u8"), ("slot", "<u4"), ("pad", "<u4")])
 assert _BURST_REC.itemsize == bpfsys.RINGBUF_HDR + _BURST_SIZE
@@ -415,7 +418,7 @@ class Pacer:
     """The loaded program, attached and pinned; its maps kept equal to a PaceTable."""
 
     def __init__(self, cgroup: str = "/", *, lease_s: float = 1.0, gap_s: float = 0.020,
-                 max_flows: int = HP_MAX_FLOWS, track_all: bool = True) -> None:
+                 max_flows: int = HC_MAX_FLOWS, track_all: bool = True) -> None:
         """track_all: give every flow of the cgroup RTT callbacks from the start, so that a
         flow can be selected by its 4-tuple after it is established (the daemon learns
         client flows by discovery, after they exist). The program can only act on a flow
@@ -490,16 +493,17 @@ class Pacer:
         except Exception as e:
             raise ProbeError(f"the kernel refused {src.name} ({e}); it needs BPF_PROG_TYPE_SOCK_OPS and "
                              "CONFIG_CGROUP_BPF (docs/operations.md)") from e
-        self.maps = {n: self.bpf[n.encode()] for n in MAP_NAMES if n != "hp_bursts"}
+        self.maps = {n: self.bpf[n.encode()] for n in MAP_NAMES if n != "hc_bursts"}
         self._write_ctl(self._flags)
         try:  # the records in bulk from the mapped ring buffer; else one bcc callback per record
-            self._ring = bpfsys.RingReader(self.bpf[b"hp_bursts"].map_fd, _BURST_SIZE)
+            self._ring = bpfsys.RingReader(self.bpf[b"hc_bursts"].map_fd, _BURST_SIZE)
         except OSError as e:
             log.info("reading the burst ring buffer through bcc (%s)", e)
-            self.bpf[b"hp_bursts"].open_ring_buffer(self._on_burst)
+            self.bpf[b"hc_bursts"].open_ring_buffer(self._on_burst)
         if self.pin_dir is not None:
             os.makedirs(self.pin_dir, mode=0o700, exist_ok=True)
-            for n in (PROG_NAME, *MAP_NAMES):  # a dead daemon's, left after a clean from a private /sys
+            # a dead daemon's, left after a clean from a private /sys
+            for n in (PROG_NAME, *MAP_NAMES, *OLD_MAP_NAMES):
                 if os.path.exists(stale := os.path.join(self.pin_dir, n)):
                     log.warning("removing the stale pin %s", stale)
                     os.unlink(stale)
@@ -519,14 +523,14 @@ class Pacer:
     def _write_ctl(self, flags: int) -> None:
         # the control entry is the daemon's alone (the program writes its counters to the other
         # one), so it is written whole, without reading it first; raw syscall: every slot
-        bpfsys.map_update(self.maps["hp_ctl"].map_fd, _CTL_KEYS[0], _CTL.pack(
+        bpfsys.map_update(self.maps["hc_pace_ctl"].map_fd, _CTL_KEYS[0], _CTL.pack(
             time.monotonic_ns(), self.lease_ns, self.gap_ns, flags, 0, 0, 0, 0))  # CLOCK_MONOTONIC == bpf_ktime_get_ns()
 
     def heartbeat(self) -> None:
         self._write_ctl(self._flags)
 
     def ctl(self) -> dict[str, int]:
-        return _read_ctl(self.maps["hp_ctl"].map_fd)
+        return _read_ctl(self.maps["hc_pace_ctl"].map_fd)
 
     def apply(self, table: PaceTable) -> int:
         """Diff against what is loaded and write only the changes. New selectors and rates
@@ -538,28 +542,28 @@ class Pacer:
             self._flags = want_flags
             self._write_ctl(self._flags)
             writes += 1
-        sr = self.maps["hp_slot_rate"]
+        sr = self.maps["hc_slot_rate"]
         for slot, rate in table.slot_rates.items():
             if cur.slot_rates.get(slot) != rate:
                 sr[sr.Key(slot)] = sr.Leaf(clamp_rate(rate), 0)
                 writes += 1
-        rates = self.maps["hp_rates"]
+        rates = self.maps["hc_rates"]
         old = cur.flow_rates.get
         changed = [(flow, rate) for flow, rate in table.flow_rates.items() if old(flow) != rate]
         if changed:
             self._write_rates(rates, changed)
             writes += len(changed)
-        ports = self.maps["hp_sel_ports"]
+        ports = self.maps["hc_sel_ports"]
         for (port, side), slot in table.ports.items():
             if cur.ports.get((port, side)) != slot:
                 ports[PortKeyC(port, SIDE[side], 0)] = ports.Leaf(slot)
                 writes += 1
-        remotes = self.maps["hp_sel_remotes"]
+        remotes = self.maps["hc_sel_remotes"]
         for endpoint, slot in table.remotes.items():
             if cur.remotes.get(endpoint) != slot:
                 remotes[remote_key(endpoint)] = remotes.Leaf(slot)
                 writes += 1
-        flows = self.maps["hp_sel_flows"]
+        flows = self.maps["hc_sel_flows"]
         for flow, slot in table.flows.items():
             if cur.flows.get(flow) != slot:
                 flows[key_bytes(flow)] = flows.Leaf(slot)
@@ -582,7 +586,7 @@ class Pacer:
         return writes
 
     def _write_rates(self, rates, changed: list[tuple[FlowKey, int]]) -> None:
-        """The flows' new rates into hp_rates: one BPF_MAP_UPDATE_BATCH call (under `cap` every flow of
+        """The flows' new rates into hc_rates: one BPF_MAP_UPDATE_BATCH call (under `cap` every flow of
         a job gets a new rate whenever the job's set of active flows changes), else one update per flow
         (kernels without batch ops for hash maps, or what a failed batch did not write: bcc's update
         then raises as it always did)."""
@@ -603,7 +607,7 @@ class Pacer:
     # -- reading ----------------------------------------------------------------------------
     def flows(self) -> list[FlowRecord]:
         """One batched read of every selected flow."""
-        m = self.maps["hp_flows"]
+        m = self.maps["hc_pace_flows"]
         if self._batch is not False:
             try:
                 if self._batch is None:
@@ -616,7 +620,7 @@ class Pacer:
 
     def forget(self, keys: list[FlowKey]) -> None:
         """Delete closed flows' entries (after their last counters were read)."""
-        m = self.maps["hp_flows"]
+        m = self.maps["hc_pace_flows"]
         for k in keys:
             try:
                 del m[key_bytes(k)]
@@ -683,15 +687,15 @@ _CTL_KEYS = [k.to_bytes(4, "little") for k in (HP_CTL_KEY_CONTROL, HP_CTL_KEY_CO
 
 
 def _read_ctl(fd: int) -> dict[str, int]:
-    """hp_ctl's two entries as one dict: control words from the first, counters from the second."""
+    """hc_pace_ctl's two entries as one dict: control words from the first, counters from the second."""
     control, counters = (bpfsys.map_lookup(fd, k, _CTL.size) or bytes(_CTL.size) for k in _CTL_KEYS)
     c, n = _CTL.unpack(control), _CTL.unpack(counters)
     return {name: (n if name in CTL_COUNTERS else c)[i] for i, name in enumerate(_CTL_NAMES)}
 
 
 def pinned_ctl(pin_dir: str) -> dict[str, int]:
-    """ctl() of a pacer from its pinned hp_ctl (e.g. a crashed daemon's)."""
-    fd = bpfsys.obj_get(os.path.join(pin_dir, "hp_ctl"))
+    """ctl() of a pacer from its pinned hc_pace_ctl (e.g. a crashed daemon's)."""
+    fd = bpfsys.obj_get(os.path.join(pin_dir, "hc_pace_ctl"))
     try:
         return _read_ctl(fd)
     finally:
@@ -699,7 +703,7 @@ def pinned_ctl(pin_dir: str) -> dict[str, int]:
 
 
 def _flows_of(fd: int) -> list[FlowRecord]:
-    """The rows of an hp_flows map, by its fd."""
+    """The rows of an hc_pace_flows map, by its fd."""
     ksz, vsz = ctypes.sizeof(FlowKeyC), ctypes.sizeof(FlowC)
     out = []
     for kb in bpfsys.map_keys(fd, ksz):
@@ -710,7 +714,7 @@ def _flows_of(fd: int) -> list[FlowRecord]:
 
 
 def _pinned_flows(pin_dir: str) -> list[FlowRecord]:
-    fd = bpfsys.obj_get(os.path.join(pin_dir, "hp_flows"))
+    fd = bpfsys.obj_get(os.path.join(pin_dir, "hc_pace_flows"))
     try:
         return _flows_of(fd)
     finally:
@@ -731,7 +735,7 @@ def _open_objects(owner: dict) -> tuple[int, dict[str, int]]:
     cgroup attachment keeps program and maps alive). The caller closes them."""
     pin_dir = owner.get("pin_dir") and _host_path(owner["pin_dir"])
     if pin_dir and os.path.exists(os.path.join(pin_dir, PROG_NAME)):
-        maps = {n: bpfsys.obj_get(os.path.join(pin_dir, n)) for n in MAP_NAMES
+        maps = {OLD_MAP_NAMES.get(n, n): bpfsys.obj_get(os.path.join(pin_dir, n)) for n in (*OLD_MAP_NAMES, *MAP_NAMES)
                 if os.path.exists(os.path.join(pin_dir, n))}
         return bpfsys.obj_get(os.path.join(pin_dir, PROG_NAME)), maps
     prog_id = int(owner.get("prog_id") or 0)
@@ -751,7 +755,9 @@ def _open_objects(owner: dict) -> tuple[int, dict[str, int]]:
             fd = bpfsys.map_get_fd_by_id(mid)
         except OSError:
             continue
-        if (n := bpfsys.map_name(fd)) in MAP_NAMES and n not in maps:
+        n = bpfsys.map_name(fd)
+        n = OLD_MAP_NAMES.get(n, n)  # a program loaded by an older hostctl
+        if n in MAP_NAMES and n not in maps:
             maps[n] = fd
         else:
             os.close(fd)
@@ -787,10 +793,10 @@ def release_scope(owner: dict) -> str:
     parts = []
     prog, maps = _open_objects(owner)
     try:
-        if "hp_ctl" in maps and "hp_flows" in maps:
+        if "hc_pace_ctl" in maps and "hc_pace_flows" in maps:
             try:
-                _set_release(maps["hp_ctl"])
-                stuck = {r.key: r.orig_rate_Bps for r in _flows_of(maps["hp_flows"]) if r.throttled}
+                _set_release(maps["hc_pace_ctl"])
+                stuck = {r.key: r.orig_rate_Bps for r in _flows_of(maps["hc_pace_flows"]) if r.throttled}
                 if stuck:
                     done, missing = reset_rates(stuck, cgroup_pids(cgroup) if cgroup else [])
                     parts.append(f"released {done} throttled flow(s)" + (f", {len(missing)} gone" if missing else ""))
@@ -811,7 +817,7 @@ def release_scope(owner: dict) -> str:
             if fd >= 0:
                 os.close(fd)
     if pin_dir and os.path.isdir(pin_dir):
-        for n in (PROG_NAME, *MAP_NAMES):
+        for n in (PROG_NAME, *MAP_NAMES, *OLD_MAP_NAMES):
             try:
                 os.unlink(os.path.join(pin_dir, n))
             except FileNotFoundError:

@@ -580,7 +580,10 @@ def _resumes_fast(rx, app, rate: int) -> list[float]:
     return series
 
 
-def test_clean_after_crash_releases_idle_flow(pair, cgroup, procs, monkeypatch):
+@pytest.mark.parametrize("old_pins", [False, True], ids=["pins", "old-pins"])
+def test_clean_after_crash_releases_idle_flow(pair, cgroup, procs, monkeypatch, old_pins):
+    """old-pins: the maps are pinned under the names of hostctl before hc_* (hp_*), as a host
+    upgraded from it may have them: clean still finds them, releases the flow and unpins."""
     port = 5351
     rate = 10 * MBIT
     orig = 375_000_000  # the app's own SO_MAX_PACING_RATE (3 Gbit/s): what it must get back
@@ -595,6 +598,9 @@ def test_clean_after_crash_releases_idle_flow(pair, cgroup, procs, monkeypatch):
     time.sleep(1.3)
     # the lease ran out, but an idle flow gets no callback: the kernel alone leaves it throttled
     assert app.rate(0) == rate
+    if old_pins:
+        for old, new in pacer.OLD_MAP_NAMES.items():
+            os.rename(os.path.join(info["pin_dir"], new), os.path.join(info["pin_dir"], old))
     own_owners(monkeypatch, cgroup)
     msgs = pacer.clean_pacers()
     assert len(msgs) == 1 and "released 1 throttled flow(s)" in msgs[0] and "detached" in msgs[0], msgs
@@ -741,7 +747,7 @@ def test_bursts(pair, cgroup, procs, driver):
 
 # -- 12. the program's counters survive the daemon's heartbeats -------------------------------
 def test_counters_not_lost_to_heartbeats(pair, cgroup, procs):
-    """A heartbeat rewrites the daemon's whole hp_ctl entry; counters the program bumps in
+    """A heartbeat rewrites the daemon's whole hc_pace_ctl entry; counters the program bumps in
     between must not be overwritten. Heartbeats in a tight loop while 300 connections are
     refused a place in a full flow table: flows_full must count every one."""
     port, n = 5501, 300
@@ -800,7 +806,7 @@ def test_second_pacer_in_the_same_process_refused(cgroup):
 
 # -- batched reads of the flow map ------------------------------------------------------------
 def test_batch_read_is_the_key_by_key_read(pair, cgroup, procs, driver):
-    """Pacer.flows() reads hp_flows with BPF_MAP_LOOKUP_BATCH into reused buffers; the rows are
+    """Pacer.flows() reads hc_pace_flows with BPF_MAP_LOOKUP_BATCH into reused buffers; the rows are
     the ones a key-by-key walk gives, also when a read takes several calls (chunk of 2)."""
     ports = [5331, 5332, 5333, 5334, 5335]
     Receiver(pair.ps, ports, procs)
@@ -809,7 +815,7 @@ def test_batch_read_is_the_key_by_key_read(pair, cgroup, procs, driver):
     App(pair.wk, cgroup, pair.ps, ports, procs)  # connected, idle: the counters stay put
     for _ in range(3):  # a late ACK may move a counter between the reads: read again
         with d.lock:
-            m = d.p.maps["hp_flows"]
+            m = d.p.maps["hc_pace_flows"]
             walk = sorted(pacer._record(k, v) for k, v in m.items())
             small = sorted(pacer._records(*bpfsys.BatchReader(m.map_fd, pacer._KEY_SIZE, pacer._FLOW.size,
                                                                 chunk=2).read()))
@@ -823,11 +829,11 @@ def test_batch_read_is_the_key_by_key_read(pair, cgroup, procs, driver):
 
 # -- rate writes: one batch call, or key by key ------------------------------------------------
 def _rates_in_map(p: pacer.Pacer) -> dict[FlowKey, int]:
-    return {pacer.key_of(k): int(v.rate_Bps) for k, v in p.maps["hp_rates"].items()}
+    return {pacer.key_of(k): int(v.rate_Bps) for k, v in p.maps["hc_rates"].items()}
 
 
 def test_rate_writes_batched_and_key_by_key_give_the_same_map(cgroup, driver):
-    """Per-flow rates go into hp_rates with one BPF_MAP_UPDATE_BATCH call; a kernel without it gets
+    """Per-flow rates go into hc_rates with one BPF_MAP_UPDATE_BATCH call; a kernel without it gets
     one update per flow. Both leave the map the table asks for (IPv4 and IPv6 keys, rates clamped,
     removed flows deleted), read back from the kernel."""
     d = driver(cgroup)

@@ -1,11 +1,13 @@
-"""The ctypes mirrors in hostctl/datapath/pacer.py against the structs of hostctl/bpf/hc_pace.c.
+"""The ctypes mirrors in hostctl/datapath/pacer.py against the structs of hostctl/bpf/hostctl.h,
+the header both BPF programs include and hostctl.core.bpfabi reads the sizes from.
 
-The struct definitions are cut out of the C source with a regex and compiled by gcc
+The struct definitions are cut out of the header with a regex and compiled by gcc
 into a tiny program that prints sizeof/offsetof/alignment of every struct and field;
 the result is compared with ``pacer.MIRRORS`` (struct set, size, alignment, field names
 in order, offsets, field sizes, and the field types: ``__u32`` must be ``c_uint32``,
 ``struct hc_flow_key`` the mirror of that struct, arrays of the same element and length).
-The ``#define`` constants both sides rely on are compared too.
+The ``#define`` constants both sides rely on are compared too, and both programs are checked
+to take their structs and sizes from the header (no struct or size of their own).
 
 The two ``*_detects_*`` tests feed the checker a C text or a mirror with one extra
 field, to show that a change made on one side only is caught. No root needed.
@@ -24,10 +26,16 @@ from pathlib import Path
 
 import pytest
 
+from hostctl.core import bpfabi, pace, plan
+from hostctl.core.bpfabi import STRUCT_RE, parse_structs
+from hostctl.core.bpfabi import strip_comments as _strip_comments
 from hostctl.datapath import pacer
 from hostctl.datapath.classifier import bpf_dir
 
-SRC = bpf_dir() / "hc_pace.c"  # the package's copy (hostctl/bpf), the one the daemon compiles
+HEADER = bpf_dir() / "hostctl.h"  # the package's copy (hostctl/bpf), the one the programs include
+PACE_SRC = HEADER.with_name("hc_pace.c")
+CLASSIFY_SRC = HEADER.with_name("tl_classify.c")
+CLASSIFIER_STRUCTS = {"hc_job_class", "hc_job_stats", "hc_ctl"}  # bcc builds their Python types: no mirrors
 GCC = shutil.which("gcc")
 
 
@@ -44,32 +52,8 @@ def needs_gcc(fn):
 
     return functools.wraps(fn)(run)
 
-STRUCT_RE = re.compile(r"^struct\s+(\w+)\s*\{(.*?)^\};", re.S | re.M)
-FIELD_RE = re.compile(r"^\s*((?:struct\s+)?\w+)\s+(\w+)\s*((?:\[\s*\w+\s*\])*)\s*;\s*$")
 C_TYPES = {"__u8": ctypes.c_uint8, "__u16": ctypes.c_uint16, "__u32": ctypes.c_uint32, "__u64": ctypes.c_uint64,
            "__s8": ctypes.c_int8, "__s16": ctypes.c_int16, "__s32": ctypes.c_int32, "__s64": ctypes.c_int64}
-
-
-def _strip_comments(text: str) -> str:
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    return re.sub(r"//[^\n]*", "", text)
-
-
-def parse_structs(c_text: str) -> dict[str, list[tuple[str, str, list[int]]]]:
-    """struct name -> [(C type, field name, array dims)] in declaration order."""
-    out: dict[str, list[tuple[str, str, list[int]]]] = {}
-    for m in STRUCT_RE.finditer(_strip_comments(c_text)):
-        fields = []
-        for line in m.group(2).split(";"):
-            line = line.strip()
-            if not line:
-                continue
-            fm = FIELD_RE.match(line + ";")
-            assert fm, f"struct {m.group(1)}: cannot parse the field declaration {line!r}"
-            dims = [int(d, 0) for d in re.findall(r"\[\s*(\w+)\s*\]", fm.group(3))]
-            fields.append((" ".join(fm.group(1).split()), fm.group(2), dims))
-        out[m.group(1)] = fields
-    return out
 
 
 def c_layout(c_text: str, tmp_path: Path) -> dict:
@@ -126,8 +110,8 @@ def _same_type(a, b) -> bool:
 def layout_mismatches(c: dict, mirrors: dict) -> list[str]:
     """Every difference between gcc's layout and the ctypes mirrors (empty = equal)."""
     bad = []
-    if set(c) != set(mirrors):
-        bad.append(f"structs in hc_pace.c {sorted(c)} != mirrors {sorted(mirrors)}")
+    if set(c) - CLASSIFIER_STRUCTS != set(mirrors):
+        bad.append(f"structs in hostctl.h {sorted(set(c) - CLASSIFIER_STRUCTS)} != mirrors {sorted(mirrors)}")
     for name in sorted(set(c) & set(mirrors)):
         cs, py = c[name], mirrors[name]
         py_fields = [f[0] for f in py._fields_]
@@ -153,13 +137,24 @@ def layout_mismatches(c: dict, mirrors: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def c_text() -> str:
-    return SRC.read_text()
+    return HEADER.read_text()
 
 
 def test_every_struct_is_parsed(c_text):
     structs = parse_structs(c_text)
-    assert set(structs) == {"hc_flow_key", "hc_remote_key", "hp_port_key", "hp_rate", "hp_flow", "hp_burst", "hp_ctl"}
+    assert set(structs) == {"hc_flow_key", "hc_remote_key", "hc_port_key", "hc_rate", "hc_flow", "hc_burst",
+                            "hc_pace_ctl", *CLASSIFIER_STRUCTS}
     assert all(structs.values())
+    assert structs == bpfabi.STRUCTS  # what the package read at import is this header
+
+
+def test_the_programs_take_structs_and_sizes_from_the_header():
+    """Neither program defines a struct or a size of its own: one definition, in hostctl.h."""
+    for src in (PACE_SRC, CLASSIFY_SRC):
+        text = src.read_text()
+        assert re.search(r'^#include "hostctl.h"', text, re.M), src.name
+        assert parse_structs(text) == {}, f"{src.name} defines structs of its own"
+        assert not re.search(r"^#define\s+(HC_|HP_(?!TCP_CLOSE))", text, re.M), f"{src.name} defines a shared value"
 
 
 @needs_gcc
@@ -168,48 +163,42 @@ def test_mirrors_match_the_c_structs(c_text, tmp_path):
     assert layout_mismatches(c, pacer.MIRRORS) == []
     # what the program and pacer.py exchange has a fixed size (a map created with another
     # size would be refused by bcc's update, so spell them out)
-    assert {n: c[n]["size"] for n in c} == {"hc_flow_key": 40, "hc_remote_key": 20, "hp_port_key": 4, "hp_rate": 8,
-                                           "hp_flow": 96, "hp_burst": 72, "hp_ctl": 64}
-
-
-CLASSIFY_SRC = SRC.with_name("tl_classify.c")
-
-
-@needs_gcc
-def test_classifier_structs_and_the_keys_shared_with_the_pacer(c_text, tmp_path):
-    """tl_classify.c's map structs have the sizes classifier.py's keys are built for (bcc makes
-    its Key/Leaf types from the C text; a key of another size would be refused), and the two
-    keys both programs use (hc_flow_key, hc_remote_key) are the same in both files."""
-    classify = CLASSIFY_SRC.read_text()
-    c = c_layout(classify, tmp_path)
-    assert {n: c[n]["size"] for n in c} == {"hc_flow_key": 40, "hc_remote_key": 20, "hc_job_class": 8,
+    # (the classifier's structs too: classifier.py builds keys of these sizes; bcc makes its
+    # Key/Leaf types from the C text, and a key of another size would be refused)
+    assert {n: c[n]["size"] for n in c} == {"hc_flow_key": 40, "hc_remote_key": 20, "hc_port_key": 4, "hc_rate": 8,
+                                           "hc_flow": 96, "hc_burst": 72, "hc_pace_ctl": 64, "hc_job_class": 8,
                                            "hc_job_stats": 48, "hc_ctl": 40}
     assert [f[:3] for f in c["hc_remote_key"]["fields"]] == [["raddr", 0, 16], ["rport", 16, 2], ["pad", 18, 2]]
-    mine, pacer_structs = parse_structs(classify), parse_structs(c_text)
-    for name in ("hc_flow_key", "hc_remote_key"):
-        assert mine[name] == pacer_structs[name], name
-    assert layout_mismatches({n: c[n] for n in ("hc_flow_key", "hc_remote_key")},
-                             {"hc_flow_key": pacer.FlowKeyC, "hc_remote_key": pacer.RemoteKeyC}) == []
+
+
+def test_classifier_maps():
+    """tl_classify.c's maps, with the key (hash) or value (array) types of hostctl.h."""
+    classify = CLASSIFY_SRC.read_text()
     maps = dict(re.findall(r"^BPF_(?:HASH|ARRAY)\((\w+), ([^,]+),", classify, re.M))
     assert maps == {"hc_flows": "struct hc_flow_key", "hc_ports": "__u32", "hc_remotes": "struct hc_remote_key",
                     "hc_job_class": "struct hc_job_class", "hc_job_stats": "struct hc_job_stats",
                     "hc_ctl": "struct hc_ctl"}  # hash maps: the key type; arrays: the value type
     # the maps table of the header comment names every map
-    header = classify[:classify.index("*/")]
-    assert all(re.search(rf"^ \*   {m}\s", header, re.M) for m in maps), "a map is missing from the header table"
+    top = classify[:classify.index("*/")]
+    assert all(re.search(rf"^ \*   {m}\s", top, re.M) for m in maps), "a map is missing from the table at the top"
+    # every map of both programs is named hc_*, and the header lists them all
+    pace_maps = re.findall(r"^BPF_(?:HASH|ARRAY|RINGBUF_OUTPUT)\((\w+)", PACE_SRC.read_text(), re.M)
+    assert all(m.startswith("hc_") and len(m) <= 15 for m in [*maps, *pace_maps])  # 15: kernel name length
+    listed = HEADER.read_text()[:HEADER.read_text().index("*/")]
+    assert all(re.search(rf"\b{m}\b", listed) for m in [*maps, *pace_maps])
 
 
 @needs_gcc
 def test_checker_detects_a_field_added_in_c_only(c_text, tmp_path):
     changed = c_text.replace("    __u64 setopt_errors;     /* failed bpf_setsockopt calls */",
                              "    __u64 setopt_errors;     /* failed bpf_setsockopt calls */\n    __u64 extra;", 1)
-    assert changed != c_text, "the hp_ctl.setopt_errors line of hc_pace.c changed: update this test"
+    assert changed != c_text, "the hc_pace_ctl.setopt_errors line of hostctl.h changed: update this test"
     bad = layout_mismatches(c_layout(changed, tmp_path), pacer.MIRRORS)
-    assert any("hp_ctl: fields" in b for b in bad) and any("hp_ctl: sizeof" in b for b in bad), bad
+    assert any("hc_pace_ctl: fields" in b for b in bad) and any("hc_pace_ctl: sizeof" in b for b in bad), bad
     # a renamed field (same sizes and offsets) is caught too
     swapped = c_text.replace("    __u8 side;", "    __u8 side2;", 1)
     assert swapped != c_text
-    assert any("hp_port_key: fields" in b for b in layout_mismatches(c_layout(swapped, tmp_path), pacer.MIRRORS))
+    assert any("hc_port_key: fields" in b for b in layout_mismatches(c_layout(swapped, tmp_path), pacer.MIRRORS))
 
 
 @needs_gcc
@@ -221,34 +210,39 @@ def test_checker_detects_a_field_added_in_the_mirror_only(c_text, tmp_path):
         _fields_ = [("rate_Bps", ctypes.c_int32), ("pad", ctypes.c_uint32)]
 
     c = c_layout(c_text, tmp_path)
-    bad = layout_mismatches(c, {**pacer.MIRRORS, "hp_ctl": CtlExtra, "hp_rate": RateSigned})
-    assert any("hp_ctl: fields" in b for b in bad), bad
-    assert any("hp_ctl: sizeof" in b for b in bad), bad
-    assert any("hp_rate.rate_Bps: C type" in b for b in bad), bad
-    assert any("structs in hc_pace.c" in b for b in layout_mismatches(c, {**pacer.MIRRORS, "hp_new": CtlExtra}))
+    bad = layout_mismatches(c, {**pacer.MIRRORS, "hc_pace_ctl": CtlExtra, "hc_rate": RateSigned})
+    assert any("hc_pace_ctl: fields" in b for b in bad), bad
+    assert any("hc_pace_ctl: sizeof" in b for b in bad), bad
+    assert any("hc_rate.rate_Bps: C type" in b for b in bad), bad
+    assert any("structs in hostctl.h" in b for b in layout_mismatches(c, {**pacer.MIRRORS, "hc_new": CtlExtra}))
 
 
 def test_constants_match(c_text):
-    defines = dict(re.findall(r"^#define\s+(HP_\w+)\s+(\w+)", c_text, re.M))
-
-    def num(name: str) -> int:
-        return int(defines[name].rstrip("uUlL"), 0)
-
-    assert num("HP_UNLIMITED") == pacer.UNLIMITED
-    assert num("HP_SLOT_WATCH") == pacer.HP_SLOT_WATCH
-    assert num("HP_F_CLOSED") == pacer.HP_F_CLOSED
-    assert num("HP_F_SETOPT_ERR") == pacer.HP_F_SETOPT_ERR
-    assert num("HP_CTL_TRACK_ALL") == pacer.HP_CTL_TRACK_ALL
-    assert num("HP_CTL_RELEASE") == pacer.HP_CTL_RELEASE
-    assert num("HP_CTL_KEY_CONTROL") == pacer.HP_CTL_KEY_CONTROL
-    assert num("HP_CTL_KEY_COUNTERS") == pacer.HP_CTL_KEY_COUNTERS
+    defines = bpfabi.parse_defines(c_text)
+    assert defines["HP_UNLIMITED"] == pacer.UNLIMITED
+    assert defines["HP_SLOT_WATCH"] == pacer.HP_SLOT_WATCH == pace.WATCH_SLOT
+    assert defines["HP_F_CLOSED"] == pacer.HP_F_CLOSED
+    assert defines["HP_F_SETOPT_ERR"] == pacer.HP_F_SETOPT_ERR
+    assert defines["HP_CTL_TRACK_ALL"] == pacer.HP_CTL_TRACK_ALL
+    assert defines["HP_CTL_RELEASE"] == pacer.HP_CTL_RELEASE
+    assert defines["HP_CTL_KEY_CONTROL"] == pacer.HP_CTL_KEY_CONTROL
+    assert defines["HP_CTL_KEY_COUNTERS"] == pacer.HP_CTL_KEY_COUNTERS
+    pace_text = PACE_SRC.read_text()
     # one entry for the daemon's control words, one for the program's counters
-    assert re.search(r"^BPF_ARRAY\(hp_ctl, struct hp_ctl, 2\);", c_text, re.M)
+    assert re.search(r"^BPF_ARRAY\(hc_pace_ctl, struct hc_pace_ctl, 2\);", pace_text, re.M)
     assert set(pacer.CTL_COUNTERS) < {f[0] for f in pacer.CtlC._fields_}
-    assert {"local": num("HP_SIDE_LOCAL"), "remote": num("HP_SIDE_REMOTE")} == pacer.SIDE
-    for n in ("HP_MAX_FLOWS", "HP_MAX_PORTS", "HP_MAX_REMOTES", "HP_MAX_SLOTS", "HP_RINGBUF_PAGES"):
-        assert num(n) == getattr(pacer, n), n
+    assert {"local": defines["HP_SIDE_LOCAL"], "remote": defines["HP_SIDE_REMOTE"]} == pacer.SIDE
+    # the sizes the loaders pass with -D are the header's
+    assert [f"-D{n}={defines[n]}" for n in pacer.SIZES] == [f for f in pacer.cflags() if f.startswith("-D")]
+    assert pacer.cflags(64)[1] == "-DHC_MAX_FLOWS=64"
+    assert (plan.MAX_FLOW_ENTRIES, plan.MAX_PORT_ENTRIES, plan.MAX_REMOTE_ENTRIES, plan.MAX_JOB_SLOTS) == (
+        defines["HC_MAX_FLOWS"], defines["HC_MAX_PORTS"], defines["HC_MAX_REMOTES"], defines["HC_MAX_SLOTS"])
+    assert (pace.MAX_FLOW_SELECTORS, pace.MAX_PORT_SELECTORS, pace.MAX_REMOTE_SELECTORS) == (
+        defines["HC_MAX_FLOWS"], defines["HC_MAX_PORTS"], defines["HC_MAX_REMOTES"])
     # the map names pacer.py opens and pins are the maps the program defines
-    maps = re.findall(r"^BPF_(?:HASH|ARRAY|RINGBUF_OUTPUT)\((\w+)", c_text, re.M)
+    maps = re.findall(r"^BPF_(?:HASH|ARRAY|RINGBUF_OUTPUT)\((\w+)", pace_text, re.M)
     assert sorted(maps) == sorted(pacer.MAP_NAMES)
-    assert re.search(rf"^int {pacer.PROG_NAME}\(struct bpf_sock_ops \*", c_text, re.M)
+    # `hostctl clean` knows the pins of the names before hc_*
+    assert all(old.startswith("hp_") for old in pacer.OLD_MAP_NAMES)
+    assert sorted(pacer.OLD_MAP_NAMES.values()) == sorted(pacer.MAP_NAMES)
+    assert re.search(rf"^int {pacer.PROG_NAME}\(struct bpf_sock_ops \*", pace_text, re.M)

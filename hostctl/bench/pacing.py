@@ -13,7 +13,7 @@ so every 4-tuple is known before the connection exists and is selected at ESTABL
 or, for the step response, this module's own ``_send`` helper; receivers are iperf3
 servers (per-stream bytes per 1 s interval, -J) or this module's ``_recv`` helper
 (bytes timestamped with CLOCK_MONOTONIC into 5 ms bins). Rates are written by 4-tuple
-into hp_rates (bytes/s), except in the map-full section (a port selector).
+into hc_rates (bytes/s), except in the map-full section (a port selector).
 
 Sections (the JSON has one key each; numbers are bits/s unless the name says _Bps):
   unpaced     one bulk flow, no program: the ceiling; accuracy targets above 90% of it
@@ -33,7 +33,7 @@ Sections (the JSON has one key each; numbers are bits/s unless the name says _Bp
   flows200    200 concurrent flows (two iperf3 clients, -P 100 each), per-flow rates
               spread 1..20 Mbit/s, written by 4-tuple; per-flow goodput over the measured
               windows vs its target.
-  map_full    a Pacer with max_flows=N and N+k selected flows: hp_ctl.flows_full must be
+  map_full    a Pacer with max_flows=N and N+k selected flows: hc_pace_ctl.flows_full must be
               k, the k flows without a map entry must be unpaced.
   overhead    bulk flow, rate unlimited, iperf3 pinned (client CPU 0, server CPU 1):
               (a) no program, (b) program + flow selected

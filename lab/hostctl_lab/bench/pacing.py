@@ -1,7 +1,7 @@
 """Pacing benchmark: how well hostctl/bpf/hc_pace.c (through hostctl.datapath.pacer.Pacer) paces
 real TCP flows, and what it costs.
 
-    python -m hostctl.bench.pacing [--out DIR] [--quick] [--repeat N]
+    python -m hostctl_lab.bench.pacing [--out DIR] [--quick] [--repeat N]
 
 Setup (every name unique: prefix ``hcpb-`` + random tag, all removed in ``finally``):
 two network namespaces ``hcpb-TAG-rx`` / ``hcpb-TAG-tx`` joined by a veth pair (no qdisc
@@ -56,7 +56,7 @@ again, and what was discarded stays in the JSON.
 
 The pacer's owner record names this process: another hostctl's ``clean`` releases pacers
 whose owner does not look like a live hostctl (``journal.daemon_alive``: "hostctl" in its
-command line). ``python -m hostctl.bench.pacing`` qualifies; every section checks
+command line). ``python -m hostctl_lab.bench.pacing`` qualifies; every section checks
 ``pacer_intact`` (still ours, pinned, attached, no fail-open event) afterwards.
 """
 
@@ -102,7 +102,7 @@ FLOWS_N = 200
 FLOWS_MIN, FLOWS_MAX = 1 * MBIT, 20 * MBIT
 FLOWS_TOL = 0.10
 OVERHEAD_TARGET = 0.97
-SCHEMA = "hostctl.bench.pacing/1"
+SCHEMA = "hostctl_lab.bench.pacing/1"
 
 
 # ==================================================================== helpers run as processes
@@ -200,7 +200,7 @@ def _mean(xs: Sequence[float]) -> float | None:
 
 
 def _ci95(xs: Sequence[float]) -> list[float] | None:
-    from hostctl.bench.report import mean_ci95
+    from hostctl_lab.bench.report import mean_ci95
 
     ci = mean_ci95(list(xs))
     return list(ci) if ci else None
@@ -820,7 +820,7 @@ def step_run(bed: Bed, cg: str, keeper: Keeper, name: str, schedule_mbit: Sequen
     keeper.apply(table(slots[0]))
     total = warmup_s + len(slots) * STEP_SLOT_S + 1.0
     txb0, txp0 = bed.tx_counters()
-    py = [sys.executable, "-m", "hostctl.bench.pacing"]
+    py = [sys.executable, "-m", "hostctl_lab.bench.pacing"]
     rcv = bed.popen_rx([*py, "_recv", "--bind", RX_ADDR, "--port", str(port), "--bin-ms", f"{STEP_BIN_S * 1e3:g}",
                         "--seconds", f"{total + 5:g}"])
     line = rcv.stdout.readline()
@@ -1412,7 +1412,7 @@ def print_tables(res: dict, console=None) -> None:
 
 def plot(res: dict, out_dir: str) -> list[str]:
     """pacing_accuracy.png, pacing_step.png, pacing_flows200.png (those whose section has data)."""
-    from hostctl.bench import agg_figure
+    from hostctl_lab.bench import agg_figure
 
     Figure, FigureCanvasAgg = agg_figure()
     import numpy as np
@@ -1671,7 +1671,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _recv_main(argv[1:])
     if argv and argv[0] == "_send":
         return _send_main(argv[1:])
-    ap = argparse.ArgumentParser(prog="python -m hostctl.bench.pacing",
+    ap = argparse.ArgumentParser(prog="python -m hostctl_lab.bench.pacing",
                                  description="Benchmark hc_pace (per-flow TCP pacing) between two namespaces.")
     ap.add_argument("--out", default="docs/results/pacing", help="output folder (pacing.json + PNGs)")
     ap.add_argument("--quick", action="store_true", help="a ~30 s version (fewer targets, shorter runs)")

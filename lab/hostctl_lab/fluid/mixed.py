@@ -1,6 +1,6 @@
 """A fluid model of mlcc-mixed: how much any rate schedule could win over ideal TCP.
 
-    python benchmarks/fluid_mixed.py [--seeds 5] [--jitter 0.1] [--out FILE]
+    python -m hostctl_lab.fluid.mixed [--seeds 5] [--jitter 0.1] [--out FILE]
 
 The jobs of examples/scenarios/mlcc-mixed.toml on ideal links: every host has an up and a down
 link of 500 Mbit/s and the switch does not block. Two PS jobs serve from h0 and two from h1 (2 MiB
@@ -39,10 +39,8 @@ import itertools
 import random
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hostctl.bench.results import write_results  # noqa: E402
+from hostctl_lab.bench.results import write_results
 
 MIB = 1 << 20
 EPS = 1e-12

@@ -1,6 +1,6 @@
 """An emulated host processor shared by the workers on that host (processor sharing).
 
-  python -m hostctl.workloads.processor --name NAME [--cores C]
+  python -m hostctl_lab.workloads.processor --name NAME [--cores C]
 
 By default a worker's compute step is a sleep: every worker has a processor of its own, and
 jobs compete for the network only. On real training hosts they also share the processor (the
@@ -36,9 +36,9 @@ import struct
 import sys
 import time
 
-from hostctl.workloads.common import Terminated, install_sigterm, recv_exact
+from hostctl_lab.workloads.common import Terminated, install_sigterm, recv_exact
 
-PROG = "hostctl.workloads.processor"
+PROG = "hostctl_lab.workloads.processor"
 REQUEST = struct.Struct("!4sd")
 REPLY = struct.Struct("!4sd")
 MAGIC_REQ = b"HCPU"

@@ -18,7 +18,7 @@ uplink is a veth pair ``rRup`` (on tor R, shaping ToR -> aggregation) /
 ``rRdn`` (on agg, shaping aggregation -> ToR). The tbf ``limit`` is the switch
 port buffer (``queue``).
 
-State (``/run/hostctl/testbed/NAME.json``) is written before anything is
+State (``/run/lab/hostctl_lab/testbed/NAME.json``) is written before anything is
 created; ``down`` uses it, and falls back to the naming scheme when it is gone.
 """
 
@@ -36,10 +36,10 @@ import time
 from dataclasses import asdict, dataclass
 
 from hostctl import consts
-from hostctl.bench.scenario import Topology
+from hostctl_lab.topology import LabFabric
 from hostctl.cgroups import cgroup_pids, kill_cgroup, remove_cgroup_tree
 from hostctl.errors import ConfigError, HostctlError
-from hostctl.workloads.common import TCP_CC_ENV
+from hostctl_lab.workloads.common import TCP_CC_ENV
 
 STATE_DIR = os.path.join(consts.RUN_DIR, "testbed")
 CGROUP_V2_CANDIDATES = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")
@@ -113,7 +113,7 @@ class Testbed:
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, name: str, topology: Topology, subnet: int | None = None,
+    def __init__(self, name: str, topology: LabFabric, subnet: int | None = None,
                  state_dir: str = STATE_DIR) -> None:
         self.name = check_name(name)
         self.topology = topology
@@ -355,7 +355,7 @@ class Testbed:
         except (OSError, ValueError) as e:
             raise TestbedError(f"testbed state {p} is unreadable ({e}): `hostctl testbed down {name}` removes it")
         topo = st["topology"]
-        tb = cls(name, Topology(hosts=tuple(topo["hosts"]), rack_of=tuple(topo["rack_of"]), racks=topo["racks"],
+        tb = cls(name, LabFabric(hosts=tuple(topo["hosts"]), rack_of=tuple(topo["rack_of"]), racks=topo["racks"],
                                 link_bps=topo["link_bps"], uplink_bps=topo["uplink_bps"],
                                 queue_bytes=topo["queue_bytes"], tcp_cc=topo.get("tcp_cc"), gso=topo.get("gso", True),
                                 sysctls=tuple(tuple(x) for x in topo.get("sysctls", ()))),

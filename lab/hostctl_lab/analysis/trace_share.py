@@ -3,7 +3,7 @@
 Run a bench with ``HOSTCTL_MLCC_TRACE=DIR/trace-{pid}.jsonl`` in the environment (every daemon writes one
 JSON line per slot: its flows, their job, kind, plan and the bytes of the iteration sent so far), then::
 
-    python benchmarks/trace_share.py DIR/trace-*.jsonl --racks 2 --hosts-per-rack 3 --link 500mbit
+    python -m hostctl_lab.analysis.trace_share DIR/trace-*.jsonl --racks 2 --hosts-per-rack 3 --link 500mbit
 
 For each link of the two-level testbed (host up/down, rack up/down; hosts 10.B.0.(i+1), racks of
 ``--hosts-per-rack`` consecutive hosts) and each slot, it sums every flow's sent bytes over the slot

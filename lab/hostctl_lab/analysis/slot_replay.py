@@ -6,7 +6,7 @@ flow table, mlcc plan) on fixed input, free of the machine's drift and of the tr
     # 2. replay it with the code under test (best of --reps passes; the hash covers every slot's
     #    rates, selectors, monitor stats, mlcc plan and periodic status, so two versions of the
     #    code that hash alike decided alike):
-    .venv/bin/python benchmarks/slot_replay.py replay /tmp/cap-stream.pkl --reps 3
+    .venv/bin/python -m hostctl_lab.analysis.slot_replay replay /tmp/cap-stream.pkl --reps 3
     # compare code versions by alternating them (PYTHONPATH=<other tree>) on the same capture.
 
 The capture records, per slot, what ``PaceControl.tick`` read: its clock readings, the datapath's
@@ -28,7 +28,9 @@ import time
 
 import numpy as np
 
-sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # after PYTHONPATH: compare trees
+# Comparing two versions of the code: PYTHONPATH=<other tree> puts that tree's hostctl before the installed one.
+# Run this file by its path for that (python lab/hostctl_lab/analysis/slot_replay.py ...): `python -m` puts the
+# current directory first, which from the checkout is this tree's hostctl.
 
 WARM_SLOTS = 100
 

@@ -1,6 +1,6 @@
 """Ring all-reduce job over persistent TCP connections.
 
-  python -m hostctl.workloads.allreduce worker --job NAME --rank K --world W --bind ADDR --port P
+  python -m hostctl_lab.workloads.allreduce worker --job NAME --rank K --world W --bind ADDR --port P
          --prev ADDR:PORT --iterations N --compute SECONDS --model-bytes B --out FILE
          [--connect-timeout 60] [--io-timeout 300]
 
@@ -41,14 +41,14 @@ import sys
 import threading
 from functools import partial
 
-from hostctl.workloads.common import (
+from hostctl_lab.workloads.common import (
     HELLO_TIMEOUT_S, ArgParser, Link, ProtocolError, accept, add_job_args, check_out_path, close_all,
     compute_then_collective, connect_retry, install_sigterm, listen, new_record, now, parse_hostport, pos_int,
     port_number, run_parallel, run_recorded, shutdown_all,
 )
-from hostctl.workloads.compute import compute_from_args
+from hostctl_lab.workloads.compute import compute_from_args
 
-PROG = "hostctl.workloads.allreduce"
+PROG = "hostctl_lab.workloads.allreduce"
 HELLO = struct.Struct("!4sIIQ")  # "HARW", rank, world, chunk_bytes
 ACK = struct.Struct("!4sI")      # "HARA", status
 HELLO_MAGIC = b"HARW"

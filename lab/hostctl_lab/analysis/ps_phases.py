@@ -1,6 +1,6 @@
 """Where the iterations of parameter-server jobs spend their time, from a bench run's worker records.
 
-    python benchmarks/ps_phases.py RAW_RUN_DIR [RAW_RUN_DIR ...]
+    python -m hostctl_lab.analysis.ps_phases RAW_RUN_DIR [RAW_RUN_DIR ...]
 
 RAW_RUN_DIR is one run's record directory (`hostctl bench --out DIR` writes them to
 DIR/raw/SCENARIO-DATE/rN-POLICY/). Per job, per iteration i >= 1, averaged over its workers:

@@ -334,12 +334,12 @@ def add_job_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_compute_args(p: argparse.ArgumentParser) -> None:
-    """--compute and --compute-processor (see hostctl.workloads.compute)."""
+    """--compute and --compute-processor (see hostctl_lab.workloads.compute)."""
     p.add_argument("--compute", type=nonneg_float, required=True,
                    help="seconds of compute per iteration (with the host's processor to itself)")
     p.add_argument("--compute-processor", metavar="NAME",
                    help="compute on this emulated processor of the host, shared by its workers "
-                        "(hostctl.workloads.processor; default: compute is a sleep)")
+                        "(hostctl_lab.workloads.processor; default: compute is a sleep)")
 
 
 def compute_then_collective(rec: dict[str, Any], iterations: int, compute, compute_s: float, collective) -> None:

@@ -1,9 +1,9 @@
 """MLCC's host algorithm on the fluid model of mlcc-mixed: what its plans could win with a perfect
 monitor, a perfect pacer and no TCP dynamics.
 
-    python benchmarks/fluid_mlcc.py [--seeds 3] [--slots 0.06,0.02,0.01] [--fifo-s S] [--out FILE]
+    python -m hostctl_lab.fluid.mlcc [--seeds 3] [--slots 0.06,0.02,0.01] [--fifo-s S] [--out FILE]
 
-The jobs, links and bulk flow of benchmarks/fluid_mixed.py (examples/scenarios/mlcc-mixed.toml on
+The jobs, links and bulk flow of lab/hostctl_lab/fluid/mixed.py (examples/scenarios/mlcc-mixed.toml on
 ideal 500 Mbit/s links), with the daemon's planning step in the loop: every slot, each host calls
 ``hostctl.core.mlccplan.plan_slot`` (the daemon's decision) on its connections, and every flow is
 then capped at its connection's applied rate for the whole slot, a burst that starts mid-slot
@@ -37,21 +37,18 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fluid_mixed import (  # noqa: E402
+from hostctl_lab.fluid.mixed import (
     CAP_BPS, JOBS, WORKERS, Sim, bands_for, case_result, progressive_fill, run_case, scenario,
 )
 
-from hostctl.bench.results import write_results  # noqa: E402
-from hostctl.core.bands import fabric_rank  # noqa: E402
-from hostctl.core.mlcc import MlccParams  # noqa: E402
-from hostctl.core.mlcchost import wait_floor_Bps  # noqa: E402
-from hostctl.core.mlccplan import FabricView, plan_slot  # noqa: E402
+from hostctl_lab.bench.results import write_results
+from hostctl.core.bands import fabric_rank
+from hostctl.core.mlcc import MlccParams
+from hostctl.core.mlcchost import wait_floor_Bps
+from hostctl.core.mlccplan import FabricView, plan_slot
 
 HOSTS = sorted({ps for _, ps in JOBS if ps} | set(WORKERS))
 LINKS = [f"{h}:{d}" for h in HOSTS for d in ("up", "down")]

@@ -23,11 +23,11 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from hostctl.bench.scenario import JobDef, Scenario
+from hostctl_lab.bench.scenario import JobDef, Scenario
 from hostctl.config import PACING_POLICIES
 from hostctl.core.traffic import shards
 from hostctl.errors import HostctlError
-from hostctl.testbed.net import Testbed
+from hostctl_lab.testbed.net import Testbed
 
 PY = sys.executable
 PROCESSOR_NAME = "host"
@@ -283,7 +283,7 @@ class Run:
     def daemon_status(self, host: str) -> dict | None:
         """The daemon's status over its control socket (in-process: no CLI spawn), None if it doesn't answer."""
         from hostctl import control
-        from hostctl.testbed.net import call_in_netns
+        from hostctl_lab.testbed.net import call_in_netns
 
         assert self.tb is not None
         try:
@@ -347,7 +347,7 @@ class Run:
         if not cores:
             return
         for h in sorted({h for j in self.sc.jobs for h in j.worker_hosts}):
-            self.servers.append(self._start(h, [PY, "-m", "hostctl.workloads.processor", "--name", PROCESSOR_NAME,
+            self.servers.append(self._start(h, [PY, "-m", "hostctl_lab.workloads.processor", "--name", PROCESSOR_NAME,
                                                 "--cores", str(cores)], f"processor-{h}"))
 
     def start_servers(self) -> None:
@@ -357,7 +357,7 @@ class Run:
             for s, (h, port, nbytes) in enumerate(zip(j.ps_hosts, j.ports, shards(j.model_bytes,
                                                                                       len(j.ps_hosts)))):
                 self.servers.append(self._start(h, [
-                    PY, "-m", "hostctl.workloads.ps", "server", "--bind", self._addr(h), "--port", str(port),
+                    PY, "-m", "hostctl_lab.workloads.ps", "server", "--bind", self._addr(h), "--port", str(port),
                     "--workers", str(j.workers), "--iterations", str(j.iterations), "--shard-bytes", str(nbytes),
                     "--job", j.name], f"{j.name}.ps{s}"))
 
@@ -369,13 +369,13 @@ class Run:
         if j.kind == "ps":
             ps = ",".join(f"{self._addr(h)}:{p}" for h, p in zip(j.ps_hosts, j.ports))
             overlap = ["--backward", str(j.backward), "--buckets", str(j.buckets)] if j.buckets > 1 else []
-            return [PY, "-m", "hostctl.workloads.ps", "worker", "--ps", ps, *common, *overlap]
+            return [PY, "-m", "hostctl_lab.workloads.ps", "worker", "--ps", ps, *common, *overlap]
         if j.kind == "allreduce":
             prev = (k - 1) % j.workers
-            return [PY, "-m", "hostctl.workloads.allreduce", "worker", "--world", str(j.workers), "--bind",
+            return [PY, "-m", "hostctl_lab.workloads.allreduce", "worker", "--world", str(j.workers), "--bind",
                     self._addr(j.worker_hosts[k]), "--port", str(j.ports[k]), "--prev",
                     f"{self._addr(j.worker_hosts[prev])}:{j.ports[prev]}", *common]
-        return [PY, "-m", "hostctl.workloads.torchjob", "--world", str(j.workers), "--master",
+        return [PY, "-m", "hostctl_lab.workloads.torchjob", "--world", str(j.workers), "--master",
                 f"{self._addr(j.worker_hosts[0])}:{j.ports[0]}", "--iface", "eth0", *common]
 
     def start_job(self, j: JobDef) -> None:
@@ -384,17 +384,17 @@ class Run:
 
     def start_cross(self, c) -> None:
         src, dst = c.src, c.dst
-        srv = self._start(src, [PY, "-m", "hostctl.tools.bulk", "serve", "--bind", self._addr(src), "--port",
+        srv = self._start(src, [PY, "-m", "hostctl_lab.tools.bulk", "serve", "--bind", self._addr(src), "--port",
                                 str(c.port)], f"cross-{c.name}.srv")
         self.servers.append(srv)
-        self.cross[c.name] = [self._start(dst, [PY, "-m", "hostctl.tools.bulk", "recv", "--connect",
+        self.cross[c.name] = [self._start(dst, [PY, "-m", "hostctl_lab.tools.bulk", "recv", "--connect",
                                                 f"{self._addr(src)}:{c.port}", "--seconds", str(c.duration_s),
                                                 "--bucket", "0.5"], f"cross-{c.name}.r{i}")
                               for i in range(c.flows)]
 
     # --- the run ----------------------------------------------------------------
     def execute(self, tb_name: str, progress=None) -> dict:
-        from hostctl.workloads.summary import load_records, summarize
+        from hostctl_lab.workloads.summary import load_records, summarize
 
         sc = self.sc
         res: dict = {"repeat": self.repeat, "policy": self.policy, "ok": False, "error": None, "jobs": {},
@@ -553,7 +553,7 @@ class Run:
     def stop_daemons(self) -> None:
         """Stop every daemon and check that the host NIC's tbf came back (hostctl restores what it replaced)."""
         from hostctl import control
-        from hostctl.testbed.net import call_in_netns
+        from hostctl_lab.testbed.net import call_in_netns
 
         assert self.tb is not None
         for h, d in self.daemons.items():
@@ -587,7 +587,7 @@ def link_window(rates: dict[str, int], c0: dict[str, int], d0: dict[str, int], c
 
 def run_bench(sc: Scenario, out_dir: str, *, on_run_start=None, on_job_done=None, on_run_end=None) -> dict:
     """All repeats x policies, interleaved. Returns the results dict (see report.py for its schema)."""
-    from hostctl.bench import bound
+    from hostctl_lab.bench import bound
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     raw_root = os.path.join(out_dir, "raw", f"{sc.name}-{stamp}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hostctl.bench.scenario import Scenario
+from hostctl_lab.bench.scenario import Scenario
 from hostctl.core import bound, traffic
 
 

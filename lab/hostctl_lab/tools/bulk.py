@@ -16,9 +16,9 @@ it sends BYTES on every connection at once, then the connection is idle until th
 next multiple (the workers' compute). An iteration that takes longer than S skips
 to the next multiple.
 
-  python -m hostctl.tools.bulk serve --bind 10.77.0.1 --port 5201 [--sink | --burst 256KiB --period 0.7]
-  python -m hostctl.tools.bulk recv --connect 10.77.0.1:5201 --seconds 5 [--bucket 0.1]
-  python -m hostctl.tools.bulk send --connect 10.77.0.1:5201 --seconds 5 [--bucket 0.1]
+  python -m hostctl_lab.tools.bulk serve --bind 10.77.0.1 --port 5201 [--sink | --burst 256KiB --period 0.7]
+  python -m hostctl_lab.tools.bulk recv --connect 10.77.0.1:5201 --seconds 5 [--bucket 0.1]
+  python -m hostctl_lab.tools.bulk send --connect 10.77.0.1:5201 --seconds 5 [--bucket 0.1]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 
-from hostctl.workloads.common import connect_retry, listen
+from hostctl_lab.workloads.common import connect_retry, listen
 
 CHUNK = 256 * 1024
 

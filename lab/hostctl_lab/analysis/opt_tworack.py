@@ -1,11 +1,11 @@
 """An independent optimum model of a testbed scenario: how much could ANY schedule gain over fifo?
 
-    python benchmarks/opt_tworack.py [SCENARIO.toml ...] [--out-dir DIR] [--lp-iterations 2]
+    python -m hostctl_lab.analysis.opt_tworack [SCENARIO.toml ...] [--out-dir DIR] [--lp-iterations 2]
            [--lp-slot 0.02] [--lp-time 60] [--order-work 300000] [--max-orders 700] [--no-lp] [--cross-share 0.8]
            [--cross-positions all|bottom] [--slot-plan 0.06] [--slot-floor 65536] [--order J1,J2,...]
 
 Default scenario: examples/scenarios/two-rack.toml; one JSON per scenario, DIR/<name>.json (default
-docs/results/mlcc/opt). Written from scratch: it reads the scenario with hostctl.bench.scenario and
+docs/results/mlcc/opt). Written from scratch: it reads the scenario with hostctl_lab.bench.scenario and
 shares no code with hostctl's planner (hostctl.core.mlcc, mlcchost, mlccctl), its bound
 (hostctl.core.bound) or the other fluid models in benchmarks/.
 
@@ -16,17 +16,17 @@ The model (fluid, ideal links):
   (aggregation -> ToR) of the `uplink` rate. A flow from host a to host b crosses a:up,
   [rack(a):up, rack(b):down when the racks differ], b:down; a flow within one host crosses nothing
   and takes no time. Rates are payload bytes/s (no headers, queueing, losses, slow start or RTT).
-- PS job (hostctl/workloads/ps.py): the model of B bytes is split into shards, one per server; per
+- PS job (lab/hostctl_lab/workloads/ps.py): the model of B bytes is split into shards, one per server; per
   iteration every server sends its shard to every worker (one flow each, all at once); a worker
   computes `compute` s once it has every server's shard of the iteration, then sends each server
   its shard of the gradient (one flow each); a server starts its next update when it has all W
   gradients of the iteration (its barrier). The job ends when every server has the last
   iteration's gradients; JCT = end - arrival.
-- ring all-reduce job (hostctl/workloads/allreduce.py): per iteration each rank computes, then
+- ring all-reduce job (lab/hostctl_lab/workloads/allreduce.py): per iteration each rank computes, then
   2(W-1) steps; in a step rank k sends ceil(B/W) bytes to rank k+1; it starts step s+1 when its
   send and its receive of step s are both done (the receive may arrive before the rank gets
   there, as TCP's buffers allow).
-- cross traffic ([[cross]], hostctl/tools/bulk.py): `flows` BACKLOGGED flows src -> dst from
+- cross traffic ([[cross]], lab/hostctl_lab/tools/bulk.py): `flows` BACKLOGGED flows src -> dst from
   `start` for `duration` seconds (a fixed time, not a fixed volume), each taking what the
   schedule leaves it. Its throughput = bytes / duration; its share = that / its fifo throughput.
 - compute is a fixed delay (host_cores is not modelled); gradient buckets (buckets > 1) and torch
@@ -110,10 +110,10 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from hostctl.bench.scenario import load_scenario  # noqa: E402  (only to read the toml)
-from hostctl.errors import HostctlError  # noqa: E402  (the scenario parser's one-line errors)
+from hostctl.errors import HostctlError  # the scenario parser's one-line errors
+from hostctl_lab.bench.scenario import load_scenario  # only to read the toml
+
+ROOT = Path(__file__).resolve().parents[3]  # the checkout: lab/hostctl_lab/analysis/ -> repository root
 
 DEFAULT_SCENARIO = ROOT / "examples" / "scenarios" / "two-rack.toml"
 DEFAULT_OUT_DIR = ROOT / "docs" / "results" / "mlcc" / "opt"
@@ -1197,7 +1197,7 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             scipy_version = None
         doc = {"benchmark": "opt_tworack", "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-               "command": " ".join(["python", "benchmarks/opt_tworack.py", *sys.argv[1:]]),
+               "command": " ".join(["python", "lab/hostctl_lab/analysis/opt_tworack.py", *sys.argv[1:]]),
                "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                            "python": platform.python_version(), "scipy": scipy_version},
                "scenario": {"name": model.name, "path": os.path.relpath(os.path.abspath(path), ROOT),

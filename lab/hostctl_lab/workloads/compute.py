@@ -2,7 +2,7 @@
 
 By default a worker "computes" by sleeping: every worker has a processor of its own. With
 ``--compute-processor NAME`` the step runs on the emulated processor of the worker's host
-(hostctl.workloads.processor), which the workers on that host share: while n steps run there,
+(hostctl_lab.workloads.processor), which the workers on that host share: while n steps run there,
 each takes longer. ``--compute`` keeps its meaning either way: the time of one step with the
 processor to itself.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import time
 
-from hostctl.workloads.common import now
-from hostctl.workloads.processor import ProcessorClient
+from hostctl_lab.workloads.common import now
+from hostctl_lab.workloads.processor import ProcessorClient
 
 
 class ComputeError(Exception):

@@ -5,7 +5,7 @@ in its own network namespace. All namespaces share one machine and so one
 CLOCK_MONOTONIC: every timestamp below is ``time.monotonic()`` seconds and is
 comparable across processes.
 
-Programs (``python -m hostctl.workloads.<name> --help`` for the flags):
+Programs (``python -m hostctl_lab.workloads.<name> --help`` for the flags):
 
 - ``ps``:        synchronous parameter-server job (``server`` and ``worker``).
 - ``allreduce``: ring all-reduce over persistent TCP connections (``worker``).

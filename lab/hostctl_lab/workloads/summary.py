@@ -1,6 +1,6 @@
 """Turn the worker records of one job into the job JSON.
 
-  python -m hostctl.workloads.summary [--t0 SECONDS] FILE...
+  python -m hostctl_lab.workloads.summary [--t0 SECONDS] FILE...
 
 prints::
 
@@ -19,7 +19,7 @@ prints::
 The wait of worker w at barrier i is taken from the record's "barrier_wait_s"
 when present, otherwise from its barrier lists (ps: barrier_exit[i+1] -
 barrier_enter[i]; allreduce and torch: barrier_exit[i] - barrier_enter[i]; see
-hostctl.workloads). "iterations" is the number every worker completed; a
+hostctl_lab.workloads). "iterations" is the number every worker completed; a
 worker that failed early shortens the per-iteration lists and adds its errors.
 Server records ("role": "server") are ignored. Statistics of nothing are null.
 """
@@ -32,9 +32,9 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from hostctl.workloads.common import ArgParser
+from hostctl_lab.workloads.common import ArgParser
 
-PROG = "hostctl.workloads.summary"
+PROG = "hostctl_lab.workloads.summary"
 REQUIRED = ("job", "kind", "rank", "t_start", "t_end", "iter_end", "barrier_enter", "barrier_exit")
 
 

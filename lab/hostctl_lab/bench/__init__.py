@@ -1,13 +1,13 @@
-"""The benchmark harness (part of the lab: ``pip install 'hostctl[lab]'``)."""
+"""The benchmark harness (part of the lab: ``pip install ./lab``)."""
 
 from __future__ import annotations
 
-LAB_HINT = "plots need matplotlib, part of the lab extra: pip install 'hostctl[lab]'"
+LAB_HINT = "plots need matplotlib, a dependency of the lab: pip install ./lab"
 
 
 def agg_figure():
     """(Figure, FigureCanvasAgg) from matplotlib, imported only when a plot is drawn; a
-    one-line HostctlError naming the extra when matplotlib is not installed (a training
+    one-line HostctlError naming the lab when matplotlib is not installed (a training
     host installs hostctl without the lab)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -1,6 +1,6 @@
 """A real PyTorch data-parallel job: torch.distributed gloo all_reduce over TCP.
 
-  python -m hostctl.workloads.torchjob --job NAME --rank K --world W --master ADDR:PORT
+  python -m hostctl_lab.workloads.torchjob --job NAME --rank K --world W --master ADDR:PORT
          --iface IFACE --model-bytes B --compute SECONDS --iterations N --out FILE
          [--connect-timeout 60]
 
@@ -27,13 +27,13 @@ import datetime
 import os
 import sys
 
-from hostctl.workloads.common import (
+from hostctl_lab.workloads.common import (
     EXIT_USAGE, ArgParser, add_compute_args, check_out_path, compute_then_collective, install_sigterm, new_record, nonneg_int,
     parse_hostport, pos_float, pos_int, run_recorded,
 )
-from hostctl.workloads.compute import compute_from_args
+from hostctl_lab.workloads.compute import compute_from_args
 
-PROG = "hostctl.workloads.torchjob"
+PROG = "hostctl_lab.workloads.torchjob"
 NO_TORCH = "torch is not installed: pip install '.[torch]' (torch==2.13.0, CPU build)"
 
 

@@ -1,6 +1,6 @@
 """A fluid model of TensorLights placement #1: what job ordering could win if TCP were ideal.
 
-    python benchmarks/fluid_placement1.py [--jobs 12] [--seconds 20] [--seeds 3] [--out FILE]
+    python -m hostctl_lab.fluid.placement1 [--jobs 12] [--seconds 20] [--seeds 3] [--out FILE]
 
 N synchronous PS jobs, their servers on one host, cycle through three resources per iteration:
 the update (h0's send link, u seconds of it), the compute (c seconds: on a private processor, or
@@ -23,10 +23,8 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hostctl.bench.results import write_results  # noqa: E402
+from hostctl_lab.bench.results import write_results
 
 
 def simulate(n: int, u: float, c: float, g: float, policy: str, shared: bool, prio_links: tuple[int, ...],

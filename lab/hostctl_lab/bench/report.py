@@ -436,7 +436,7 @@ def _cdf(ax, values: Sequence[float], label: str, color) -> None:
 
 def plot(results: Mapping, out_prefix: str) -> list[str]:
     """Write <prefix>_jct.png and <prefix>_barrier_cdf.png; return their paths."""
-    from hostctl.bench import agg_figure
+    from hostctl_lab.bench import agg_figure
 
     Figure, FigureCanvasAgg = agg_figure()
 

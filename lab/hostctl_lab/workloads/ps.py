@@ -1,8 +1,8 @@
 """Synchronous parameter-server job over real TCP.
 
-  python -m hostctl.workloads.ps server --bind ADDR --port P --workers W --iterations N
+  python -m hostctl_lab.workloads.ps server --bind ADDR --port P --workers W --iterations N
          --shard-bytes B [--job NAME] [--out FILE] [--connect-timeout 60] [--io-timeout 300]
-  python -m hostctl.workloads.ps worker --job NAME --rank K --ps ADDR:PORT[,ADDR:PORT...]
+  python -m hostctl_lab.workloads.ps worker --job NAME --rank K --ps ADDR:PORT[,ADDR:PORT...]
          --iterations N --compute SECONDS --model-bytes B --out FILE
          [--backward SHARE --buckets B] [--connect-timeout 60] [--io-timeout 300]
 
@@ -50,7 +50,7 @@ release of barrier i: all gradients of iteration i were aggregated by every
 server). t_start is taken after connecting, before the first header. Byte
 counts exclude the hello: a worker receives N*B + 16*P*(N+1) bytes and sends N*B.
 
-The worker writes its record (see hostctl.workloads) to --out and exits 0, or
+The worker writes its record (see hostctl_lab.workloads) to --out and exits 0, or
 1 after an error (peer closed, timeout), 143 after SIGTERM; 2 = bad arguments.
 """
 
@@ -63,12 +63,12 @@ import threading
 from functools import partial
 
 from hostctl.core.traffic import shards
-from hostctl.workloads.common import (
+from hostctl_lab.workloads.common import (
     HELLO_TIMEOUT_S, IO_TIMEOUT_S, ArgParser, add_job_args, Link, ProtocolError, accept, check_out_path, close_all, connect_retry,
     hostport_list, install_sigterm, listen, new_record, nonneg_int, now, pos_float,
     pos_int, port_number, run_parallel, run_recorded, shutdown_links,
 )
-from hostctl.workloads.compute import Compute, compute_from_args
+from hostctl_lab.workloads.compute import Compute, compute_from_args
 
 
 def _share(text: str) -> float:
@@ -81,7 +81,7 @@ def _share(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a share within 0..1, got {text!r}")
     return v
 
-PROG = "hostctl.workloads.ps"
+PROG = "hostctl_lab.workloads.ps"
 DONE = 2**64 - 1
 HELLO = struct.Struct("!4sIQ")   # "HPSW", rank, shard_bytes the worker expects
 ACK = struct.Struct("!4sQI")     # "HPSS", shard_bytes the server serves, status

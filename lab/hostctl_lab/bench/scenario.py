@@ -15,7 +15,7 @@ and hostctl settings, parsed into frozen dataclasses (no I/O but reading the fil
                                    #   which the switch ports queue and drop whole); costs CPU (docs/testbed.md)
     host_cores = 1                 # the workers on a host share its processor: at most this many
                                    #   compute steps run at full speed, more share it (emulated,
-                                   #   hostctl.workloads.processor); default: none, every worker
+                                   #   hostctl_lab.workloads.processor); default: none, every worker
                                    #   computes on its own (a sleep)
 
     [hostctl]                      # settings of the daemon under test
@@ -71,12 +71,13 @@ from typing import Any
 from hostctl.config import ALL_POLICIES, check_ingress_rate
 from hostctl.core.units import parse_rate_bps, parse_size_bytes
 from hostctl.errors import ConfigError
+from hostctl_lab.topology import LabFabric
 
 # bench-only names: mlcc-local = mlcc without switchemu; mlcc-nodeps = mlcc with switchemu, without Algorithm 2's
 # dependency rules (--no-deps); mlcc-fixed / mlcc-rotate / mlcc-smallest / mlcc-flat = mlcc with switchemu and
 # --job-order fixed / rotate / smallest / flat;
 # one-ingress / rr-ingress = one / rr with ingress bands. (mlcc-bands, a daemon policy, runs with switchemu and
-# --job-order fixed: hostctl/bench/runner.py); fabric-prio = fifo hosts, strict job priority in the emulated
+# --job-order fixed: lab/hostctl_lab/bench/runner.py); fabric-prio = fifo hosts, strict job priority in the emulated
 # switches (a lab oracle: Testbed.prioritize_fabric)
 POLICIES = (*ALL_POLICIES, "mlcc-local", "mlcc-nodeps", "mlcc-fixed", "mlcc-rotate", "mlcc-smallest", "mlcc-flat", "one-ingress", "rr-ingress",
             "fabric-prio")
@@ -96,23 +97,6 @@ JOB_KEYS = {"name", "count", "kind", "ps", "servers", "workers", "model", "compu
             "arrival", "arrival_step", "backward", "buckets"}
 CROSS_KEYS = {"name", "src", "dst", "start", "duration", "flows"}
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,32}")
-
-
-@dataclass(frozen=True)
-class Topology:
-    hosts: tuple[str, ...]  # h0, h1, ...
-    rack_of: tuple[int, ...]  # rack index of each host (all 0 with one switch)
-    racks: int  # 1 = one switch, no aggregation link
-    link_bps: int  # every host NIC, each direction (bits/s)
-    uplink_bps: int | None  # each rack's uplink, each direction; None with one switch
-    queue_bytes: int  # switch port buffer
-    tcp_cc: str | None = None  # congestion control for the workloads' sockets; None: the kernel default
-    sysctls: tuple[tuple[str, str], ...] = ()  # set in every host namespace
-    host_cores: float | None = None  # each host's emulated processor, shared by its workers' compute; None: sleep
-    gso: bool = True  # False: the hosts' TCP sends one-frame packets (eth0 gso_max_segs 1)
-
-    def index(self, host: str) -> int:
-        return self.hosts.index(host)
 
 
 @dataclass(frozen=True)
@@ -163,7 +147,7 @@ class HostctlSettings:
 class Scenario:
     name: str
     description: str
-    topology: Topology
+    topology: LabFabric
     jobs: tuple[JobDef, ...]
     cross: tuple[CrossDef, ...] = ()
     hostctl: HostctlSettings = field(default_factory=HostctlSettings)
@@ -282,7 +266,7 @@ def _policies(v: Any, where: str) -> tuple[str, ...]:
     return tuple(v)
 
 
-def parse_topology(d: dict) -> Topology:
+def parse_topology(d: dict) -> LabFabric:
     """A [testbed] table (also what `hostctl testbed up` builds from its flags)."""
     d = _check_keys(d, TESTBED_KEYS, "testbed")
     link = parse_rate_bps(d.get("link", "200mbit"), what="testbed.link")
@@ -319,12 +303,12 @@ def parse_topology(d: dict) -> Topology:
                               "number or string value")
     cores = None if "host_cores" not in d else float(_num(d, "host_cores", "testbed", None, 0.1, 1024))
     gso = _bool(d, "gso", "testbed", True)
-    return Topology(hosts=tuple(f"h{i}" for i in range(n)), rack_of=rack_of, racks=racks, link_bps=link,
+    return LabFabric(hosts=tuple(f"h{i}" for i in range(n)), rack_of=rack_of, racks=racks, link_bps=link,
                     uplink_bps=uplink, queue_bytes=queue, tcp_cc=cc,
                     sysctls=tuple(sorted((k, str(v)) for k, v in sysctls.items())), host_cores=cores, gso=gso)
 
 
-def _jobs(items: Any, topo: Topology) -> tuple[JobDef, ...]:
+def _jobs(items: Any, topo: LabFabric) -> tuple[JobDef, ...]:
     if not isinstance(items, list) or not items:
         raise ConfigError("a scenario needs at least one [[jobs]] table")
     out: list[JobDef] = []
@@ -395,7 +379,7 @@ def _jobs(items: Any, topo: Topology) -> tuple[JobDef, ...]:
     return tuple(out)
 
 
-def _cross(items: Any, topo: Topology, first_port: int) -> tuple[CrossDef, ...]:
+def _cross(items: Any, topo: LabFabric, first_port: int) -> tuple[CrossDef, ...]:
     if items is None:
         return ()
     if not isinstance(items, list):

@@ -28,10 +28,11 @@ from pathlib import Path
 
 import psutil
 
+from hostctl.switchclient import SwitchClient
+from hostctl_lab.analysis import slot_replay  # run by its path, as before the move (its docstring says why)
 from hostctl_lab.bench.results import write_results
 from hostctl_lab.bench.runner import switch_topology
 from hostctl_lab.bench.scenario import parse_scenario
-from hostctl.switchclient import SwitchClient
 from hostctl_lab.testbed.net import Testbed
 
 PY = sys.executable
@@ -127,7 +128,7 @@ def main() -> None:
                         why = sw.stderr.read() if sw.poll() is not None else "timeout"
                         raise SystemExit(f"switchemu did not start: {why}")
             pol += ["--switch", ep]
-        launch = ([PY, os.path.join(os.path.dirname(os.path.abspath(__file__)), "slot_replay.py"), "daemon",
+        launch = ([PY, slot_replay.__file__, "daemon",
                    os.path.abspath(a.capture), "--"] if a.capture else [HOSTCTL])
         d = tb.popen("h0", [*launch, "start", *pol, "--iface", "eth0", "--link-rate", a.link, "--ports", "7100",
                             "--cgroup", h0.cgroup, "--rescan", "0.5", "--log-level", "WARNING"],

@@ -25,9 +25,9 @@ import time
 
 import psutil
 
-from hostctl_lab.bench.results import write_results
 from hostctl.core.types import JobSpec
 from hostctl.discovery import Discovery, read_diag_sockets
+from hostctl_lab.bench.results import write_results
 
 NOTHING = "hostctl-bench-discovery-selects-nothing"
 SPECS = {

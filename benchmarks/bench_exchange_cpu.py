@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from hostctl_lab.bench.results import write_results
 from hostctl.core import wire
 from hostctl.switchclient import SwitchClient
+from hostctl_lab.bench.results import write_results
 
 SLOT_S = 0.06
 K = 10

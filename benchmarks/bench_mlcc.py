@@ -34,8 +34,8 @@ import time
 
 import numpy as np
 
-from hostctl_lab.bench.results import write_results
 from hostctl.core.mlcc import MlccParams, Role, allocate, apply_reductions
+from hostctl_lab.bench.results import write_results
 
 NIC_Bps = 10e9 / 8  # 10 Gbit/s in bytes/s
 RACK_UP_Bps = 20e9 / 8

@@ -22,10 +22,10 @@ import time
 
 import numpy as np
 
-from hostctl_lab.bench.results import write_results
 from hostctl.core.types import FlowKey
 from hostctl.mlccctl import FlowIn, MlccControl
 from hostctl.switchclient import ExchangeResult, FlowLoads
+from hostctl_lab.bench.results import write_results
 
 NIC_Bps = 10e9 / 8
 

@@ -66,9 +66,9 @@ import numpy as np
 
 from bench_mlcc import summary  # (percentiles as bench_mlcc.py reports them)
 
-from hostctl_lab.bench.results import write_results
 from hostctl.core.mlcc import MlccParams, Role
 from hostctl.core.mlccplan import FabricView, plan_slot
+from hostctl_lab.bench.results import write_results
 
 NIC_Bps = 10e9 / 8  # 10 Gbit/s in bytes/s
 RACK_Bps = 20e9 / 8

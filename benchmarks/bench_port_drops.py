@@ -28,10 +28,10 @@ import time
 import uuid
 from dataclasses import replace
 
-from hostctl_lab.bench.results import write_results
-from hostctl_lab.topology import LabFabric
 from hostctl.core.units import parse_rate_bps, parse_size_bytes
+from hostctl_lab.bench.results import write_results
 from hostctl_lab.testbed.net import MTU_WIRE, Testbed
+from hostctl_lab.topology import LabFabric
 
 PY = sys.executable
 MODES = ("gso", "nic-frames", "no-gso")

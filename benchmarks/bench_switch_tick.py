@@ -21,10 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from hostctl_lab.bench.results import write_results
 from hostctl.core.types import FlowKey
 from hostctl.mlccctl import FlowIn, MlccControl
 from hostctl.switchclient import SwitchClient
+from hostctl_lab.bench.results import write_results
 
 SLOT_S = 0.06
 

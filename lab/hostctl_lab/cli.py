@@ -120,10 +120,10 @@ def _run_bench(scenario: str, policies: Optional[str], repeat: Optional[int], it
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from hostctl.datapath.linux import require_root
     from hostctl_lab.bench import report
     from hostctl_lab.bench.runner import run_bench
     from hostctl_lab.bench.scenario import load_scenario
-    from hostctl.datapath.linux import require_root
 
     require_root()
     if plots:
@@ -188,8 +188,8 @@ def bench_compare(
     baseline: str = typer.Argument(..., help="The policy to compare it with, e.g. mlcc-local."),
 ) -> None:
     """Compare two policies of one bench run: mean paired ratio of their average JCT over the repeats."""
-    from hostctl_lab.bench import report
     from hostctl.errors import ConfigError
+    from hostctl_lab.bench import report
 
     try:
         with open(results) as f:
@@ -219,8 +219,8 @@ def bench_pacing(
 ) -> None:
     """Measure the pacing datapath: rate accuracy, step response at 60 ms slots, 200 flows,
     map full, overhead (two namespaces on this machine, as root)."""
-    from hostctl_lab.bench.pacing import run
     from hostctl.datapath.linux import require_root
+    from hostctl_lab.bench.pacing import run
 
     require_root()
     run(out, quick=quick, repeat=repeat)

@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 
-from hostctl_lab.bench.scenario import parse_scenario
 from hostctl.core import traffic
 from hostctl.core.wire import WIRE_VERSION
+from hostctl_lab.bench.scenario import parse_scenario
 from hostctl_lab.testbed.net import NS_PREFIX, Testbed
 from hostctl_lab.workloads.summary import load_records, summarize
 from tests.conftest import HOSTCTL, PY, sh
@@ -334,7 +334,7 @@ def test_mlcc_bench_runs_with_and_without_switchemu(tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None,
-                    reason="torch is not installed: pip install -e '.[torch]' runs the PyTorch job test")
+                    reason="torch is not installed: pip install -e './lab[torch]' runs the PyTorch job test")
 def test_pytorch_job_runs_through_hostctl(tmp_path):
     p = tmp_path / "torch.toml"
     p.write_text(textwrap.dedent("""

@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-from hostctl_lab.topology import LabFabric
 from hostctl_lab.testbed.net import NS_PREFIX, STATE_DIR, Testbed, all_testbed_names, cgroup2_root, teardown
+from hostctl_lab.topology import LabFabric
 from tests.conftest import HOSTCTL, PY, sh, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.netns]
@@ -93,8 +93,8 @@ def test_down_after_harness_crash(tmp_path):
     script.write_text(textwrap.dedent(f"""
         import os, signal, sys, time
         sys.path.insert(0, {os.getcwd()!r})
-        from hostctl_lab.topology import LabFabric
         from hostctl_lab.testbed.net import Testbed
+        from hostctl_lab.topology import LabFabric
         t = LabFabric(hosts=("h0", "h1"), rack_of=(0, 0), racks=1, link_bps=10**8, uplink_bps=None,
                      queue_bytes=262144)
         tb = Testbed({name!r}, t).up()

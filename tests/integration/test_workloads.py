@@ -221,7 +221,7 @@ def test_allreduce_job(spawn, tmp_path, world):
 # ---------------------------------------------------------------- PyTorch
 
 def test_torch_job_world_2(spawn, tmp_path):
-    pytest.importorskip("torch", reason="torch is not installed (pip install '.[torch]')")
+    pytest.importorskip("torch", reason="torch is not installed (pip install './lab[torch]')")
     port = free_port()
     iterations, compute_s = 3, 0.02
     procs = [spawn("torchjob", "--job", "tj", "--rank", k, "--world", 2, "--master", f"{LO}:{port}",
@@ -247,7 +247,7 @@ def test_torchjob_without_torch_says_how_to_install(tmp_path):
                 "--model-bytes", "4", "--compute", "0", "--iterations", "1", "--out", str(tmp_path / "x.json"),
                 env=env)
     assert r.returncode == 2
-    assert r.stderr == "torch is not installed: pip install '.[torch]' (torch==2.13.0, CPU build)\n"
+    assert r.stderr == "torch is not installed: pip install './lab[torch]' (torch==2.13.0, CPU build)\n"
 
 
 # ---------------------------------------------------------------- bad arguments

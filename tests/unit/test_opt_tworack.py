@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-pytest.importorskip("scipy")  # the dev and lab extras pin it
+pytest.importorskip("scipy")  # the dev extra and the lab pin it
 
 from hostctl_lab.analysis import opt_tworack as opt  # noqa: E402
 

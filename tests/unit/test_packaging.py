@@ -97,6 +97,17 @@ def test_nothing_in_hostctl_imports_the_lab_but_the_cli_registration():
                             if "from hostctl_lab.cli import register" in ln)]
 
 
+def test_the_lab_layers_import_downwards():
+    """testbed, workloads, tools and topology sit below bench: none of them imports hostctl_lab.bench
+    (the testbed takes its LabFabric from hostctl_lab.topology, not from the scenario)."""
+    lab = ROOT / "lab" / "hostctl_lab"
+    found = [f"{p.relative_to(ROOT)}: {line.strip()}"
+             for p in [lab / "topology.py", *sorted((lab / "testbed").rglob("*.py")),
+                       *sorted((lab / "workloads").rglob("*.py")), *sorted((lab / "tools").rglob("*.py"))]
+             for line in p.read_text().splitlines() if re.match(r"\s*(from|import)\s+hostctl_lab\.(bench|cli)\b", line)]
+    assert found == []
+
+
 def test_without_the_lab_its_commands_say_how_to_get_it(tmp_path):
     """hostctl without hostctl_lab: each lab command prints one line naming the fix and exits 2."""
     for argv in (["bench", "x.toml", "--repeat", "1"], ["bench-compare", "--help"], ["bench-pacing"], ["demo"],

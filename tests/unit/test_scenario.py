@@ -9,10 +9,10 @@ import tomllib
 
 import pytest
 
-from hostctl_lab.bench.runner import host_jobs, policy_order
-from hostctl_lab.bench.scenario import PORT_BASE, load_scenario, parse_scenario
 from hostctl.core.traffic import shards
 from hostctl.errors import ConfigError
+from hostctl_lab.bench.runner import host_jobs, policy_order
+from hostctl_lab.bench.scenario import PORT_BASE, load_scenario, parse_scenario
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCENARIOS = sorted(glob.glob(os.path.join(ROOT, "examples", "scenarios", "*.toml")))
@@ -172,8 +172,8 @@ def test_host_jobs_list_what_each_host_sends():
 
 
 def test_host_jobs_config_loads_as_the_daemon_reads_it(tmp_path):
-    from hostctl_lab.bench.runner import _toml
     from hostctl.config import build_config
+    from hostctl_lab.bench.runner import _toml
 
     s = sc(jobs=[{"name": "p", "ps": ["h0"], "model": "2MiB"}, {"name": "r", "kind": "allreduce", "workers": ["h0", "h1", "h2"]}])
     f = tmp_path / "h0.toml"
@@ -205,8 +205,8 @@ def test_placement1_matches_the_issue():
 
 
 def test_switch_topology_of_the_testbed():
-    from hostctl_lab.bench.runner import switch_topology
     from hostctl.core.topology import Topology
+    from hostctl_lab.bench.runner import switch_topology
 
     addr = {f"h{i}": f"10.9.0.{i + 1}" for i in range(8)}.__getitem__
     one = Topology.parse(switch_topology(sc(), addr), filename="t.toml")

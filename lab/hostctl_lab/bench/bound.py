@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from hostctl_lab.bench.scenario import Scenario
 from hostctl.core import bound, traffic
+from hostctl_lab.bench.scenario import Scenario
 
 
 def for_scenario(sc: Scenario) -> dict:

@@ -23,10 +23,10 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from hostctl_lab.bench.scenario import JobDef, Scenario
 from hostctl.config import PACING_POLICIES
 from hostctl.core.traffic import shards
 from hostctl.errors import HostctlError
+from hostctl_lab.bench.scenario import JobDef, Scenario
 from hostctl_lab.testbed.net import Testbed
 
 PY = sys.executable

@@ -44,11 +44,11 @@ from hostctl_lab.fluid.mixed import (
     CAP_BPS, JOBS, WORKERS, Sim, bands_for, case_result, progressive_fill, run_case, scenario,
 )
 
-from hostctl_lab.bench.results import write_results
 from hostctl.core.bands import fabric_rank
 from hostctl.core.mlcc import MlccParams
 from hostctl.core.mlcchost import wait_floor_Bps
 from hostctl.core.mlccplan import FabricView, plan_slot
+from hostctl_lab.bench.results import write_results
 
 HOSTS = sorted({ps for _, ps in JOBS if ps} | set(WORKERS))
 LINKS = [f"{h}:{d}" for h in HOSTS for d in ("up", "down")]

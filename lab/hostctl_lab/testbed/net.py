@@ -36,9 +36,9 @@ import time
 from dataclasses import asdict, dataclass
 
 from hostctl import consts
-from hostctl_lab.topology import LabFabric
 from hostctl.cgroups import cgroup_pids, kill_cgroup, remove_cgroup_tree
 from hostctl.errors import ConfigError, HostctlError
+from hostctl_lab.topology import LabFabric
 from hostctl_lab.workloads.common import TCP_CC_ENV
 
 STATE_DIR = os.path.join(consts.RUN_DIR, "testbed")

@@ -13,7 +13,7 @@ tensor of B/4 elements. Per iteration: sleep --compute seconds; barrier_enter;
 barrier_exit - barrier_enter. t_start is taken after the process group is up.
 
 gloo picks its own algorithm and connections, so the record's bytes_sent and
-bytes_received are null. Needs the ``torch`` extra (``pip install '.[torch]'``);
+bytes_received are null. Needs the ``torch`` extra (``pip install './lab[torch]'``);
 without torch: one line on stderr, exit 2.
 
 Exit 0 when done, 1 after an error (a peer died, timeout: the record has
@@ -34,7 +34,7 @@ from hostctl_lab.workloads.common import (
 from hostctl_lab.workloads.compute import compute_from_args
 
 PROG = "hostctl_lab.workloads.torchjob"
-NO_TORCH = "torch is not installed: pip install '.[torch]' (torch==2.13.0, CPU build)"
+NO_TORCH = "torch is not installed: pip install './lab[torch]' (torch==2.13.0, CPU build)"
 
 
 def _parser() -> ArgParser:

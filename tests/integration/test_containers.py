@@ -233,7 +233,7 @@ def test_flows_finds_pod_servers_with_their_ids(pods):
     # off: the host namespace itself has no such listener
     assert flows(pods, "--ports", f"{p0},{p1}", "--no-containers") == []
     # the remote namespace, at the other end of the uplink, is no container of this host
-    assert flows(pods, "--match", r"hostctl\.tools\.bulk [r]ecv") == []
+    assert flows(pods, "--match", r"hostctl_lab\.tools\.bulk [r]ecv") == []
     for p in rx:
         result(p)
 

@@ -83,7 +83,7 @@ def host_jobs(sc: Scenario, host: str, workers: bool | None = None) -> list[dict
     for j in sc.jobs:
         if j.kind == "ps" and workers and host in j.worker_hosts and host not in j.ps_hosts:
             # the gradients this host's workers send to the job's parameter servers
-            match = rf"hostctl\.workloads\.ps worker .*--job {re.escape(j.name)}( |$)"
+            match = rf"hostctl_lab\.workloads\.ps worker .*--job {re.escape(j.name)}( |$)"
             out.append({"name": j.name, "match": match, "model_size": j.model_bytes, "comm": "ps"})
             continue
         if j.kind == "ps":
@@ -92,7 +92,7 @@ def host_jobs(sc: Scenario, host: str, workers: bool | None = None) -> list[dict
             ports = [p for h, p in zip(j.worker_hosts, j.ports) if h == host]
         else:
             if host in j.worker_hosts:
-                out.append({"name": j.name, "match": rf"hostctl\.workloads\.torchjob .*--job {re.escape(j.name)}( |$)",
+                out.append({"name": j.name, "match": rf"hostctl_lab\.workloads\.torchjob .*--job {re.escape(j.name)}( |$)",
                             "model_size": j.model_bytes})
             continue
         if ports:

@@ -104,8 +104,8 @@ def main() -> None:
         ap.error("needs root (network namespaces)")
     n = a.senders + 1
     topo = LabFabric(hosts=tuple(f"h{i}" for i in range(n)), rack_of=(0,) * n, racks=1,
-                    link_bps=parse_rate_bps(a.link, what="--link"), uplink_bps=None,
-                    queue_bytes=parse_size_bytes(a.queue, what="--queue"), tcp_cc="cubic")
+                     link_bps=parse_rate_bps(a.link, what="--link"), uplink_bps=None,
+                     queue_bytes=parse_size_bytes(a.queue, what="--queue"), tcp_cc="cubic")
     rows = []
     for r in range(a.repeat):
         for mode in modes:

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.root, pytest.mark.netns]
 def topo(n=3, link=100_000_000, racks=1, uplink=None, **kw):
     rack_of = tuple(i // (n // racks) for i in range(n)) if racks > 1 else (0,) * n
     return LabFabric(hosts=tuple(f"h{i}" for i in range(n)), rack_of=rack_of, racks=racks, link_bps=link,
-                    uplink_bps=uplink, queue_bytes=256 * 1024, **kw)
+                     uplink_bps=uplink, queue_bytes=256 * 1024, **kw)
 
 
 def uname() -> str:
@@ -92,11 +92,10 @@ def test_down_after_harness_crash(tmp_path):
     script = tmp_path / "crash.py"
     script.write_text(textwrap.dedent(f"""
         import os, signal, sys, time
-        sys.path.insert(0, {os.getcwd()!r})
         from hostctl_lab.testbed.net import Testbed
         from hostctl_lab.topology import LabFabric
         t = LabFabric(hosts=("h0", "h1"), rack_of=(0, 0), racks=1, link_bps=10**8, uplink_bps=None,
-                     queue_bytes=262144)
+                      queue_bytes=262144)
         tb = Testbed({name!r}, t).up()
         p = tb.popen("h0", ["sleep", "600"])
         print(p.pid, flush=True)

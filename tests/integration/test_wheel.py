@@ -92,7 +92,8 @@ def test_the_wheel_runs_the_bands_daemon_outside_the_checkout(wheel_env, make_pa
     ps, wk, port = pair.ps, pair.wk, 5301
     before = oracle.qdiscs(ps.ns, ps.dev)
     for p in (port, port + 1):  # two jobs: with one job there is nothing to order and no band
-        pair.start(ps, LAB_PY, "-m", "hostctl_lab.tools.bulk", "serve", "--bind", ps.addr, "--port", str(p), cwd=cwd, env=env)
+        pair.start(ps, LAB_PY, "-m", "hostctl_lab.tools.bulk", "serve", "--bind", ps.addr, "--port", str(p),
+                   cwd=cwd, env=env)
     d = _daemon(["ip", "netns", "exec", ps.ns, str(bin_dir / "hostctl"), "start", "--policy", "one",
                  "--iface", ps.dev, "--link-rate", "200mbit", "--ports", f"{port},{port + 1}", "--rescan", "0.5"],
                 env, cwd)
@@ -108,8 +109,8 @@ def test_the_wheel_runs_the_bands_daemon_outside_the_checkout(wheel_env, make_pa
     job = jobs[f"ps:{ps.addr}:{port}"]
     assert job["band"] == 0 and job["classid"] != "6863:10"
     assert oracle.filters(ps.ns, ps.dev, "6863:")[0]["options"]["bpf_name"] == "tl_classify"
-    rx = pair.start(wk, LAB_PY, "-m", "hostctl_lab.tools.bulk", "recv", "--connect", f"{ps.addr}:{port}", "--seconds", "2",
-                    cwd=cwd, env=env)
+    rx = pair.start(wk, LAB_PY, "-m", "hostctl_lab.tools.bulk", "recv", "--connect", f"{ps.addr}:{port}",
+                    "--seconds", "2", cwd=cwd, env=env)
     out, err = rx.communicate(timeout=30)
     assert rx.returncode == 0, err
     got = sum(json.loads(out)["bytes"])
@@ -147,8 +148,8 @@ def test_the_wheel_runs_the_pacer_outside_the_checkout(wheel_env, make_pair, cgr
     wait_for(ready, 30, 0.2, "the pacing daemon ready")
     scope = pacer.scope_id(cgroup)
     assert pacer.load_owner(scope)["pid"] == d.pid
-    rx = pair.start(wk, LAB_PY, "-m", "hostctl_lab.tools.bulk", "recv", "--connect", f"{ps.addr}:{port}", "--seconds", "3",
-                    "--bucket", "0.1", cwd=cwd, env=env)
+    rx = pair.start(wk, LAB_PY, "-m", "hostctl_lab.tools.bulk", "recv", "--connect", f"{ps.addr}:{port}",
+                    "--seconds", "3", "--bucket", "0.1", cwd=cwd, env=env)
     row = wait_for(lambda: (s := _status(ps, bin_dir, env, cwd)) and s["pacing"]["flows"]
                    and s["pacing"]["flows"][0], 10, 0.2, "the flow in the pacer's status")
     out, err = rx.communicate(timeout=30)

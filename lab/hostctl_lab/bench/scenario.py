@@ -304,8 +304,8 @@ def parse_topology(d: dict) -> LabFabric:
     cores = None if "host_cores" not in d else float(_num(d, "host_cores", "testbed", None, 0.1, 1024))
     gso = _bool(d, "gso", "testbed", True)
     return LabFabric(hosts=tuple(f"h{i}" for i in range(n)), rack_of=rack_of, racks=racks, link_bps=link,
-                    uplink_bps=uplink, queue_bytes=queue, tcp_cc=cc,
-                    sysctls=tuple(sorted((k, str(v)) for k, v in sysctls.items())), host_cores=cores, gso=gso)
+                     uplink_bps=uplink, queue_bytes=queue, tcp_cc=cc,
+                     sysctls=tuple(sorted((k, str(v)) for k, v in sysctls.items())), host_cores=cores, gso=gso)
 
 
 def _jobs(items: Any, topo: LabFabric) -> tuple[JobDef, ...]:

@@ -356,9 +356,9 @@ class Testbed:
             raise TestbedError(f"testbed state {p} is unreadable ({e}): `hostctl testbed down {name}` removes it")
         topo = st["topology"]
         tb = cls(name, LabFabric(hosts=tuple(topo["hosts"]), rack_of=tuple(topo["rack_of"]), racks=topo["racks"],
-                                link_bps=topo["link_bps"], uplink_bps=topo["uplink_bps"],
-                                queue_bytes=topo["queue_bytes"], tcp_cc=topo.get("tcp_cc"), gso=topo.get("gso", True),
-                                sysctls=tuple(tuple(x) for x in topo.get("sysctls", ()))),
+                                 link_bps=topo["link_bps"], uplink_bps=topo["uplink_bps"],
+                                 queue_bytes=topo["queue_bytes"], tcp_cc=topo.get("tcp_cc"), gso=topo.get("gso", True),
+                                 sysctls=tuple(tuple(x) for x in topo.get("sysctls", ()))),
                  subnet=st["subnet"], state_dir=state_dir)
         tb.cg_dir = st["cgroup"]
         return tb

@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python benchmarks/bench_daemon_cpu.py [--policy mlcc] [--flows 100] [--seconds 15]
 
-h0 serves a bulk sender on one port (hostctl.tools.bulk); one process on h1 opens N connections to it
+h0 serves a bulk sender on one port (hostctl_lab.tools.bulk); one process on h1 opens N connections to it
 and reads them all (one process, so the receivers do not swamp the machine); the daemon on h0 plans and
 paces all N flows. --pattern stream (default): every connection sends all the time, and the single
 receiver, reading the sockets in turn, cuts each flow into a burst every ~60 ms (a stress test of the
@@ -13,7 +13,7 @@ switch mode, against a real switchemu for the testbed (its own CPU is reported a
 receiver's connections come from N addresses of h1, which the switch's topology lists as N hosts with a
 link each (a PS whose flows go to N workers: N queries per slot and N + 2 links to plan). Writes JSON
 (default results/bench_daemon_cpu.json). --profile FILE runs the daemon under cProfile; --capture FILE records its
-slots for benchmarks/slot_replay.py. The testbed has a unique name and is removed at the end."""
+slots for lab/hostctl_lab/analysis/slot_replay.py. The testbed has a unique name and is removed at the end."""
 
 from __future__ import annotations
 
@@ -28,12 +28,12 @@ from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hostctl.bench.results import write_results  # noqa: E402
-from hostctl.bench.runner import switch_topology  # noqa: E402
-from hostctl.bench.scenario import parse_scenario  # noqa: E402
-from hostctl.policy.switchclient import SwitchClient  # noqa: E402
-from hostctl.testbed.net import Testbed  # noqa: E402
+from hostctl.policy.switchclient import SwitchClient
+from hostctl_lab.analysis import slot_replay  # run by its path, as before the move (its docstring says why)
+from hostctl_lab.bench.results import write_results
+from hostctl_lab.bench.runner import switch_topology
+from hostctl_lab.bench.scenario import parse_scenario
+from hostctl_lab.testbed.net import Testbed
 
 PY = sys.executable
 HOSTCTL = os.path.join(os.path.dirname(PY), "hostctl")
@@ -83,7 +83,7 @@ def main() -> None:
                     "of its own in the switch's topology (1..250)")
     ap.add_argument("--out", default="results/bench_daemon_cpu.json")
     ap.add_argument("--capture", metavar="FILE", help="also record the daemon's first 900 slots to FILE, to replay "
-                    "them with benchmarks/slot_replay.py (fixed-input CPU comparisons of code versions)")
+                    "them with lab/hostctl_lab/analysis/slot_replay.py (fixed-input CPU comparisons of code versions)")
     ap.add_argument("--profile", metavar="FILE", help="run the daemon under cProfile (HOSTCTL_PROFILE), stats to "
                     "FILE (the CPU share is then inflated by the profiler; read the breakdown, not the total)")
     a = ap.parse_args()
@@ -98,7 +98,7 @@ def main() -> None:
         tb.up()
         h0 = tb.host("h0")
         dl = ["--burst", a.burst, "--period", str(a.period)] if a.pattern == "dl" else []
-        tb.popen("h0", [PY, "-m", "hostctl.tools.bulk", "serve", "--bind", h0.addr, "--port", "7100", *dl],
+        tb.popen("h0", [PY, "-m", "hostctl_lab.tools.bulk", "serve", "--bind", h0.addr, "--port", "7100", *dl],
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         pol = ["--policy", "mlcc"] if a.policy == "mlcc" else ["--policy", "cap", "--cap", "400mbit"]
         h1 = tb.host("h1")
@@ -128,7 +128,7 @@ def main() -> None:
                         why = sw.stderr.read() if sw.poll() is not None else "timeout"
                         raise SystemExit(f"switchemu did not start: {why}")
             pol += ["--switch", ep]
-        launch = ([PY, os.path.join(os.path.dirname(os.path.abspath(__file__)), "slot_replay.py"), "daemon",
+        launch = ([PY, slot_replay.__file__, "daemon",
                    os.path.abspath(a.capture), "--"] if a.capture else [HOSTCTL])
         d = tb.popen("h0", [*launch, "start", *pol, "--iface", "eth0", "--link-rate", a.link, "--ports", "7100",
                             "--cgroup", h0.cgroup, "--rescan", "0.5", "--log-level", "WARNING"],

@@ -21,16 +21,13 @@ import argparse
 import resource
 import socket
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hostctl.bench.results import write_results  # noqa: E402
-from hostctl.core.types import JobSpec  # noqa: E402
-from hostctl.discovery import Discovery, read_diag_sockets  # noqa: E402
+from hostctl.core.types import JobSpec
+from hostctl.discovery import Discovery, read_diag_sockets
+from hostctl_lab.bench.results import write_results
 
 NOTHING = "hostctl-bench-discovery-selects-nothing"
 SPECS = {

@@ -21,10 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hostctl.bench.results import write_results  # noqa: E402
-from hostctl.core import wire  # noqa: E402
-from hostctl.policy.switchclient import SwitchClient  # noqa: E402
+from hostctl.core import wire
+from hostctl.policy.switchclient import SwitchClient
+from hostctl_lab.bench.results import write_results
 
 SLOT_S = 0.06
 K = 10

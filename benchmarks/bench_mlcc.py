@@ -30,15 +30,12 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hostctl.bench.results import write_results  # noqa: E402
-from hostctl.core.mlcc import MlccParams, Role, allocate, apply_reductions  # noqa: E402
+from hostctl.core.mlcc import MlccParams, Role, allocate, apply_reductions
+from hostctl_lab.bench.results import write_results
 
 NIC_Bps = 10e9 / 8  # 10 Gbit/s in bytes/s
 RACK_UP_Bps = 20e9 / 8

@@ -18,17 +18,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hostctl.bench.results import write_results  # noqa: E402
-from hostctl.core.types import FlowKey  # noqa: E402
-from hostctl.policy.mlcc import FlowIn, MlccControl  # noqa: E402
-from hostctl.policy.switchclient import ExchangeResult, FlowLoads  # noqa: E402
+from hostctl.core.types import FlowKey
+from hostctl.policy.mlcc import FlowIn, MlccControl
+from hostctl.policy.switchclient import ExchangeResult, FlowLoads
+from hostctl_lab.bench.results import write_results
 
 NIC_Bps = 10e9 / 8
 

@@ -64,13 +64,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_mlcc import summary  # noqa: E402  (percentiles as bench_mlcc.py reports them)
+from bench_mlcc import summary  # (percentiles as bench_mlcc.py reports them)
 
-from hostctl.bench.results import write_results  # noqa: E402
-from hostctl.core.mlcc import MlccParams, Role  # noqa: E402
-from hostctl.core.mlccplan import FabricView, plan_slot  # noqa: E402
+from hostctl.core.mlcc import MlccParams, Role
+from hostctl.core.mlccplan import FabricView, plan_slot
+from hostctl_lab.bench.results import write_results
 
 NIC_Bps = 10e9 / 8  # 10 Gbit/s in bytes/s
 RACK_Bps = 20e9 / 8
@@ -186,7 +184,7 @@ def load_baseline(rev: str):
             raise ValueError(f"--baseline {rev}: {src.stderr.strip() or 'git show failed'}")
         text = re.sub(r"\bhostctl\.core\.(" + "|".join(BASELINE_MODULES) + r")\b", tag + r".\1", src.stdout)
         (pkg / f"{m}.py").write_text(text)
-    sys.path.insert(0, str(pkg.parent))
+    sys.path.insert(0, str(pkg.parent))  # deliberately: a second source tree (the baseline), under its own name
     commit = subprocess.run(["git", "-C", str(root), "rev-parse", rev], capture_output=True, text=True).stdout.strip()
     return importlib.import_module(f"{tag}.mlccplan").plan_slot, commit
 

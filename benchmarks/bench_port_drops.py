@@ -27,13 +27,11 @@ import sys
 import time
 import uuid
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hostctl.bench.results import write_results  # noqa: E402
-from hostctl.bench.scenario import Topology  # noqa: E402
-from hostctl.core.units import parse_rate_bps, parse_size_bytes  # noqa: E402
-from hostctl.testbed.net import MTU_WIRE, Testbed  # noqa: E402
+from hostctl.core.units import parse_rate_bps, parse_size_bytes
+from hostctl_lab.bench.results import write_results
+from hostctl_lab.testbed.net import MTU_WIRE, Testbed
+from hostctl_lab.topology import LabFabric
 
 PY = sys.executable
 MODES = ("gso", "nic-frames", "no-gso")
@@ -52,7 +50,7 @@ def tcp_counters(tb: Testbed, host: str) -> dict:
     return json.loads(r.stdout)["kernel"]
 
 
-def run_mode(mode: str, topo: Topology, senders: int, seconds: float, port: int) -> dict:
+def run_mode(mode: str, topo: LabFabric, senders: int, seconds: float, port: int) -> dict:
     tb = Testbed(f"pd{uuid.uuid4().hex[:6]}", replace(topo, gso=mode != "no-gso"))
     try:
         tb.up()
@@ -63,11 +61,11 @@ def run_mode(mode: str, topo: Topology, senders: int, seconds: float, port: int)
                                check=True)
         srcs = [f"h{i}" for i in range(1, senders + 1)]
         for i, h in enumerate(srcs):
-            tb.popen(h, [PY, "-m", "hostctl.tools.bulk", "serve", "--bind", tb.host(h).addr, "--port", str(port + i)],
+            tb.popen(h, [PY, "-m", "hostctl_lab.tools.bulk", "serve", "--bind", tb.host(h).addr, "--port", str(port + i)],
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.3)
         d0, c0 = tb.drops(), cpu_times()
-        recv = [tb.popen("h0", [PY, "-m", "hostctl.tools.bulk", "recv", "--connect", f"{tb.host(h).addr}:{port + i}",
+        recv = [tb.popen("h0", [PY, "-m", "hostctl_lab.tools.bulk", "recv", "--connect", f"{tb.host(h).addr}:{port + i}",
                                 "--seconds", str(seconds), "--bucket", "0.5"], stdout=subprocess.PIPE, text=True)
                 for i, h in enumerate(srcs)]
         goodput = 0.0
@@ -105,9 +103,9 @@ def main() -> None:
     if os.geteuid() != 0:
         ap.error("needs root (network namespaces)")
     n = a.senders + 1
-    topo = Topology(hosts=tuple(f"h{i}" for i in range(n)), rack_of=(0,) * n, racks=1,
-                    link_bps=parse_rate_bps(a.link, what="--link"), uplink_bps=None,
-                    queue_bytes=parse_size_bytes(a.queue, what="--queue"), tcp_cc="cubic")
+    topo = LabFabric(hosts=tuple(f"h{i}" for i in range(n)), rack_of=(0,) * n, racks=1,
+                     link_bps=parse_rate_bps(a.link, what="--link"), uplink_bps=None,
+                     queue_bytes=parse_size_bytes(a.queue, what="--queue"), tcp_cc="cubic")
     rows = []
     for r in range(a.repeat):
         for mode in modes:

@@ -29,12 +29,10 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from hostctl.core.topology import Topology
+from switchemu.server import SwitchState
 
-from hostctl.core.topology import Topology  # noqa: E402
-from switchemu.server import SwitchState  # noqa: E402
-
-from benchmarks.bench_switchemu import exchange_frames  # noqa: E402  (the frames bench_switchemu sends)
+from bench_switchemu import exchange_frames  # (the frames bench_switchemu sends)
 
 SLOT_S = 0.06
 K = 10
@@ -78,7 +76,7 @@ def other_tree(tree: str):
     saved = {k: m for k, m in sys.modules.items() if k.split(".")[0] in roots}
     for k in saved:
         del sys.modules[k]
-    sys.path.insert(0, os.path.abspath(tree))
+    sys.path.insert(0, os.path.abspath(tree))  # deliberately: a second source tree to compare with the installed one
     try:
         from hostctl.core.topology import Topology as OtherTopology
         from switchemu.server import SwitchState as OtherState
@@ -197,7 +195,7 @@ def main() -> None:
               f"{args.compare} min {res['other_min_us']:.2f} median {res['other_median_us']:.2f}; "
               f"this / other: {res['ratio_min']:.3f} (min), {res['ratio_median']:.3f} (median)")
         if args.out:
-            from hostctl.bench.results import write_results
+            from hostctl_lab.bench.results import write_results
 
             write_results(args.out, "micro_switchemu --compare", {"daemons": args.daemons, "slots": args.slots, **res})
         return

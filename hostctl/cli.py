@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 from typing import Optional
@@ -463,159 +462,6 @@ def flows(
     Console().print(t)
 
 
-testbed_app = typer.Typer(no_args_is_help=True, help="Emulated clusters in network namespaces (see docs/testbed.md).")
-app.add_typer(testbed_app, name="testbed")
-
-
-@testbed_app.command("up")
-def testbed_up(
-    name: str = typer.Option("tb", "--name", help="Testbed name: 1-8 lowercase letters/digits, unique."),
-    hosts: Optional[int] = typer.Option(None, "--hosts", help="Hosts on one switch (default 4)."),
-    racks: Optional[int] = typer.Option(None, "--racks", help="Racks of hosts under top-of-rack switches."),
-    hosts_per_rack: Optional[int] = typer.Option(None, "--hosts-per-rack"),
-    link: str = typer.Option("200mbit", "--link", help="Host NIC rate, each direction."),
-    uplink: Optional[str] = typer.Option(None, "--uplink", help="Rack uplink rate (with --racks)."),
-    queue: str = typer.Option("256KiB", "--queue", help="Switch port buffer."),
-    gso: bool = typer.Option(True, "--gso/--no-gso", help="--no-gso: hosts send one-frame packets, so switch ports "
-                             "queue and drop frames (costs CPU; docs/testbed.md)."),
-    scenario: Optional[str] = typer.Option(None, "--scenario", help="Take the topology from a scenario file."),
-    as_json: bool = JsonOpt,
-) -> None:
-    """Build an emulated cluster: hosts in network namespaces, bridges as switches, shaped links."""
-    from hostctl.bench.scenario import load_scenario, parse_topology
-    from hostctl.testbed.net import Testbed, status as tb_status
-
-    if scenario:
-        topo = load_scenario(scenario).topology
-    else:
-        d: dict = {"link": link, "queue": queue, "gso": gso}
-        if racks is not None:
-            d.update(racks=racks, hosts_per_rack=hosts_per_rack if hosts_per_rack is not None else 2)
-            if uplink is not None:
-                d["uplink"] = uplink
-        else:
-            d["hosts"] = hosts if hosts is not None else 4
-            for k, v in (("hosts_per_rack", hosts_per_rack), ("uplink", uplink)):
-                if v is not None:
-                    d[k] = v
-        topo = parse_topology(d)
-    Testbed(name, topo).up()
-    _print_testbeds([s for s in tb_status() if s["name"] == name], as_json)
-
-
-def _print_testbeds(rows: list[dict], as_json: bool) -> None:
-    from hostctl.core.units import format_rate
-
-    if as_json:
-        typer.echo(json.dumps(rows, indent=2))
-        return
-    if not rows:
-        typer.echo("no testbeds")
-    for s in rows:
-        if "hosts" not in s:
-            typer.echo(f"testbed {s['name']}: {s.get('problem')}")
-            continue
-        typer.echo(f"testbed {s['name']}: {len(s['hosts'])} hosts in {s['subnet']}")
-        for h in s["hosts"]:
-            typer.echo(f"  {h['host']:5s} rack {h['rack']}  {h['addr']:15s} netns {h['ns']}  "
-                       f"{h['processes']} processes{'' if h['up'] else '  (namespace missing)'}")
-        typer.echo("  links: " + ", ".join(f"{ln['link']} {format_rate(ln['rate_bps'])}" for ln in s["links"])
-                   + ("" if s.get("gso", True) else "; hosts send one-frame packets (--no-gso)"))
-        if s.get("problem"):
-            typer.echo(f"  problem: {s['problem']}")
-
-
-@testbed_app.command("down")
-def testbed_down(
-    name: Optional[str] = typer.Argument(None, help="Testbed name (default tb)."),
-    all_: bool = typer.Option(False, "--all", help="Remove every testbed on this machine."),
-) -> None:
-    """Remove a testbed: processes, namespaces, links, cgroups, state. Works after a crash too."""
-    from hostctl.datapath.linux import require_root
-    from hostctl.testbed.net import all_testbed_names, check_name, teardown
-
-    require_root()
-    names = all_testbed_names() if all_ else [check_name(name or "tb")]
-    for n in names:
-        removed = teardown(n)
-        typer.echo(f"testbed {n}: " + (f"removed {len(removed)} objects" if removed else "nothing to remove"))
-
-
-@testbed_app.command("status")
-def testbed_status(as_json: bool = JsonOpt) -> None:
-    """List testbeds with their hosts, addresses, process counts and link rates."""
-    from hostctl.testbed.net import status as tb_status
-
-    _print_testbeds(tb_status(), as_json)
-
-
-@testbed_app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def testbed_exec(ctx: typer.Context, name: str = typer.Argument(..., help="Testbed name."),
-                 host: str = typer.Argument(..., help="Host, e.g. h0.")) -> None:
-    """Run a command on a testbed host (its namespace and cgroup): hostctl testbed exec tb h0 -- ip addr"""
-    from hostctl.errors import ConfigError
-    from hostctl.testbed.net import Testbed
-
-    if not ctx.args:
-        raise ConfigError("give a command after --, e.g. hostctl testbed exec tb h0 -- ip addr")
-    tb = Testbed.load(name)
-    sys.exit(subprocess.call(tb.command(host, list(ctx.args))))
-
-
-def _run_bench(scenario: str, policies: Optional[str], repeat: Optional[int], iterations: Optional[int],
-               out: str, plots: bool = True) -> dict:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from hostctl.bench import report
-    from hostctl.bench.runner import run_bench
-    from hostctl.bench.scenario import load_scenario
-    from hostctl.datapath.linux import require_root
-
-    require_root()
-    if plots:
-        from hostctl.bench import agg_figure
-
-        agg_figure()  # without the lab extra: say so now, not after the runs
-    # SIGTERM (systemd, timeout(1), a CI limit) unwinds like Ctrl-C, so the run's testbed is torn down
-    signal.signal(signal.SIGTERM, _terminate)
-    sc = load_scenario(scenario).with_overrides(
-        iterations=iterations, repeat=repeat,
-        policies=tuple(p.strip() for p in policies.split(",") if p.strip()) if policies else None)
-    con = Console(stderr=True)
-    con.print(f"scenario {sc.name}: {len(sc.jobs)} jobs on {len(sc.topology.hosts)} hosts, policies "
-              f"{', '.join(sc.policies)}, {sc.repeat} repeat(s)")
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=con, transient=False) as prog:
-        total = prog.add_task("runs", total=sc.repeat * len(sc.policies))
-        jobs = prog.add_task("jobs", total=len(sc.jobs))
-
-        def run_start(r, pol):
-            prog.update(total, description=f"run {pol} (repeat {r + 1})")
-            prog.reset(jobs, total=len(sc.jobs))
-
-        def run_end(res):
-            prog.advance(total)
-            if not res["ok"]:
-                prog.console.print(f"[red]run {res['policy']} repeat {res['repeat'] + 1} failed:[/] {res['error']}")
-
-        results = run_bench(sc, out, on_run_start=run_start, on_run_end=run_end,
-                            on_job_done=lambda n: prog.update(jobs, completed=n))
-    results["command"] = " ".join(["hostctl"] + sys.argv[1:])
-    summary = report.summarize(results)
-    results["summary"] = summary
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, f"{sc.name}.json")
-    with open(path, "w") as f:
-        json.dump(results, f, indent=1)
-    report.print_table(results, summary, Console(width=max(140, Console().width)))
-    typer.echo(f"results: {path}")
-    if plots:
-        for p in report.plot(results, os.path.join(out, sc.name)):
-            typer.echo(f"plot: {p}")
-    return results
-
-
 class Terminated(BaseException):
     """SIGTERM in a command that must undo what it built (the bench's testbeds): raised by the
     handler so that every `finally` runs; the process then exits 143."""
@@ -626,81 +472,35 @@ def _terminate(_sig, _frame) -> None:
     raise Terminated
 
 
-@app.command()
-def bench(
-    scenario: str = typer.Argument(..., help="Scenario TOML, e.g. examples/scenarios/placement1.toml."),
-    policies: Optional[str] = typer.Option(None, "--policies", help="Comma list, e.g. fifo,one,rr (default: the scenario's)."),
-    repeat: Optional[int] = typer.Option(None, "--repeat", "-r", help="Repeats per policy (default: the scenario's)."),
-    iterations: Optional[int] = typer.Option(None, "--iterations", help="Override every job's iterations (a shorter run)."),
-    out: str = typer.Option("results/bench", "--out", help="Folder for JSON, plots and raw records."),
-) -> None:
-    """Run a scenario on an emulated testbed under each policy (interleaved repeats); print and save the comparison."""
-    _run_bench(scenario, policies, repeat, iterations, out)
+# The lab's commands (bench, bench-compare, bench-pacing, demo, testbed) are in the hostctl-lab
+# distribution (lab/): registered here when it is installed, otherwise each says so in one line.
+LAB_COMMANDS = ("bench", "bench-compare", "bench-pacing", "demo", "testbed")
+LAB_MISSING = "hostctl {} is part of the lab: pip install ./lab (scripts/setup.sh installs it)"
 
 
-@app.command("bench-compare")
-def bench_compare(
-    results: str = typer.Argument(..., help="A results JSON written by hostctl bench."),
-    policy: str = typer.Argument(..., help="The policy to compare, e.g. mlcc."),
-    baseline: str = typer.Argument(..., help="The policy to compare it with, e.g. mlcc-local."),
-) -> None:
-    """Compare two policies of one bench run: mean paired ratio of their average JCT over the repeats."""
-    from hostctl.bench import report
-    from hostctl.errors import ConfigError
+def _lab_missing(name: str):
+    def cmd(ctx: typer.Context) -> None:
+        print(LAB_MISSING.format(name), file=sys.stderr)
+        raise typer.Exit(2)
 
+    return cmd
+
+
+def _register_lab() -> None:
     try:
-        with open(results) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"cannot read {results} ({e}): give a results JSON written by hostctl bench") from None
-    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
-        raise ConfigError(f"{results} is not a results JSON written by hostctl bench (it has no runs)")
-    try:
-        c = report.compare(data, policy, baseline)
-    except ValueError as e:
-        raise ConfigError(f"{results}: {e}") from None
-    if not c["pairs"]:
-        raise ConfigError(f"{results}: no repeat where both {policy} and {baseline} ran ok")
-    ci = c["ratio_ci95"]
-    typer.echo(f"{policy} vs {baseline}: average JCT ratio {c['ratio']:.3f}"
-               + (f", 95% CI [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else " (one pair: no interval)")
-               + f" over {c['pairs']} paired repeats; per repeat: "
-               + ", ".join(f"{r:.3f}" for r in c["ratios"]))
+        from hostctl_lab.cli import register  # the one import of the lab in hostctl
+    except ModuleNotFoundError as e:
+        if e.name not in ("hostctl_lab", "hostctl_lab.cli"):
+            raise
+        for name in LAB_COMMANDS:
+            app.command(name, help="Part of the lab (not installed): pip install ./lab.", add_help_option=False,
+                        context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
+                _lab_missing(name))
+        return
+    register(app)
 
 
-@app.command("bench-pacing")
-def bench_pacing(
-    out: str = typer.Option("results/pacing", "--out", help="Folder for pacing.json and the plots."),
-    quick: bool = typer.Option(False, "--quick", help="A short version (about 30 s)."),
-    repeat: Optional[int] = typer.Option(None, "--repeat", "-r", help="Repeats of the overhead comparison."),
-) -> None:
-    """Measure the pacing datapath: rate accuracy, step response at 60 ms slots, 200 flows,
-    map full, overhead (two namespaces on this machine, as root)."""
-    from hostctl.bench.pacing import run
-    from hostctl.datapath.linux import require_root
-
-    require_root()
-    run(out, quick=quick, repeat=repeat)
-
-
-@app.command()
-def demo(
-    repeat: int = typer.Option(1, "--repeat", "-r", help="Repeats per policy."),
-    iterations: int = typer.Option(15, "--iterations", help="Iterations per job (the full scenario has 40)."),
-    out: str = typer.Option("results/demo", "--out", help="Folder for JSON and plots."),
-) -> None:
-    """A short placement #1 run (12 PS jobs colocated on one host): fifo vs one vs rr vs one with ingress bands."""
-    _run_bench(_demo_scenario(), None, repeat, iterations, out)
-
-
-def _demo_scenario() -> str:
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    p = os.path.join(here, "examples", "scenarios", "placement1.toml")
-    if not os.path.exists(p):
-        from hostctl.errors import ConfigError
-
-        raise ConfigError(f"{p} is missing: run the demo from a checkout of the hostctl repository")
-    return p
+_register_lab()
 
 
 def main() -> None:

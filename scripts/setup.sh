@@ -5,8 +5,9 @@
 #     python3-venv, gcc (tests/unit/test_bpf_layout.py compiles a probe of hc_pace.c's struct layout)
 #   - the kernel-headers link bcc looks for (/lib/modules/$(uname -r)/{build,source})
 #   - a venv at .venv (with system site-packages, so Debian's bcc imports) with hostctl installed
-#     with the dev (tests) and lab (testbed, benchmarks, plots) extras, plus the torch extra
-#     when the CPU wheel of torch 2.13.0 is on local disk
+#     with the dev (tests) extra, and the lab (lab/: testbed, benchmarks, workloads, fluid models,
+#     plots; the distribution hostctl-lab), with its torch extra when the CPU wheel of torch 2.13.0
+#     is on local disk. Both editable.
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")/.."
 
@@ -50,14 +51,14 @@ fi
 # CPU build of torch 2.13.0 on local disk: elsewhere PyPI's torch is a CUDA build of
 # several GB. HOSTCTL_TORCH=0 skips it, HOSTCTL_TORCH=1 insists. Without it, the
 # PyTorch tests are skipped with a reason.
-extras=dev,lab
+lab=./lab
 torch_wheel=$(ls ${PIP_FIND_LINKS:-/opt/wheels}/torch-2.13.0+cpu-*.whl 2>/dev/null | head -n 1 || true)
 if [ "${HOSTCTL_TORCH:-auto}" = 1 ] || { [ "${HOSTCTL_TORCH:-auto}" = auto ] && [ -n "$torch_wheel" ]; }; then
-  extras=dev,lab,torch
+  lab="./lab[torch]"
 fi
 stamp=.venv/.hostctl-installed
-want="$(sha256sum pyproject.toml | cut -d' ' -f1) $extras"
+want="$(sha256sum pyproject.toml lab/pyproject.toml | cut -d' ' -f1 | tr '\n' ' ')$lab"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  .venv/bin/pip install -q --disable-pip-version-check -e ".[$extras]"
+  .venv/bin/pip install -q --disable-pip-version-check -e ".[dev]" -e "$lab"
   echo "$want" > "$stamp"
 fi

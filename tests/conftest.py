@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from hostctl.testbed.net import delete_netns
+from hostctl_lab.testbed.net import delete_netns
 
 HOSTCTL = os.path.join(sys.prefix, "bin", "hostctl")
 PY = sys.executable

@@ -1,6 +1,6 @@
 """MLCC: one host's whole decision for one slot (pure: numpy and stdlib; no clock, socket or kernel).
 
-The daemon (hostctl/policy/mlcc.py), the fluid models (benchmarks/fluid_mlcc.py) and the simulator call
+The daemon (hostctl/policy/mlcc.py), the fluid models (lab/hostctl_lab/fluid/mlcc.py) and the simulator call
 :func:`plan_slot`; nothing else decides a rate. The daemon only does I/O around it: it fetches the
 switches' feedback and the peers' progress, builds a :class:`FabricView`, calls ``plan_slot`` and
 writes ``applied_Bps`` to the pacer, publishes ``rates_Bps`` and sends ``reports`` and ``notify``.

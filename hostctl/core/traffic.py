@@ -22,7 +22,7 @@ a set of concurrent flows (src, dst, bytes):
   rank (k + 1) mod W.
 
 Rates are bits/s, sizes bytes, times seconds. Jobs are any objects with the
-attributes of :class:`JobTraffic` (``hostctl.bench.scenario.JobDef`` has them).
+attributes of :class:`JobTraffic` (``hostctl_lab.bench.scenario.JobDef`` has them).
 """
 
 from __future__ import annotations

@@ -142,7 +142,7 @@ class PacingReadout:
 
 
 class Datapath(Protocol):
-    """What the daemon (hostctl/daemon.py, pacectl.py, mlccctl.py) calls, in this order:
+    """What the daemon (hostctl/daemon.py, hostctl/policy/pacing.py, hostctl/policy/mlcc.py) calls, in this order:
     setup, then per slot heartbeat / apply / pace / read_counters / read_pacing / forget,
     then teardown; close last."""
 

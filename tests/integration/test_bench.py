@@ -12,11 +12,11 @@ import uuid
 
 import pytest
 
-from hostctl.bench.scenario import parse_scenario
 from hostctl.core import traffic
 from hostctl.core.wire import WIRE_VERSION
-from hostctl.testbed.net import NS_PREFIX, Testbed
-from hostctl.workloads.summary import load_records, summarize
+from hostctl_lab.bench.scenario import parse_scenario
+from hostctl_lab.testbed.net import NS_PREFIX, Testbed
+from hostctl_lab.workloads.summary import load_records, summarize
 from tests.conftest import HOSTCTL, PY, sh
 
 pytestmark = [pytest.mark.root, pytest.mark.netns]
@@ -28,11 +28,11 @@ def _ps_job(tmp_path, sc, buckets: int) -> dict:
     tb = Testbed("a" + uuid.uuid4().hex[:7], t)
     try:
         tb.up()
-        ps = tb.popen("h0", [PY, "-m", "hostctl.workloads.ps", "server", "--bind", tb.host("h0").addr, "--port",
+        ps = tb.popen("h0", [PY, "-m", "hostctl_lab.workloads.ps", "server", "--bind", tb.host("h0").addr, "--port",
                              "7100", "--workers", "2", "--iterations", "6", "--shard-bytes", str(job.model_bytes),
                              "--job", "j"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         outs = [str(tmp_path / f"w{k}.json") for k in range(2)]
-        ws = [tb.popen("h1", [PY, "-m", "hostctl.workloads.ps", "worker", "--job", "j", "--rank", str(k), "--ps",
+        ws = [tb.popen("h1", [PY, "-m", "hostctl_lab.workloads.ps", "worker", "--job", "j", "--rank", str(k), "--ps",
                               f"{tb.host('h0').addr}:7100", "--iterations", "6", "--compute", "0.1",
                               "--model-bytes", str(job.model_bytes), "--out", outs[k],
                               *(["--backward", "1", "--buckets", str(buckets)] if buckets > 1 else [])],
@@ -252,7 +252,7 @@ def test_fabric_prio_oracle_serves_the_first_job_first(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     (run,) = json.loads((out / "fprio.json").read_text())["runs"]
     assert run["ok"], run["error"]
-    from hostctl.bench.scenario import PORT_BASE
+    from hostctl_lab.bench.scenario import PORT_BASE
 
     fb = run["fabric_bands"]
     assert fb["order"] == [[PORT_BASE], [PORT_BASE + 1]]  # a's PS port, then b's
@@ -334,7 +334,7 @@ def test_mlcc_bench_runs_with_and_without_switchemu(tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None,
-                    reason="torch is not installed: pip install -e '.[torch]' runs the PyTorch job test")
+                    reason="torch is not installed: pip install -e './lab[torch]' runs the PyTorch job test")
 def test_pytorch_job_runs_through_hostctl(tmp_path):
     p = tmp_path / "torch.toml"
     p.write_text(textwrap.dedent("""

@@ -1,4 +1,4 @@
-"""Smoke test of the pacing benchmark: ``python -m hostctl.bench.pacing --quick`` (~30-60 s).
+"""Smoke test of the pacing benchmark: ``python -m hostctl_lab.bench.pacing --quick`` (~30-60 s).
 
 It runs as a subprocess whose command line names hostctl: another hostctl's ``clean``
 (journal.daemon_alive) then sees its pacer's owner as alive and leaves it alone.
@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from hostctl.bench.pacing import STEP_TOL, STEP_WIN_S, burst_bytes
+from hostctl_lab.bench.pacing import STEP_TOL, STEP_WIN_S, burst_bytes
 from tests.conftest import PY, sh
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf, pytest.mark.slow]
@@ -22,7 +22,7 @@ SECTIONS = ("machine", "unpaced", "accuracy", "step", "flows200", "map_full", "o
 
 def test_quick_pacing_benchmark(tmp_path):
     out = tmp_path / "pacing"
-    r = subprocess.run([PY, "-m", "hostctl.bench.pacing", "--quick", "--out", str(out)], capture_output=True,
+    r = subprocess.run([PY, "-m", "hostctl_lab.bench.pacing", "--quick", "--out", str(out)], capture_output=True,
                        text=True, timeout=400)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
     d = json.loads((out / "pacing.json").read_text())

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from hostctl.testbed.net import delete_netns
+from hostctl_lab.testbed.net import delete_netns
 
 HOSTCTL = os.path.join(sys.prefix, "bin", "hostctl")
 TIMEOUT_S = 120

@@ -138,7 +138,7 @@ def pods(request) -> Pods:
 
 def serve(env: Pods, pod: Ns, port: int, *extra: str) -> None:
     """A bulk server in a pod on the wildcard address (sends to whoever connects)."""
-    env.start(pod.argv(PY, "-m", "hostctl.tools.bulk", "serve", "--port", str(port), *extra))
+    env.start(pod.argv(PY, "-m", "hostctl_lab.tools.bulk", "serve", "--port", str(port), *extra))
     if env.mode == "masq":
         env.publish(pod, port)
     target = env.addr_of(pod)
@@ -147,7 +147,7 @@ def serve(env: Pods, pod: Ns, port: int, *extra: str) -> None:
 
 
 def recv(env: Pods, pod: Ns, port: int, seconds: float) -> subprocess.Popen:
-    return env.start(env.remote.argv(PY, "-m", "hostctl.tools.bulk", "recv", "--connect",
+    return env.start(env.remote.argv(PY, "-m", "hostctl_lab.tools.bulk", "recv", "--connect",
                                      f"{env.addr_of(pod)}:{port}", "--seconds", str(seconds), "--bucket", "0.1"))
 
 
@@ -208,7 +208,7 @@ def test_flows_finds_pod_servers_with_their_ids(pods):
     for pod, port in zip(pods.pods, (p0, p1)):
         serve(pods, pod, port)
     # another host on the remote side serving the same port: no container of this host
-    pods.start(pods.other.argv(PY, "-m", "hostctl.tools.bulk", "serve", "--port", str(p0)))
+    pods.start(pods.other.argv(PY, "-m", "hostctl_lab.tools.bulk", "serve", "--port", str(p0)))
     wait_for(lambda: pods.remote.run("bash", "-c", f"echo > /dev/tcp/{pods.other.addr}/{p0}", check=False)
              .returncode == 0, 10, 0.1, "the other host's server")
     rx = [recv(pods, pod, port, 8) for pod, port in zip(pods.pods, (p0, p1))]
@@ -233,7 +233,7 @@ def test_flows_finds_pod_servers_with_their_ids(pods):
     # off: the host namespace itself has no such listener
     assert flows(pods, "--ports", f"{p0},{p1}", "--no-containers") == []
     # the remote namespace, at the other end of the uplink, is no container of this host
-    assert flows(pods, "--match", r"hostctl\.tools\.bulk [r]ecv") == []
+    assert flows(pods, "--match", r"hostctl_lab\.tools\.bulk [r]ecv") == []
     for p in rx:
         result(p)
 
@@ -244,11 +244,11 @@ def test_flows_finds_pod_clients(pods):
     (ps:<PS address>:<port>), masqueraded or not; their flows keep the pod's address."""
     p0, p1 = free_ports()
     for port in (p0, p1):
-        pods.start(pods.remote.argv(PY, "-m", "hostctl.tools.bulk", "serve", "--sink", "--port", str(port)))
+        pods.start(pods.remote.argv(PY, "-m", "hostctl_lab.tools.bulk", "serve", "--sink", "--port", str(port)))
     marker = rf"bulk send --connect {re.escape(pods.remote.addr)}:({p0}|{p1})\b"
     for i, (pod, port) in enumerate(zip(pods.pods, (p0, p1))):
         env = {**os.environ, "MASTER_ADDR": pods.remote.addr, "MASTER_PORT": str(29500 + i)}
-        pods.start(pod.argv(PY, "-m", "hostctl.tools.bulk", "send", "--connect", f"{pods.remote.addr}:{port}",
+        pods.start(pod.argv(PY, "-m", "hostctl_lab.tools.bulk", "send", "--connect", f"{pods.remote.addr}:{port}",
                             "--seconds", "10"), env=env)
     for args, ids in ((("--match", marker), [f"master:{pods.remote.addr}:{29500 + i}" for i in range(2)]),
                       (("--ports", f"{p0},{p1}"), [f"ps:{pods.remote.addr}:{p}" for p in (p0, p1)])):
@@ -315,7 +315,7 @@ def test_one_bands_pod_clients(pods, select):
     banded = not (pods.mode == "masq" and select == "match")
     p0, p1 = free_ports()
     for port in (p0, p1):
-        pods.start(pods.remote.argv(PY, "-m", "hostctl.tools.bulk", "serve", "--sink", "--port", str(port)))
+        pods.start(pods.remote.argv(PY, "-m", "hostctl_lab.tools.bulk", "serve", "--sink", "--port", str(port)))
     if select == "ports":
         sel, ids = ("--ports", f"{p0},{p1}"), [f"ps:{pods.remote.addr}:{p}" for p in (p0, p1)]
     else:
@@ -325,7 +325,7 @@ def test_one_bands_pod_clients(pods, select):
 
     def send(i: int, seconds: float) -> subprocess.Popen:
         env = {**os.environ, "MASTER_ADDR": pods.remote.addr, "MASTER_PORT": str(29500 + i)}
-        return pods.start(pods.pods[i].argv(PY, "-m", "hostctl.tools.bulk", "send", "--connect",
+        return pods.start(pods.pods[i].argv(PY, "-m", "hostctl_lab.tools.bulk", "send", "--connect",
                                             f"{pods.remote.addr}:{(p0, p1)[i]}", "--seconds", str(seconds)), env=env)
 
     low = send(1, 9)
@@ -370,12 +370,12 @@ def test_cap_paces_a_pod_flow(pods, cgroup, role):
         return pods.start(["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', child, *pod.argv(*argv)])
 
     if role == "server":
-        in_child(PY, "-m", "hostctl.tools.bulk", "serve", "--port", str(port))
+        in_child(PY, "-m", "hostctl_lab.tools.bulk", "serve", "--port", str(port))
         if pods.mode == "masq":
             pods.publish(pod, port)
         target = pods.addr_of(pod)
     else:
-        pods.start(pods.remote.argv(PY, "-m", "hostctl.tools.bulk", "serve", "--sink", "--port", str(port)))
+        pods.start(pods.remote.argv(PY, "-m", "hostctl_lab.tools.bulk", "serve", "--sink", "--port", str(port)))
         target = pods.remote.addr
     wait_for(lambda: subprocess.run((pods.remote if role == "server" else pod).argv(
         "bash", "-c", f"echo > /dev/tcp/{target}/{port}"), capture_output=True).returncode == 0, 10, 0.1, "the server")
@@ -384,7 +384,7 @@ def test_cap_paces_a_pod_flow(pods, cgroup, role):
     if role == "server":
         proc = recv(pods, pod, port, 5)
     else:
-        proc = in_child(PY, "-m", "hostctl.tools.bulk", "send", "--connect", f"{target}:{port}", "--seconds", "5")
+        proc = in_child(PY, "-m", "hostctl_lab.tools.bulk", "send", "--connect", f"{target}:{port}", "--seconds", "5")
 
     def paced():
         st = json.loads(pods.host.run(HOSTCTL, "status", "--json").stdout)

@@ -26,7 +26,7 @@ PORTS = (5301, 5302, 5303)
 
 def serve(pair, ports=PORTS):
     for port in ports:
-        pair.start(pair.ps, PY, "-m", "hostctl.tools.bulk", "serve", "--bind", pair.ps.addr, "--port", str(port))
+        pair.start(pair.ps, PY, "-m", "hostctl_lab.tools.bulk", "serve", "--bind", pair.ps.addr, "--port", str(port))
     for port in ports:
         wait_for(lambda: pair.wk.run("bash", "-c", f"echo > /dev/tcp/{pair.ps.addr}/{port}",
                                      check=False).returncode == 0, 10, 0.1, f"server on {port}")

@@ -19,12 +19,12 @@ def status(host):
 
 
 def test_job_arrival_and_departure_are_followed(pair):
-    s1 = pair.start(pair.ps, PY, "-m", "hostctl.tools.bulk", "serve", "--bind", pair.ps.addr, "--port", "5201")
+    s1 = pair.start(pair.ps, PY, "-m", "hostctl_lab.tools.bulk", "serve", "--bind", pair.ps.addr, "--port", "5201")
     pair.start(pair.ps, HOSTCTL, "start", "--policy", "one", "--iface", pair.ps.dev, "--link-rate", "200mbit",
                "--ports", "5201-5210", "--rescan", "0.3")
     st = wait_for(lambda: (s := status(pair.ps)) and len(s["jobs"]) == 1 and s, 30, 0.2, "one job")
     assert st["jobs"][0]["band"] is None  # a single job: nothing to arbitrate
-    pair.start(pair.ps, PY, "-m", "hostctl.tools.bulk", "serve", "--bind", pair.ps.addr, "--port", "5207")
+    pair.start(pair.ps, PY, "-m", "hostctl_lab.tools.bulk", "serve", "--bind", pair.ps.addr, "--port", "5207")
     st = wait_for(lambda: (s := status(pair.ps)) and len(s["jobs"]) == 2 and s, 10, 0.2, "second job")
     assert sorted(j["band"] for j in st["jobs"]) == [0, 1]
     s1.terminate()

@@ -36,7 +36,7 @@ def links(pair) -> set[str]:
 def start_sinks(pair):
     """Parameter servers that receive (gradients): the DL traffic is ps's ingress."""
     for port in PORTS:
-        pair.start(pair.ps, PY, "-m", "hostctl.tools.bulk", "serve", "--sink", "--bind", pair.ps.addr,
+        pair.start(pair.ps, PY, "-m", "hostctl_lab.tools.bulk", "serve", "--sink", "--bind", pair.ps.addr,
                    "--port", str(port))
     for port in PORTS:
         wait_for(lambda: pair.wk.run("bash", "-c", f"echo > /dev/tcp/{pair.ps.addr}/{port}",
@@ -44,7 +44,7 @@ def start_sinks(pair):
 
 
 def send(pair, port, seconds):
-    return pair.start(pair.wk, PY, "-m", "hostctl.tools.bulk", "send", "--connect", f"{pair.ps.addr}:{port}",
+    return pair.start(pair.wk, PY, "-m", "hostctl_lab.tools.bulk", "send", "--connect", f"{pair.ps.addr}:{port}",
                       "--seconds", str(seconds), "--bucket", "0.1")
 
 

@@ -23,14 +23,14 @@ HEADER_FACTOR = 1.0  # without fq, TCP pacing charges payload only: goodput equa
 
 def serve(pair, host, cgroup, port):
     """A bulk sender (PS-like: it sends to whoever connects) inside the host's cgroup."""
-    p = subprocess.Popen(host.argv_in(cgroup, PY, "-m", "hostctl.tools.bulk", "serve", "--bind", host.addr,
+    p = subprocess.Popen(host.argv_in(cgroup, PY, "-m", "hostctl_lab.tools.bulk", "serve", "--bind", host.addr,
                                       "--port", str(port)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pair.procs.append(p)
     return p
 
 
 def recv(pair, host, server, port, seconds):
-    return pair.start(host, PY, "-m", "hostctl.tools.bulk", "recv", "--connect", f"{server.addr}:{port}",
+    return pair.start(host, PY, "-m", "hostctl_lab.tools.bulk", "recv", "--connect", f"{server.addr}:{port}",
                       "--seconds", str(seconds), "--bucket", "0.1")
 
 
@@ -305,7 +305,7 @@ def test_cap_on_the_worker_side_paces_uploads_to_a_ps_port(pair, cgroup):
     its first connection too (made before the job existed: watched, then selected by the job's
     remote endpoint); a second connection to the PS, made once the job exists, is selected at
     connection time and the two share the cap."""
-    sink = pair.start(pair.ps, PY, "-m", "hostctl.tools.bulk", "serve", "--sink", "--bind", pair.ps.addr,
+    sink = pair.start(pair.ps, PY, "-m", "hostctl_lab.tools.bulk", "serve", "--sink", "--bind", pair.ps.addr,
                       "--port", "5201")
     wait_for(lambda: pair.wk.run("bash", "-c", f"echo > /dev/tcp/{pair.ps.addr}/5201", check=False).returncode == 0,
              10, 0.1, "sink on 5201")
@@ -324,7 +324,7 @@ def test_cap_on_the_worker_side_paces_uploads_to_a_ps_port(pair, cgroup):
     wait_for(up, 30, 0.2, "worker pacing daemon up")
 
     def send(seconds):
-        p = subprocess.Popen(pair.wk.argv_in(cgroup, PY, "-m", "hostctl.tools.bulk", "send", "--connect",
+        p = subprocess.Popen(pair.wk.argv_in(cgroup, PY, "-m", "hostctl_lab.tools.bulk", "send", "--connect",
                                              f"{pair.ps.addr}:5201", "--seconds", str(seconds), "--bucket", "0.1"),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         pair.procs.append(p)

@@ -1,4 +1,4 @@
-"""The emulated host processor's server (hostctl.workloads.processor) as a real process on its
+"""The emulated host processor's server (hostctl_lab.workloads.processor) as a real process on its
 abstract unix socket, and workers' compute steps on it. No root: the socket lives in the test's
 own network namespace, under a unique name."""
 
@@ -14,8 +14,8 @@ import uuid
 
 import pytest
 
-from hostctl.workloads.compute import Compute, ComputeError
-from hostctl.workloads.processor import REQUEST, ProcessorClient, address
+from hostctl_lab.workloads.compute import Compute, ComputeError
+from hostctl_lab.workloads.processor import REQUEST, ProcessorClient, address
 
 PY = sys.executable
 
@@ -28,7 +28,7 @@ def processor(request):
 
     def start(cores: float = 1.0) -> str:
         name = f"t{uuid.uuid4().hex[:12]}"
-        p = subprocess.Popen([PY, "-m", "hostctl.workloads.processor", "--name", name, "--cores", str(cores)],
+        p = subprocess.Popen([PY, "-m", "hostctl_lab.workloads.processor", "--name", name, "--cores", str(cores)],
                              stderr=subprocess.PIPE, text=True)
         procs.append(p)
         ProcessorClient(name, timeout_s=10).close()  # wait until it listens
@@ -107,7 +107,7 @@ def test_missing_processor_is_a_clear_error():
 
 
 def test_worker_with_missing_processor_exits_2_with_one_line(tmp_path):
-    r = subprocess.run([PY, "-m", "hostctl.workloads.ps", "worker", "--job", "j", "--rank", "0", "--ps",
+    r = subprocess.run([PY, "-m", "hostctl_lab.workloads.ps", "worker", "--job", "j", "--rank", "0", "--ps",
                         "127.0.0.1:9", "--iterations", "1", "--compute", "0.01", "--model-bytes", "10", "--out",
                         str(tmp_path / "w.json"), "--compute-processor", f"nothere-{uuid.uuid4().hex[:8]}",
                         "--connect-timeout", "0.3"], capture_output=True, text=True, timeout=30,
@@ -118,12 +118,12 @@ def test_worker_with_missing_processor_exits_2_with_one_line(tmp_path):
 
 def test_idle_exit_and_name_taken():
     name = f"t{uuid.uuid4().hex[:12]}"
-    p = subprocess.Popen([PY, "-m", "hostctl.workloads.processor", "--name", name, "--idle-exit", "0.3"],
+    p = subprocess.Popen([PY, "-m", "hostctl_lab.workloads.processor", "--name", name, "--idle-exit", "0.3"],
                          stderr=subprocess.PIPE, text=True)
     try:
         c = ProcessorClient(name, timeout_s=10)  # held open: the server is not idle meanwhile
         # a second processor of the same name in this namespace says so and exits 1
-        r = subprocess.run([PY, "-m", "hostctl.workloads.processor", "--name", name], capture_output=True,
+        r = subprocess.run([PY, "-m", "hostctl_lab.workloads.processor", "--name", name], capture_output=True,
                            text=True, timeout=30)
         assert r.returncode == 1 and "is another processor named" in r.stderr
         assert p.poll() is None
@@ -139,5 +139,5 @@ def test_idle_exit_and_name_taken():
                                        (["--cores", "nan"], "must be a positive number"),
                                        (["--cores", "x"], "invalid float value")])
 def test_bad_flags_one_line(args, msg):
-    r = subprocess.run([PY, "-m", "hostctl.workloads.processor", *args], capture_output=True, text=True, timeout=30)
+    r = subprocess.run([PY, "-m", "hostctl_lab.workloads.processor", *args], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr

@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-from hostctl.bench.scenario import Topology
-from hostctl.testbed.net import NS_PREFIX, STATE_DIR, Testbed, all_testbed_names, cgroup2_root, teardown
+from hostctl_lab.testbed.net import NS_PREFIX, STATE_DIR, Testbed, all_testbed_names, cgroup2_root, teardown
+from hostctl_lab.topology import LabFabric
 from tests.conftest import HOSTCTL, PY, sh, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.netns]
@@ -22,8 +22,8 @@ pytestmark = [pytest.mark.root, pytest.mark.netns]
 
 def topo(n=3, link=100_000_000, racks=1, uplink=None, **kw):
     rack_of = tuple(i // (n // racks) for i in range(n)) if racks > 1 else (0,) * n
-    return Topology(hosts=tuple(f"h{i}" for i in range(n)), rack_of=rack_of, racks=racks, link_bps=link,
-                    uplink_bps=uplink, queue_bytes=256 * 1024, **kw)
+    return LabFabric(hosts=tuple(f"h{i}" for i in range(n)), rack_of=rack_of, racks=racks, link_bps=link,
+                     uplink_bps=uplink, queue_bytes=256 * 1024, **kw)
 
 
 def uname() -> str:
@@ -34,7 +34,7 @@ def uname() -> str:
 def make_tb(request):
     made = []
 
-    def make(t: Topology) -> Testbed:
+    def make(t: LabFabric) -> Testbed:
         tb = Testbed(uname(), t)
         made.append(tb.name)  # before up(): removed even if up fails half-way
         return tb.up()
@@ -56,10 +56,10 @@ def leftovers(name: str) -> list[str]:
 
 
 def throughput_mbit(tb: Testbed, src: str, dst: str, port: int, seconds: float = 2.0) -> subprocess.Popen:
-    tb.popen(src, [PY, "-m", "hostctl.tools.bulk", "serve", "--bind", tb.host(src).addr, "--port", str(port)],
+    tb.popen(src, [PY, "-m", "hostctl_lab.tools.bulk", "serve", "--bind", tb.host(src).addr, "--port", str(port)],
              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.3)
-    return tb.popen(dst, [PY, "-m", "hostctl.tools.bulk", "recv", "--connect", f"{tb.host(src).addr}:{port}",
+    return tb.popen(dst, [PY, "-m", "hostctl_lab.tools.bulk", "recv", "--connect", f"{tb.host(src).addr}:{port}",
                           "--seconds", str(seconds), "--bucket", "0.5"], stdout=subprocess.PIPE, text=True)
 
 
@@ -92,11 +92,10 @@ def test_down_after_harness_crash(tmp_path):
     script = tmp_path / "crash.py"
     script.write_text(textwrap.dedent(f"""
         import os, signal, sys, time
-        sys.path.insert(0, {os.getcwd()!r})
-        from hostctl.bench.scenario import Topology
-        from hostctl.testbed.net import Testbed
-        t = Topology(hosts=("h0", "h1"), rack_of=(0, 0), racks=1, link_bps=10**8, uplink_bps=None,
-                     queue_bytes=262144)
+        from hostctl_lab.testbed.net import Testbed
+        from hostctl_lab.topology import LabFabric
+        t = LabFabric(hosts=("h0", "h1"), rack_of=(0, 0), racks=1, link_bps=10**8, uplink_bps=None,
+                      queue_bytes=262144)
         tb = Testbed({name!r}, t).up()
         p = tb.popen("h0", ["sleep", "600"])
         print(p.pid, flush=True)
@@ -220,7 +219,7 @@ def test_sysctls_and_congestion_control_reach_the_hosts(make_tb):
     r = tb.run("h1", ["sysctl", "-n", "net.ipv4.tcp_slow_start_after_idle"])
     assert r.stdout.strip() == "0"
     # a workload socket made on the host uses the scenario's congestion control (the netns default is bbr)
-    probe = ("import socket; from hostctl.workloads.common import set_cc; s = socket.socket(); set_cc(s); "
+    probe = ("import socket; from hostctl_lab.workloads.common import set_cc; s = socket.socket(); set_cc(s); "
              "print(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b'\\0').decode())")
     p = tb.popen("h1", [PY, "-c", probe], stdout=subprocess.PIPE, text=True)
     out, _ = p.communicate(timeout=30)

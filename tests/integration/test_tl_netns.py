@@ -42,7 +42,7 @@ def start_daemon(pair, policy, *extra):
 def start_servers(pair, sinks=()):
     """A bulk server on each of PORTS on ps: it sends, or receives for the ports in sinks."""
     for port in PORTS:
-        pair.start(pair.ps, PY, "-m", "hostctl.tools.bulk", "serve", *(["--sink"] if port in sinks else []),
+        pair.start(pair.ps, PY, "-m", "hostctl_lab.tools.bulk", "serve", *(["--sink"] if port in sinks else []),
                    "--bind", pair.ps.addr, "--port", str(port))
     for port in PORTS:
         wait_for(lambda: pair.wk.run("bash", "-c", f"echo > /dev/tcp/{pair.ps.addr}/{port}", check=False).returncode == 0,
@@ -50,7 +50,7 @@ def start_servers(pair, sinks=()):
 
 
 def recv(pair, port, seconds):
-    return pair.start(pair.wk, PY, "-m", "hostctl.tools.bulk", "recv", "--connect", f"{pair.ps.addr}:{port}",
+    return pair.start(pair.wk, PY, "-m", "hostctl_lab.tools.bulk", "recv", "--connect", f"{pair.ps.addr}:{port}",
                       "--seconds", str(seconds), "--bucket", "0.1")
 
 
@@ -213,12 +213,12 @@ def test_pure_acks_of_non_dl_flows_go_to_the_control_class(pair):
     the data ps sends on its DL ports still goes to the bands."""
     ns, dev = pair.ps.ns, pair.ps.dev
     start_servers(pair)
-    pair.start(pair.ps, PY, "-m", "hostctl.tools.bulk", "serve", "--sink", "--bind", pair.ps.addr, "--port", "5999")
+    pair.start(pair.ps, PY, "-m", "hostctl_lab.tools.bulk", "serve", "--sink", "--bind", pair.ps.addr, "--port", "5999")
     wait_for(lambda: pair.wk.run("bash", "-c", f"echo > /dev/tcp/{pair.ps.addr}/5999", check=False).returncode == 0,
              10, 0.1, "sink on 5999")
     start_daemon(pair, "one")
     before = oracle.class_bytes(ns, dev)
-    up = pair.start(pair.wk, PY, "-m", "hostctl.tools.bulk", "send", "--connect", f"{pair.ps.addr}:5999",
+    up = pair.start(pair.wk, PY, "-m", "hostctl_lab.tools.bulk", "send", "--connect", f"{pair.ps.addr}:5999",
                     "--seconds", "2", "--bucket", "0.1")
     dl = recv(pair, PORTS[0], 2)
     sent, got = result(up), result(dl)
@@ -244,7 +244,7 @@ def test_acks_of_a_low_band_job_do_not_wait_behind_higher_bands(pair):
     top = recv(pair, PORTS[0], 4)
     time.sleep(0.5)  # band 0 is backlogged from here on
     before = oracle.class_bytes(ns, dev)
-    up = pair.start(pair.wk, PY, "-m", "hostctl.tools.bulk", "send", "--connect", f"{pair.ps.addr}:{PORTS[1]}",
+    up = pair.start(pair.wk, PY, "-m", "hostctl_lab.tools.bulk", "send", "--connect", f"{pair.ps.addr}:{PORTS[1]}",
                     "--seconds", "2", "--bucket", "0.1")
     sent = result(up)
     after = oracle.class_bytes(ns, dev)
@@ -291,7 +291,7 @@ def wait_worker_banded(pair):
 
 
 def send(pair, port, seconds):
-    return pair.start(pair.wk, PY, "-m", "hostctl.tools.bulk", "send", "--connect", f"{pair.ps.addr}:{port}",
+    return pair.start(pair.wk, PY, "-m", "hostctl_lab.tools.bulk", "send", "--connect", f"{pair.ps.addr}:{port}",
                       "--seconds", str(seconds), "--bucket", "0.1")
 
 
@@ -395,7 +395,7 @@ def test_one_classifies_natted_uploads_from_a_pod_by_remote_endpoint(pair, pod):
     assert all(len(j["flows"]) == 1 for j in st["jobs"]), st["jobs"]  # the idle connections only
 
     def send_from_pod(port, seconds):
-        return pair.start(pod, PY, "-m", "hostctl.tools.bulk", "send", "--connect", f"{pair.ps.addr}:{port}",
+        return pair.start(pod, PY, "-m", "hostctl_lab.tools.bulk", "send", "--connect", f"{pair.ps.addr}:{port}",
                           "--seconds", str(seconds), "--bucket", "0.1")
 
     low = send_from_pod(PORTS[1], 5)

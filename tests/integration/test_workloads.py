@@ -1,4 +1,4 @@
-"""The workload programs (hostctl.workloads) as real processes on loopback.
+"""The workload programs (hostctl_lab.workloads) as real processes on loopback.
 
 No root: everything runs on 127.0.0.1 with ports picked free by binding port 0.
 Every process started here is killed by a finalizer even when a test fails, and
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from hostctl.workloads.summary import RecordError, load_records, summarize
+from hostctl_lab.workloads.summary import RecordError, load_records, summarize
 
 PY = sys.executable
 RUN_TIMEOUT_S = 30
@@ -50,7 +50,7 @@ Spawn = Callable[..., subprocess.Popen]
 
 @pytest.fixture
 def spawn(request) -> Spawn:
-    """spawn("ps", "worker", ...) starts `python -m hostctl.workloads.ps worker ...`; killed at teardown."""
+    """spawn("ps", "worker", ...) starts `python -m hostctl_lab.workloads.ps worker ...`; killed at teardown."""
     procs: list[subprocess.Popen] = []
 
     def fin() -> None:
@@ -66,7 +66,7 @@ def spawn(request) -> Spawn:
     request.addfinalizer(fin)
 
     def start(module: str, *args: object, env: dict | None = None) -> subprocess.Popen:
-        p = subprocess.Popen([PY, "-m", f"hostctl.workloads.{module}", *map(str, args)],
+        p = subprocess.Popen([PY, "-m", f"hostctl_lab.workloads.{module}", *map(str, args)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         procs.append(p)
         return p
@@ -80,7 +80,7 @@ def finish(p: subprocess.Popen, timeout_s: float = RUN_TIMEOUT_S) -> tuple[int, 
 
 
 def run_cli(module: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", f"hostctl.workloads.{module}", *args], capture_output=True, text=True,
+    return subprocess.run([PY, "-m", f"hostctl_lab.workloads.{module}", *args], capture_output=True, text=True,
                           timeout=RUN_TIMEOUT_S, env=env)
 
 
@@ -221,7 +221,7 @@ def test_allreduce_job(spawn, tmp_path, world):
 # ---------------------------------------------------------------- PyTorch
 
 def test_torch_job_world_2(spawn, tmp_path):
-    pytest.importorskip("torch", reason="torch is not installed (pip install '.[torch]')")
+    pytest.importorskip("torch", reason="torch is not installed (pip install './lab[torch]')")
     port = free_port()
     iterations, compute_s = 3, 0.02
     procs = [spawn("torchjob", "--job", "tj", "--rank", k, "--world", 2, "--master", f"{LO}:{port}",
@@ -247,7 +247,7 @@ def test_torchjob_without_torch_says_how_to_install(tmp_path):
                 "--model-bytes", "4", "--compute", "0", "--iterations", "1", "--out", str(tmp_path / "x.json"),
                 env=env)
     assert r.returncode == 2
-    assert r.stderr == "torch is not installed: pip install '.[torch]' (torch==2.13.0, CPU build)\n"
+    assert r.stderr == "torch is not installed: pip install './lab[torch]' (torch==2.13.0, CPU build)\n"
 
 
 # ---------------------------------------------------------------- bad arguments
@@ -280,7 +280,7 @@ def test_bad_arguments_one_line(module, args):
     r = run_cli(module, *args)
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr
-    assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"hostctl.workloads.{module}"), r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"hostctl_lab.workloads.{module}"), r.stderr
     assert ": error: " in r.stderr
     assert r.stdout == ""
 

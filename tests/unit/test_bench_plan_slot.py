@@ -12,7 +12,12 @@ import numpy as np
 from hostctl.core.mlcc import MlccParams
 from hostctl.core.mlccplan import plan_slot
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "bench_plan_slot.py")
+_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+# bench_plan_slot imports its sibling bench_mlcc (the script's folder is on sys.path when it runs)
+_sib = importlib.util.spec_from_file_location("bench_mlcc", os.path.join(_DIR, "bench_mlcc.py"))
+sys.modules["bench_mlcc"] = importlib.util.module_from_spec(_sib)
+_sib.loader.exec_module(sys.modules["bench_mlcc"])
+_PATH = os.path.join(_DIR, "bench_plan_slot.py")
 _spec = importlib.util.spec_from_file_location("bench_plan_slot", _PATH)
 bench = importlib.util.module_from_spec(_spec)
 sys.modules["bench_plan_slot"] = bench

@@ -1,4 +1,5 @@
-"""benchmarks/ps_phases.py, fluid_placement1.py, fluid_mixed.py and fluid_mlcc.py: known answers on small inputs."""
+"""hostctl_lab.analysis.ps_phases, hostctl_lab.fluid.placement1, .mixed and .mlcc, and benchmarks/bench_mlcc_daemon.py:
+known answers on small inputs."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ def _load(name: str):
     return mod
 
 
-phases = _load("ps_phases")
-fluid = _load("fluid_placement1")
-mixed = _load("fluid_mixed")
-fmlcc = _load("fluid_mlcc")
+from hostctl_lab.analysis import ps_phases as phases  # noqa: E402
+from hostctl_lab.fluid import mixed  # noqa: E402
+from hostctl_lab.fluid import mlcc as fmlcc  # noqa: E402
+from hostctl_lab.fluid import placement1 as fluid  # noqa: E402
 
 
 def _worker(rank: int, grad_at: list[float], starts: list[float], compute: float) -> dict:

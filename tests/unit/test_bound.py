@@ -153,7 +153,7 @@ def test_racks_cross_rack_flows_load_rack_links():
 
 
 def test_bench_jobdef_and_topology_fit():
-    from hostctl.bench.scenario import parse_scenario
+    from hostctl_lab.bench.scenario import parse_scenario
     sc = parse_scenario({"testbed": {"racks": 2, "hosts_per_rack": 2, "link": "8mbit", "uplink": "8mbit"},
                          "jobs": [{"name": "a", "kind": "ps", "ps": ["h0"], "model": "1MB", "compute": 0.5,
                                    "iterations": 2, "count": 2, "arrival_step": 1.0}]})

@@ -562,7 +562,7 @@ def test_hostctl_commands_recognised(cmd: str) -> None:
     "torchrun --nproc-per-node 2 /home/u/hostctl/examples/train.py",
     "python train.py --out /data/hostctl --epochs 3",
     "python train.py --name hostctl",
-    "python -m hostctl.workloads.ps worker --job j1",
+    "python -m hostctl_lab.workloads.ps worker --job j1",
     "hostctl",
     "",
 ])

@@ -290,8 +290,8 @@ def bench_argv(policy, tmp_path, monkeypatch) -> dict[str, list[str]]:
     processes are recorded, switchemu is not started)."""
     from types import SimpleNamespace
 
-    from hostctl.bench import runner
-    from hostctl.bench.scenario import load_scenario
+    from hostctl_lab.bench import runner
+    from hostctl_lab.bench.scenario import load_scenario
 
     sc = load_scenario(str(RACKS)).with_overrides(policies=("fifo", "one", "mlcc", "mlcc-bands"))
     tmp_path.mkdir()
@@ -309,8 +309,8 @@ def _opt(argv: list[str], flag: str) -> str | None:
 
 
 def test_bench_runs_mlcc_bands_like_mlcc_with_switchemu_and_the_fixed_order(tmp_path, monkeypatch):
-    from hostctl.bench.runner import daemon_policy
-    from hostctl.bench.scenario import POLICIES
+    from hostctl_lab.bench.runner import daemon_policy
+    from hostctl_lab.bench.scenario import POLICIES
 
     assert "mlcc-bands" in POLICIES and daemon_policy("mlcc-bands") == "mlcc-bands"
     hybrid = bench_argv("mlcc-bands", tmp_path / "h", monkeypatch)
@@ -334,7 +334,7 @@ def test_bench_runs_mlcc_bands_like_mlcc_with_switchemu_and_the_fixed_order(tmp_
 def test_report_shows_the_hybrid_against_both_parents():
     from rich.console import Console
 
-    from hostctl.bench import report
+    from hostctl_lab.bench import report
 
     def run(r, p, jct):
         return {"repeat": r, "policy": p, "ok": True, "error": None, "duration_s": 30.0,

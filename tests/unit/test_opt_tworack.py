@@ -1,24 +1,17 @@
-"""benchmarks/opt_tworack.py: the fluid model's fifo and priority schedules on cases whose answers are
+"""lab/hostctl_lab/analysis/opt_tworack.py: the fluid model's fifo and priority schedules on cases whose answers are
 known in closed form, and its lower bounds (never above a schedule the model can run, tight where
 the optimum is known)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import random
-import sys
 
 import pytest
 
-pytest.importorskip("scipy")  # the dev and lab extras pin it
+pytest.importorskip("scipy")  # the dev extra and the lab pin it
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "opt_tworack.py")
-_spec = importlib.util.spec_from_file_location("opt_tworack", _PATH)
-opt = importlib.util.module_from_spec(_spec)
-sys.modules["opt_tworack"] = opt  # dataclasses look their module up there
-_spec.loader.exec_module(opt)
+from hostctl_lab.analysis import opt_tworack as opt  # noqa: E402
 
 MB = 1 << 20
 RATE = 8 * MB  # bits/s: 1 MiB/s, so a 1 MiB flow alone takes 1 s

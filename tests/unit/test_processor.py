@@ -1,4 +1,4 @@
-"""The emulated host processor's model (hostctl.workloads.processor.Processor): processor
+"""The emulated host processor's model (hostctl_lab.workloads.processor.Processor): processor
 sharing, checked against an exact event-driven reference. The server process: tests/integration/
 test_processor_server.py."""
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostctl.workloads.processor import Processor
+from hostctl_lab.workloads.processor import Processor
 
 def reference(jobs: list[tuple[float, float]], cores: float) -> list[float]:
     """Completion times of steps (arrival, standalone seconds) under egalitarian processor

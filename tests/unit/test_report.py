@@ -1,4 +1,4 @@
-"""hostctl.bench.report on synthetic results dicts whose answers are computed by hand."""
+"""hostctl_lab.bench.report on synthetic results dicts whose answers are computed by hand."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import pytest
 from rich.console import Console
 
-from hostctl.bench import report
+from hostctl_lab.bench import report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

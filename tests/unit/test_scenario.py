@@ -9,10 +9,10 @@ import tomllib
 
 import pytest
 
-from hostctl.bench.runner import host_jobs, policy_order
-from hostctl.bench.scenario import PORT_BASE, load_scenario, parse_scenario
 from hostctl.core.traffic import shards
 from hostctl.errors import ConfigError
+from hostctl_lab.bench.runner import host_jobs, policy_order
+from hostctl_lab.bench.scenario import PORT_BASE, load_scenario, parse_scenario
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCENARIOS = sorted(glob.glob(os.path.join(ROOT, "examples", "scenarios", "*.toml")))
@@ -157,13 +157,13 @@ def test_host_jobs_list_what_each_host_sends():
     assert h0[0]["ports"] == [PORT_BASE] and h0[0]["model_size"] == 2 << 20
     assert h0[2]["ports"] == [s.jobs[2].ports[0]]
     h1 = host_jobs(s, "h1")
-    assert [j["name"] for j in h1] == ["r", "t"] and re.search(h1[1]["match"], "python -m hostctl.workloads.torchjob --world 2 --job t --rank 0")
+    assert [j["name"] for j in h1] == ["r", "t"] and re.search(h1[1]["match"], "python -m hostctl_lab.workloads.torchjob --world 2 --job t --rank 0")
     assert host_jobs(s, "h3") == []
     w = sc(hostctl={"workers": True}, jobs=[{"name": "p", "ps": ["h0"], "count": 2}])
     h1 = host_jobs(w, "h1")
     assert [j["name"] for j in h1] == ["p-01", "p-02"]
-    assert re.search(h1[0]["match"], "python -m hostctl.workloads.ps worker --ps 10.0.0.1:7100 --job p-01 --rank 1")
-    assert not re.search(h1[0]["match"], "python -m hostctl.workloads.ps worker --job p-010 --rank 1")
+    assert re.search(h1[0]["match"], "python -m hostctl_lab.workloads.ps worker --ps 10.0.0.1:7100 --job p-01 --rank 1")
+    assert not re.search(h1[0]["match"], "python -m hostctl_lab.workloads.ps worker --job p-010 --rank 1")
     assert [j.get("ports") for j in host_jobs(w, "h0")] == [[PORT_BASE], [PORT_BASE + 1]]
     # mlcc's dependency rules: the communication pattern of each job, the ring's size
     assert [(j["name"], j.get("comm"), j.get("ring_size")) for j in h0] == [
@@ -172,8 +172,8 @@ def test_host_jobs_list_what_each_host_sends():
 
 
 def test_host_jobs_config_loads_as_the_daemon_reads_it(tmp_path):
-    from hostctl.bench.runner import _toml
     from hostctl.config import build_config
+    from hostctl_lab.bench.runner import _toml
 
     s = sc(jobs=[{"name": "p", "ps": ["h0"], "model": "2MiB"}, {"name": "r", "kind": "allreduce", "workers": ["h0", "h1", "h2"]}])
     f = tmp_path / "h0.toml"
@@ -205,8 +205,8 @@ def test_placement1_matches_the_issue():
 
 
 def test_switch_topology_of_the_testbed():
-    from hostctl.bench.runner import switch_topology
     from hostctl.core.topology import Topology
+    from hostctl_lab.bench.runner import switch_topology
 
     addr = {f"h{i}": f"10.9.0.{i + 1}" for i in range(8)}.__getitem__
     one = Topology.parse(switch_topology(sc(), addr), filename="t.toml")
@@ -221,7 +221,7 @@ def test_switch_topology_of_the_testbed():
 
 
 def test_ingress_policies_map_to_one_and_rr_with_the_scenario_rate():
-    from hostctl.bench.runner import daemon_policy
+    from hostctl_lab.bench.runner import daemon_policy
 
     s = sc(bench={"policies": ["fifo", "one-ingress", "rr-ingress"]}, hostctl={"ingress_rate": "95%"})
     assert s.policies == ("fifo", "one-ingress", "rr-ingress") and s.hostctl.ingress_rate == "95%"
@@ -262,7 +262,7 @@ def test_two_rack_scenario_crosses_the_rack1_uplink():
 
 
 def test_fabric_prio_runs_fifo_hosts_and_refuses_what_it_cannot_classify():
-    from hostctl.bench.runner import daemon_policy
+    from hostctl_lab.bench.runner import daemon_policy
 
     s = sc(bench={"policies": ["fifo", "fabric-prio"]})
     assert s.policies == ("fifo", "fabric-prio") and daemon_policy("fabric-prio") == "fifo"

@@ -1,19 +1,12 @@
-"""benchmarks/trace_share.py on a hand-made trace whose shares are known."""
+"""lab/hostctl_lab/analysis/trace_share.py on a hand-made trace whose shares are known."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import sys
 
 import pytest
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "trace_share.py")
-_spec = importlib.util.spec_from_file_location("trace_share", _PATH)
-ts = importlib.util.module_from_spec(_spec)
-sys.modules["trace_share"] = ts
-_spec.loader.exec_module(ts)
+from hostctl_lab.analysis import trace_share as ts
 
 SLOT = 0.06
 CAP = 62.5e6  # bytes/s

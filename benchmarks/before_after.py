@@ -24,6 +24,8 @@ import time
 BENCHES = {
     # the README's demo: placement #1, short (15 iterations)
     "demo": ["demo", "--iterations", "15"],
+    # placement #1 in full (40 iterations): the TensorLights benchmark of docs/benchmarks.md
+    "placement1": ["bench", "examples/scenarios/placement1.toml", "--policies", "fifo,one,rr", "--repeat", "1"],
     # mlcc with and without switchemu's job order, and the hybrid, on two racks
     "mlcc-two-rack": ["bench", "examples/scenarios/two-rack.toml", "--policies", "fifo,mlcc,mlcc-fixed,mlcc-bands",
                       "--repeat", "1"],
@@ -52,7 +54,7 @@ def main() -> None:
     ap.add_argument("--old", required=True, help="the tree before the change")
     ap.add_argument("--new", default=".", help="the tree after the change")
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--benches", default=",".join(BENCHES))
+    ap.add_argument("--benches", default="demo,mlcc-two-rack", help=f"comma list of {', '.join(BENCHES)}")
     ap.add_argument("--out", default="results/before-after")
     a = ap.parse_args()
     trees = {"old": os.path.abspath(a.old), "new": os.path.abspath(a.new)}

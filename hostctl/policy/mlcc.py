@@ -811,7 +811,7 @@ class MlccRates:
         left, max_rate, rate = stats.bytes_left.tolist(), stats.max_rate_Bps.tolist(), stats.rate_Bps.tolist()
         it_bytes, active = stats.iter_bytes.tolist(), stats.active.tolist()
         out = []
-        records, ids, flow_job = ctl._records, ctl._ids, ctl._flow_job
+        records, ids, flow_job = ctl.records, ctl.flow_ids, ctl.flow_job
         for key in ctl.flows_in_order():
             r = records[key]
             if r.closed or _intra_host(key):

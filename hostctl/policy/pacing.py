@@ -72,10 +72,12 @@ class PaceControl:
                                                  kernel_gap_s=config.phase_gap_s))
         self.slots: dict[str, int] = {}
         self.table = PaceTable()
-        self._ids: dict[FlowKey, int] = {}
+        # this slot's view, read by the policy's Rates: the monitor's id of each flow, the kernel's
+        # record of each flow read this slot, and its job
+        self.flow_ids: dict[FlowKey, int] = {}
         self._next_id = 0
-        self._records: dict[FlowKey, FlowRecord] = {}
-        self._flow_job: dict[FlowKey, str] = {}
+        self.records: dict[FlowKey, FlowRecord] = {}
+        self.flow_job: dict[FlowKey, str] = {}
         # selectors() of the last (jobs, slots): jobs change at rescans only (every 0.5-1 s), not per slot
         self._sel_key: tuple | None = None
         self._sel: tuple[dict, dict, dict] = ({}, {}, {})
@@ -107,9 +109,9 @@ class PaceControl:
 
     # -- the slot ------------------------------------------------------------------------
     def _flow_id(self, key: FlowKey) -> int:
-        fid = self._ids.get(key)
+        fid = self.flow_ids.get(key)
         if fid is None:
-            fid = self._ids[key] = self._next_id
+            fid = self.flow_ids[key] = self._next_id
             self._next_id += 1
         return fid
 
@@ -129,8 +131,8 @@ class PaceControl:
             log.warning("pacing flow table full: %d flow(s) are neither counted nor paced",
                         readout.ctl["flows_full"])
             self.full_warned = readout.ctl["flows_full"]
-        self._records = records = {}
-        self._flow_job = flow_job = {}
+        self.records = records = {}
+        self.flow_job = flow_job = {}
         jobs_l, acked_l, closed = [], [], []  # closed: ended, or of no job any more (forgotten below)
         for r in readout.flows:
             key, job = r.key, slot_job.get(r.slot)
@@ -146,7 +148,7 @@ class PaceControl:
         if readout.bursts:
             self.burst_records += len(readout.bursts)
             bursts = BurstBatch.of(readout.bursts)  # the pacer's are columns already
-            ids_of = self._ids.get
+            ids_of = self.flow_ids.get
             fid = np.array([ids_of(k, -1) for k in bursts.keys], dtype=np.int64)
             known = fid >= 0
             if known.any():
@@ -159,7 +161,7 @@ class PaceControl:
         if closed:
             self.datapath.forget(closed)
             for k in closed:
-                self._ids.pop(k, None)
+                self.flow_ids.pop(k, None)
 
         self.rates.observe(self, readout, t_read)
         self.table = self.plan(jobs)
@@ -175,8 +177,8 @@ class PaceControl:
     def job_flows(self) -> dict[str, list[FlowKey]]:
         """This slot's open flows by job."""
         out: dict[str, list[FlowKey]] = {}
-        for key, job in self._flow_job.items():
-            if not self._records[key].closed:
+        for key, job in self.flow_job.items():
+            if not self.records[key].closed:
                 out.setdefault(job, []).append(key)
         return out
 
@@ -184,7 +186,7 @@ class PaceControl:
         """The flows that moved bytes in the monitor's window (the last 4 slots)."""
         stats = self.monitor.flow_stats()
         recent = {int(i) for i, r in zip(stats.flow_id, stats.max_rate_Bps) if r > 0}
-        return {k for k in self._flow_job if self._ids.get(k) in recent}
+        return {k for k in self.flow_job if self.flow_ids.get(k) in recent}
 
     def caps_Bps(self, job_ids) -> dict[str, int]:
         """The configured cap of each job (bytes/s; jobs without one left out)."""
@@ -210,7 +212,7 @@ class PaceControl:
 
     def flows_in_order(self) -> list[FlowKey]:
         """This slot's flows (of a job, open or not) in key order, re-sorted only when the set changed."""
-        keys = self._flow_job.keys()
+        keys = self.flow_job.keys()
         if keys != self._sorted_set:
             self._sorted_set = frozenset(keys)
             self._sorted_keys = sorted(keys)
@@ -224,12 +226,12 @@ class PaceControl:
         stats = self.monitor.flow_stats()
         row_of = {int(fid): i for i, fid in enumerate(stats.flow_id)}
         flows = []
-        for key, rec in sorted(self._records.items()):
-            i = row_of.get(self._ids.get(key, -1))
+        for key, rec in sorted(self.records.items()):
+            i = row_of.get(self.flow_ids.get(key, -1))
             target = self.table.flow_rates.get(key)
             sched = self.rates.schedule_of(key)
             flows.append({
-                "flow": str(key), "job": self._flow_job.get(key), "plan": sched,
+                "flow": str(key), "job": self.flow_job.get(key), "plan": sched,
                 "target_bps": target * 8 if target else None,
                 "applied_bps": None if rec.rate_Bps == UNLIMITED_BPS_BYTES else rec.rate_Bps * 8,
                 "rate_bps": float(stats.rate_Bps[i]) * 8 if i is not None else 0.0,

@@ -1,4 +1,4 @@
-"""The driver of a policy row: its band rule for the classifier, its Rates for the pacing.
+"""The driver of a policy row: its band rule for the classifier, its Rates (PaceControl) for the pacing.
 
 One class serves every policy: what differs between them is data in the table (the band rule,
 the rates' key), and the code that decides lives in hostctl/core (band assignment) and in the
@@ -8,7 +8,6 @@ dry run prints exactly what the daemon would apply.
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable, Mapping
 
@@ -16,22 +15,7 @@ from hostctl.config import Config
 from hostctl.core.bands import assign_bands, rr_epoch
 from hostctl.core.plan import ClassifierTable, build_classifier
 from hostctl.core.types import Job
-from hostctl.policy import RATES, Policy
-
-
-def make_rates(config: Config, *, link_rate_bps: int, switch=None, wall: Callable[[], float] = time.time):
-    """The Rates of the config's policy (None for a policy that does not pace): the class that
-    hostctl.policy.RATES names for its rates kind, given the config, the link rate, the switch
-    client (None: plan on this host's NIC) and the wall clock."""
-    kind = config.spec.rates
-    if kind is None:
-        return None
-    where = RATES.get(kind)
-    if where is None:
-        raise ValueError(f"policy {config.policy}: no rates {kind!r} in hostctl.policy.RATES")
-    module, cls = where.split(":")
-    return getattr(importlib.import_module(module), cls)(config, link_rate_bps=link_rate_bps, switch=switch,
-                                                         wall=wall)
+from hostctl.policy import Policy
 
 
 class HostDriver:
@@ -43,8 +27,8 @@ class HostDriver:
         if self.policy.pacing:
             from hostctl.policy.pacing import PaceControl
 
-            rates = make_rates(config, link_rate_bps=link_rate_bps, switch=switch, wall=wall or time.time)
-            self.pace = PaceControl(config, datapath, mono or time.monotonic, rates=rates)
+            self.pace = PaceControl(config, datapath, mono or time.monotonic, link_rate_bps=link_rate_bps,
+                                    switch=switch, wall=wall or time.time)
 
     def set_config(self, config: Config) -> None:
         """A reload's live keys (the policy itself cannot change live)."""
@@ -52,12 +36,8 @@ class HostDriver:
         if self.pace is not None:
             self.pace.config = config
 
-    @property
-    def rotates(self) -> bool:
-        return self.policy.band_rotates(self.config.job_order)
-
     def epoch(self, wall: float) -> int:
-        return rr_epoch(wall, self.config.rr_interval_s) if self.rotates else 0
+        return rr_epoch(wall, self.config.rr_interval_s) if self.config.band_rotates else 0
 
     def classifier(self, jobs: Mapping[str, Job], epoch: int,
                    slots: Mapping[str, int] | None = None) -> tuple[dict[str, int], ClassifierTable]:

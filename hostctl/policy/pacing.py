@@ -14,6 +14,7 @@ and applied at the next tick (the monitor is not thread-safe).
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 import time
@@ -29,6 +30,7 @@ from hostctl.core.pace import PaceTable, job_caps_Bps, selectors, watch_ports
 from hostctl.core.plan import MAX_JOB_SLOTS, allocate_slots
 from hostctl.core.types import FlowKey, Job
 from hostctl.datapath import UNLIMITED_BPS_BYTES, BurstBatch, FlowRecord, PacingReadout
+from hostctl.policy import RATES
 
 log = logging.getLogger("hostctl")
 
@@ -60,10 +62,22 @@ def _num(x: float) -> float | None:
     return None if x is None or x != x else float(x)
 
 
+def make_rates(config: Config, *, link_rate_bps: int, switch=None, wall: Callable[[], float] = time.time) -> Rates:
+    """The Rates of the config's (pacing) policy: the class that hostctl.policy.RATES names for its rates
+    kind, given the config, the link rate, the switch client (None: plan on this host's NIC) and the wall
+    clock."""
+    kind = config.spec.rates
+    where = RATES.get(kind)
+    if where is None:
+        raise ValueError(f"policy {config.policy}: no rates {kind!r} in hostctl.policy.RATES")
+    module, cls = where.split(":")
+    return getattr(importlib.import_module(module), cls)(config, link_rate_bps=link_rate_bps, switch=switch,
+                                                         wall=wall)
+
+
 class PaceControl:
     def __init__(self, config: Config, datapath, mono: Callable[[], float] = time.monotonic, *,
-                 link_rate_bps: int | None = None, switch=None, wall: Callable[[], float] = time.time,
-                 rates: Rates | None = None) -> None:
+                 link_rate_bps: int | None = None, switch=None, wall: Callable[[], float] = time.time) -> None:
         self.config = config
         self.datapath = datapath
         self.mono = mono
@@ -95,12 +109,8 @@ class PaceControl:
         self.errors = 0
         self.tick_ms: deque[float] = deque(maxlen=200)
         self.full_warned = 0
-        if rates is None:
-            from hostctl.policy.driver import make_rates
-
-            rates = make_rates(config, link_rate_bps=link_rate_bps or config.link_rate_bps or 0, switch=switch,
-                               wall=wall)
-        self.rates: Rates = rates
+        self.rates = make_rates(config, link_rate_bps=link_rate_bps or config.link_rate_bps or 0, switch=switch,
+                                wall=wall)
 
     # -- from other threads -----------------------------------------------------------
     def hint(self, job: str, bytes_per_iter: int | None, iteration_start_mono: float | None) -> None:

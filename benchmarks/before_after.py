@@ -26,6 +26,8 @@ BENCHES = {
     "demo": ["demo", "--iterations", "15"],
     # placement #1 in full (40 iterations): the TensorLights benchmark of docs/benchmarks.md
     "placement1": ["bench", "examples/scenarios/placement1.toml", "--policies", "fifo,one,rr", "--repeat", "1"],
+    # placement #1, rr only (with its fifo baseline): the check of rr's band rotation
+    "placement1-rr": ["bench", "examples/scenarios/placement1.toml", "--policies", "fifo,rr", "--repeat", "1"],
     # mlcc with and without switchemu's job order, and the hybrid, on two racks
     "mlcc-two-rack": ["bench", "examples/scenarios/two-rack.toml", "--policies", "fifo,mlcc,mlcc-fixed,mlcc-bands",
                       "--repeat", "1"],

@@ -472,9 +472,9 @@ def _terminate(_sig, _frame) -> None:
     raise Terminated
 
 
-# The lab's commands (bench, bench-compare, bench-pacing, demo, testbed) are in the hostctl-lab
+# The lab's commands (bench, bench-compare, bench-pacing, demo, sim, testbed) are in the hostctl-lab
 # distribution (lab/): registered here when it is installed, otherwise each says so in one line.
-LAB_COMMANDS = ("bench", "bench-compare", "bench-pacing", "demo", "testbed")
+LAB_COMMANDS = ("bench", "bench-compare", "bench-pacing", "demo", "sim", "testbed")
 LAB_MISSING = "hostctl {} is part of the lab: pip install ./lab (scripts/setup.sh installs it)"
 
 

@@ -41,10 +41,14 @@ class HostDriver:
 
     def classifier(self, jobs: Mapping[str, Job], epoch: int,
                    slots: Mapping[str, int] | None = None) -> tuple[dict[str, int], ClassifierTable]:
-        sizes = {jid: j.model_bytes for jid, j in jobs.items()}
-        assignment = assign_bands(sizes, self.policy.bands, self.config.bands, epoch,
-                                  job_order=self.policy.fabric_order(self.config.job_order))
+        assignment = self.bands({jid: j.model_bytes for jid, j in jobs.items()}, epoch)
         return assignment, build_classifier(list(jobs.values()), assignment, slots)
+
+    def bands(self, sizes: Mapping[str, int | None], epoch: int) -> dict[str, int]:
+        """Job id -> band of this host's jobs (model-update sizes in bytes, None unknown) at rotation
+        ``epoch``: the policy's band rule (hostctl.core.bands). The cluster simulator calls it too."""
+        return assign_bands(sizes, self.policy.bands, self.config.bands, epoch,
+                            job_order=self.policy.fabric_order(self.config.job_order))
 
     def on_slot(self, now: float, jobs: Mapping[str, Job]) -> None:
         self.pace.tick(now, jobs)

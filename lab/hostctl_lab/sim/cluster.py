@@ -1,0 +1,540 @@
+"""The cluster simulator: jobs arrive, a cluster scheduler places them on GPUs, their iterations'
+flows share the fabric under a network policy, and the run reports every job's completion time.
+
+Event-driven fluid model (``python -m hostctl_lab.sim`` or ``hostctl sim``):
+
+- a job gets ``gpus`` GPUs (exclusive) on one or more servers (the placement) when the queue order
+  reaches it and a placement fits (later jobs may start before an earlier one that does not fit:
+  backfilling, as paper 000's Algorithm 3; ``backfill=False`` makes the queue strict);
+- a job on one server never touches the network: it ends after ``iterations x compute_s`` (one event);
+- a job on S > 1 servers runs iterations: compute for ``compute_s``, then the iteration's exchange,
+  then the next iteration. Ring all-reduce (hierarchical: one ring member per server, the GPUs of a
+  server reduce over NVLink for free) is S flows, server i to server i+1, of 2(S-1)/S x size bytes
+  each, all at once. A parameter server (on the job's first server) is a push (every other server
+  sends it ``size``) followed, once the push is done, by a pull (it sends ``size`` to each);
+- flows are rates on paths (hostctl_lab.sim.topo); rates are piecewise constant between events and
+  come from the rate kernel (hostctl_lab.sim.kernel) under the network policy.
+
+Recomputing only what an event touches: flows interact only through links they share, so an event
+(flows start or end, a policy changes a flow's class or cap) re-solves the connected component of
+the touched flows (flows joined by shared links), and every event at the same instant is handled
+before the one re-solve. ``stats`` says how many solves covered every active flow (a full solve).
+A job whose exchange has every link to itself (no other job's flow, no other fast-forwarded job) runs
+the same iteration again and again: it is fast-forwarded, one event to its end, with its links
+reserved; when another job's flow needs one of them, the job is brought back to the present (how
+many iterations done, which phase, how many bytes left) and simulated flow by flow again. The result
+is the same as without (``fast_forward=False``; tests/unit/test_sim_cluster.py compares them).
+
+Network policies (the policy code the daemon runs, driven by the simulated clock):
+
+- ``fifo``: ideal TCP, every flow max-min fair on every link;
+- ``one``, ``rr``: TensorLights bands at each sending host: each host's jobs (those with flows, i.e.
+  on more than one server) get bands from ``hostctl.policy``'s driver (the daemon's
+  ``HostDriver.bands``: the band rule of the policy row, ``--bands``, the rotation epoch of the
+  simulated clock every ``rr_interval_s``); a host's NIC serves the bands in strict priority, switch
+  ports are FIFO (max-min fair among all flows);
+- ``cap``: every job's rate at each host capped at ``cap_bps``, split over its flows there
+  (hostctl.core.pace.cap_rates, the daemon's decision);
+- ``prio-every-link`` (an oracle, not a daemon policy): the ``one`` order enforced at every link.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hostctl_lab.sim import kernel
+from hostctl_lab.sim.topo import Fabric
+from hostctl_lab.sim.workload import JobSpec
+from hostctl.errors import ConfigError
+
+ARRIVAL, COMPUTE_END, FLOW_END, LOCAL_END, TICK, FF_END = range(6)
+DONE_BYTES = 1e-3  # a flow with this little left is done
+NETWORKS = ("fifo", "one", "rr", "cap", "prio-every-link")
+ORDERS = ("fifo", "srsf")
+PLACEMENTS = ("ff", "pack", "ls", "rand")
+DEFAULT_CLASS = 99  # a flow of a job without a band (a host with one job): below every band
+
+
+class Flow:
+    __slots__ = ("fid", "job", "src", "path", "left", "rate", "t", "cap", "prio", "ver")
+
+    def __init__(self, fid: int, job: int, src: int, path: np.ndarray, size: float, t: float) -> None:
+        self.fid, self.job, self.src, self.path = fid, job, src, path
+        self.left, self.rate, self.t, self.cap, self.prio, self.ver = float(size), 0.0, t, math.inf, 0, 0
+
+
+@dataclass
+class JobState:
+    spec: JobSpec
+    servers: list[int] = field(default_factory=list)  # host indices, first = the PS for kind "ps"
+    gpus_on: list[int] = field(default_factory=list)
+    start_s: float | None = None
+    end_s: float | None = None
+    done_iters: int = 0
+    phase: int = 0  # index into phases
+    phases: list = field(default_factory=list)  # an iteration's exchange: [[(src, dst, bytes), ...], ...]
+    links: tuple = ()  # every link the exchange uses
+    open_flows: int = 0
+    ff: tuple | None = None  # fast-forward: (anchor time, iterations done then, period, phase durations, rates)
+    ff_ver: int = 0
+
+
+def place(name: str, free: np.ndarray, n: int, rng: np.random.Generator) -> list[tuple[int, int]] | None:
+    """(server, GPUs) for a job of ``n`` GPUs on servers with ``free`` GPUs each, or None if it does
+    not fit. ff: servers in index order; pack: the fewest servers (one that fits alone, the fullest
+    such; else the emptiest first); ls: one GPU at a time on the server with the most free GPUs
+    (spreads); rand: random free GPUs."""
+    if free.sum() < n:
+        return None
+    if name == "ff":
+        out, need = [], n
+        for s in np.flatnonzero(free):
+            k = min(int(free[s]), need)
+            out.append((int(s), k))
+            need -= k
+            if need == 0:
+                return out
+        return None
+    if name == "pack":
+        fits = np.flatnonzero(free >= n)
+        if len(fits):
+            s = fits[np.argmin(free[fits])]
+            return [(int(s), n)]
+        out, need = [], n
+        for s in np.argsort(-free, kind="stable"):
+            if free[s] == 0 or need == 0:
+                break
+            k = min(int(free[s]), need)
+            out.append((int(s), k))
+            need -= k
+        return out if need == 0 else None
+    if name == "ls":
+        f = free.astype(np.int64).copy()
+        got: dict[int, int] = {}
+        for _ in range(n):
+            s = int(np.argmax(f))
+            f[s] -= 1
+            got[s] = got.get(s, 0) + 1
+        return sorted(got.items())
+    if name == "rand":
+        slots = np.repeat(np.arange(len(free)), free.astype(np.int64))
+        pick = rng.choice(slots, size=n, replace=False)
+        s, c = np.unique(pick, return_counts=True)
+        return [(int(a), int(b)) for a, b in zip(s, c)]
+    raise ConfigError(f"unknown placement {name!r}: choose {', '.join(PLACEMENTS)}")
+
+
+class ClusterSim:
+    def __init__(self, fabric: Fabric, jobs: list[JobSpec], *, placement: str = "ff", order: str = "fifo",
+                 network: str = "fifo", seed: int = 0, gpus_per_server: int = 8, until_s: float | None = None,
+                 bands: int = 6, rr_interval_s: float = 2.0, cap_bps: int | None = None,
+                 backfill: bool = True, fast_forward: bool = True) -> None:
+        for what, v, ok in (("placement", placement, PLACEMENTS), ("order", order, ORDERS),
+                            ("network", network, NETWORKS)):
+            if v not in ok:
+                raise ConfigError(f"unknown {what} {v!r}: choose {', '.join(ok)}")
+        if network == "cap" and not cap_bps:
+            raise ConfigError("network cap needs a cap: --cap RATE (e.g. 5gbit)")
+        big = [j.name for j in jobs if j.gpus > gpus_per_server * fabric.n_hosts]
+        if big:
+            raise ConfigError(f"job {big[0]} needs more GPUs than the cluster has "
+                              f"({fabric.n_hosts} servers x {gpus_per_server}): use more --servers")
+        self.fab, self.placement, self.order, self.network = fabric, placement, order, network
+        self.rng = np.random.default_rng(seed)
+        self.gps, self.until, self.backfill, self.fast_forward = gpus_per_server, until_s, backfill, fast_forward
+        self.reserved: dict[int, int] = {}  # link -> the fast-forwarded job that has it
+        self.jobs = [JobState(j) for j in sorted(jobs, key=lambda j: (j.arrival_s, j.name))]
+        self.free = np.full(fabric.n_hosts, gpus_per_server, dtype=np.int64)
+        self.queue: list[int] = []
+        self.finished = 0
+        self.now = 0.0
+        self.heap: list = []
+        self.seq = 0
+        self.flows: dict[int, Flow] = {}
+        self.next_fid = 0
+        self.link_flows: list[set[int]] = [set() for _ in range(fabric.n_links)]
+        self.job_flows: dict[int, set[int]] = {}
+        self.dirty: set[int] = set()  # flows whose component must be re-solved
+        self.dirty_links: set[int] = set()  # links that lost a flow
+        self.stats = {"events": 0, "solves": 0, "full_solves": 0, "solved_flows": 0, "max_active_flows": 0,
+                      "ticks": 0, "fast_forwards": 0, "resumes": 0}
+        # policy state
+        self.driver = None
+        self.host_jobs: dict[int, set[int]] = {}
+        self.assign: dict[int, dict[str, int]] = {}
+        self.epoch = 0
+        self.bands_n, self.rr_interval_s, self.cap_bps = bands, rr_interval_s, cap_bps
+        if network in ("one", "rr", "prio-every-link"):
+            from hostctl.config import Config
+            from hostctl.policy.driver import HostDriver
+
+            pol = "one" if network == "prio-every-link" else network
+            self.driver = HostDriver(Config(policy=pol, bands=bands, rr_interval_s=rr_interval_s), None,
+                                     link_rate_bps=int(fabric.capacity.max() * 8))
+
+    # ---------------------------------------------------------------- events
+    def push(self, t: float, kind: int, a: int = 0, b: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, a, b))
+
+    def run(self) -> dict:
+        wall0 = time.perf_counter()
+        for i, j in enumerate(self.jobs):
+            self.push(j.spec.arrival_s, ARRIVAL, i)
+        if self.network == "rr":
+            self.push(self.rr_interval_s, TICK)
+        while self.heap:
+            t, _, kind, a, b = heapq.heappop(self.heap)
+            if self.until is not None and t > self.until:
+                self.now = self.until
+                break
+            self.now = t
+            self.stats["events"] += 1
+            if kind == ARRIVAL:
+                self.queue.append(a)
+                self.schedule()
+            elif kind == COMPUTE_END:
+                self.start_exchange(a)
+            elif kind == FLOW_END:
+                f = self.flows.get(a)
+                if f is not None and f.ver == b:
+                    self.settle_component({a})
+            elif kind == LOCAL_END:
+                self.finish_job(a)
+            elif kind == FF_END:
+                j = self.jobs[a]
+                if j.ff is not None and j.ff_ver == b:
+                    self.release(a)
+                    j.done_iters = j.spec.iterations
+                    self.finish_job(a)
+            elif kind == TICK:
+                self.stats["ticks"] += 1
+                self.tick()
+                if self.finished < len(self.jobs):
+                    self.push(self.now + self.rr_interval_s, TICK)
+            if not self.heap or self.heap[0][0] > self.now:
+                self.resolve()
+            if self.finished == len(self.jobs):
+                break
+        return self.report(time.perf_counter() - wall0)
+
+    # ---------------------------------------------------------------- scheduling
+    def remaining_service(self, i: int) -> float:
+        j = self.jobs[i]
+        return (j.spec.iterations - j.done_iters) * j.spec.ref_iter_s(self.gps) * j.spec.gpus
+
+    def schedule(self) -> None:
+        if self.order == "srsf":
+            self.queue.sort(key=lambda i: (self.remaining_service(i), self.jobs[i].spec.arrival_s, i))
+        started = []
+        for i in self.queue:
+            p = place(self.placement, self.free, self.jobs[i].spec.gpus, self.rng)
+            if p is None:
+                if not self.backfill:
+                    break
+                continue
+            started.append(i)
+            self.start_job(i, p)
+        if started:
+            s = set(started)
+            self.queue = [i for i in self.queue if i not in s]
+
+    def start_job(self, i: int, p: list[tuple[int, int]]) -> None:
+        j = self.jobs[i]
+        j.servers = [s for s, _ in p]
+        j.gpus_on = [k for _, k in p]
+        for s, k in p:
+            self.free[s] -= k
+        j.start_s = self.now
+        if len(j.servers) == 1:
+            self.push(self.now + j.spec.iterations * j.spec.compute_s, LOCAL_END, i)
+            return
+        for s in j.servers:
+            self.host_jobs.setdefault(s, set()).add(i)
+        S, size = j.servers, j.spec.size
+        if j.spec.kind == "ps":
+            j.phases = [[(s, S[0], size) for s in S[1:]], [(S[0], s, size) for s in S[1:]]]
+        else:
+            n = len(S)
+            j.phases = [[(S[k], S[(k + 1) % n], 2 * (n - 1) / n * size) for k in range(n)]]
+        j.links = tuple(sorted({int(ln) for ph in j.phases for a, b, _ in ph for ln in self.fab.path(a, b)}))
+        self.hosts_changed(j.servers)
+        self.push(self.now + j.spec.compute_s, COMPUTE_END, i)
+
+    def finish_job(self, i: int) -> None:
+        j = self.jobs[i]
+        j.end_s = self.now
+        self.finished += 1
+        for s, k in zip(j.servers, j.gpus_on):
+            self.free[s] += k
+        if len(j.servers) > 1:
+            for s in j.servers:
+                self.host_jobs[s].discard(i)
+            self.hosts_changed(j.servers)
+        self.schedule()
+
+    # ---------------------------------------------------------------- iterations
+    def start_exchange(self, i: int) -> None:
+        j = self.jobs[i]
+        if self.fast_forward and self.try_fast_forward(i):
+            return
+        j.phase = 0
+        self.add_flows(i, j.phases[0])
+
+    def exchange_done(self, i: int) -> None:
+        j = self.jobs[i]
+        if j.phase + 1 < len(j.phases):
+            j.phase += 1
+            self.add_flows(i, j.phases[j.phase])
+            return
+        j.done_iters += 1
+        if j.done_iters >= j.spec.iterations:
+            self.finish_job(i)
+        else:
+            self.push(self.now + j.spec.compute_s, COMPUTE_END, i)
+
+    # ---------------------------------------------------------------- fast-forward
+    def try_fast_forward(self, i: int) -> bool:
+        """At the start of an exchange: if every link of the job's exchange is its own, run the rest
+        of its iterations in one step (see the module docstring)."""
+        j = self.jobs[i]
+        for ln in j.links:
+            if self.link_flows[ln] or self.reserved.get(ln, i) != i:
+                return False
+        durs, rates = [], []
+        for pairs in j.phases:
+            paths = [self.fab.path(a, b) for a, b, _ in pairs]
+            ptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
+            uniq, local = np.unique(np.concatenate(paths), return_inverse=True)
+            caps = np.array([self.flow_cap(i, a, sum(1 for x, _, _ in pairs if x == a)) for a, _, _ in pairs])
+            if self.network == "prio-every-link":  # the job's flows from different hosts may differ in class
+                prio = [self.assign.get(a, {}).get(j.spec.name, DEFAULT_CLASS) for a, _, _ in pairs]
+                r = kernel.rates(ptr, local, self.fab.capacity[uniq], caps, prio)
+            else:
+                r = kernel.rates(ptr, local, self.fab.capacity[uniq], caps)
+            if (r <= 0).any():
+                return False
+            rates.append(r)
+            durs.append(float(max(nb / x for (_, _, nb), x in zip(pairs, r))))
+        period = j.spec.compute_s + sum(durs)
+        j.ff = (self.now, j.done_iters, period, durs, rates)
+        j.ff_ver += 1
+        for ln in j.links:
+            self.reserved[ln] = i
+        left = j.spec.iterations - j.done_iters
+        self.push(self.now + (left - 1) * period + sum(durs), FF_END, i, j.ff_ver)
+        self.stats["fast_forwards"] += 1
+        return True
+
+    def release(self, i: int) -> None:
+        j = self.jobs[i]
+        j.ff = None
+        j.ff_ver += 1
+        for ln in j.links:
+            if self.reserved.get(ln) == i:
+                del self.reserved[ln]
+
+    def resume(self, i: int) -> None:
+        """Bring a fast-forwarded job back to the present and simulate it flow by flow again."""
+        j = self.jobs[i]
+        anchor, base, period, durs, rates = j.ff
+        self.release(i)
+        self.stats["resumes"] += 1
+        e = max(0.0, self.now - anchor)
+        k = int(e // period)
+        w = e - k * period
+        j.done_iters = base + k
+        for p, d in enumerate(durs):
+            if w < d:
+                pairs = [(a, b, nb - r * w) for (a, b, nb), r in zip(j.phases[p], rates[p])]
+                pairs = [x for x in pairs if x[2] > DONE_BYTES]
+                if pairs:
+                    j.phase = p
+                    self.add_flows(i, pairs)
+                    return
+            w -= d
+        # past the exchange: computing
+        j.done_iters += 1
+        if j.done_iters >= j.spec.iterations:
+            self.finish_job(i)
+        else:
+            self.push(self.now + max(0.0, j.spec.compute_s - w), COMPUTE_END, i)
+
+    # ---------------------------------------------------------------- flows
+    def add_flows(self, i: int, pairs) -> None:
+        for a, b, _ in pairs:  # a fast-forwarded job on these links comes back first
+            for ln in self.fab.path(a, b):
+                other = self.reserved.get(int(ln))
+                if other is not None and other != i:
+                    self.resume(other)
+        fl = self.job_flows.setdefault(i, set())
+        for src, dst, nbytes in pairs:
+            f = Flow(self.next_fid, i, src, self.fab.path(src, dst), nbytes, self.now)
+            self.next_fid += 1
+            self.flows[f.fid] = f
+            fl.add(f.fid)
+            for ln in f.path:
+                self.link_flows[ln].add(f.fid)
+            self.set_policy(f)
+            self.dirty.add(f.fid)
+        self.jobs[i].open_flows += len(pairs)
+        self.stats["max_active_flows"] = max(self.stats["max_active_flows"], len(self.flows))
+
+    def remove_flow(self, f: Flow) -> None:
+        del self.flows[f.fid]
+        self.job_flows[f.job].discard(f.fid)
+        for ln in f.path:
+            self.link_flows[ln].discard(f.fid)
+            self.dirty_links.add(int(ln))
+        j = self.jobs[f.job]
+        j.open_flows -= 1
+        if j.open_flows == 0:
+            self.exchange_done(f.job)
+
+    def component(self, fids: set[int], links: set[int]) -> set[int]:
+        """The flows joined to ``fids`` or ``links`` by shared links."""
+        comp: set[int] = set()
+        seen_links: set[int] = set()
+        stack = list(links)
+        for fid in fids:
+            if fid in self.flows and fid not in comp:
+                comp.add(fid)
+                stack.extend(int(x) for x in self.flows[fid].path)
+        while stack:
+            ln = stack.pop()
+            if ln in seen_links:
+                continue
+            seen_links.add(ln)
+            for fid in self.link_flows[ln]:
+                if fid not in comp:
+                    comp.add(fid)
+                    stack.extend(int(x) for x in self.flows[fid].path)
+        return comp
+
+    def settle_component(self, fids: set[int]) -> None:
+        """A flow's end: bring its component's bytes up to now, end every flow with nothing left."""
+        comp = self.component(fids, set())
+        done = []
+        for fid in comp:
+            f = self.flows[fid]
+            f.left -= f.rate * (self.now - f.t)
+            f.t = self.now
+            if f.left <= DONE_BYTES:
+                done.append(f)
+        for f in sorted(done, key=lambda f: f.fid):
+            if f.fid in self.flows:
+                self.remove_flow(f)
+
+    def resolve(self) -> None:
+        if not self.dirty and not self.dirty_links:
+            return
+        comp = self.component(self.dirty, self.dirty_links)
+        self.dirty.clear()
+        self.dirty_links.clear()
+        if not comp:
+            return
+        fl = [self.flows[fid] for fid in sorted(comp)]
+        for f in fl:
+            f.left -= f.rate * (self.now - f.t)
+            f.t = self.now
+        self.stats["solves"] += 1
+        self.stats["solved_flows"] += len(fl)
+        if len(fl) == len(self.flows):
+            self.stats["full_solves"] += 1
+        lens = np.fromiter((len(f.path) for f in fl), dtype=np.int64, count=len(fl))
+        ptr = np.concatenate([[0], np.cumsum(lens)])
+        glinks = np.concatenate([f.path for f in fl]) if len(fl) else np.zeros(0, np.int64)
+        uniq, local = np.unique(glinks, return_inverse=True)
+        caps = np.fromiter((f.cap for f in fl), dtype=float, count=len(fl))
+        if self.driver is not None:
+            prio = np.fromiter((f.prio for f in fl), dtype=np.int64, count=len(fl))
+            plinks = None if self.network == "prio-every-link" else self.fab.nic[uniq]
+            r = kernel.rates(ptr, local, self.fab.capacity[uniq], caps, prio, plinks)
+        else:
+            r = kernel.rates(ptr, local, self.fab.capacity[uniq], caps)
+        for f, rate in zip(fl, r):
+            f.rate = float(rate)
+            f.ver += 1
+            if f.left <= DONE_BYTES:
+                self.push(self.now, FLOW_END, f.fid, f.ver)
+            elif rate > 0:
+                self.push(self.now + f.left / rate, FLOW_END, f.fid, f.ver)
+
+    # ---------------------------------------------------------------- policy
+    def set_policy(self, f: Flow) -> None:
+        if self.driver is not None:
+            f.prio = self.assign.get(f.src, {}).get(self.jobs[f.job].spec.name, DEFAULT_CLASS)
+        elif self.network == "cap":
+            mine = [self.flows[fid] for fid in self.job_flows.get(f.job, ()) if self.flows[fid].src == f.src]
+            for g in mine:  # the job's cap split over its flows at this host
+                g.cap = self.flow_cap(f.job, f.src, len(mine))
+                self.dirty.add(g.fid)
+
+    def flow_cap(self, i: int, src: int, n: int) -> float:
+        """A flow's cap: under ``cap``, the job's cap (hostctl.core.pace.job_caps_Bps, the daemon's
+        decision) split over the job's ``n`` flows at host ``src``; else none."""
+        if self.network != "cap":
+            return math.inf
+        from hostctl.core.pace import job_caps_Bps
+
+        return job_caps_Bps([i], {}, self.cap_bps)[i] / max(1, n)
+
+    def hosts_changed(self, hosts) -> None:
+        if self.driver is None:
+            return
+        for h in hosts:
+            self.assign_host(h)
+
+    def assign_host(self, h: int) -> None:
+        jobs = self.host_jobs.get(h, set())
+        sizes = {self.jobs[i].spec.name: self.jobs[i].spec.size for i in jobs}
+        new = self.driver.bands(sizes, self.epoch) if len(sizes) > 1 else {}
+        if new == self.assign.get(h, {}):
+            return
+        self.assign[h] = new
+        if self.network == "prio-every-link":  # a fast-forwarded job's own flows may change class
+            for i in list(jobs):
+                if self.jobs[i].ff is not None:
+                    self.resume(i)
+        for i in jobs:
+            for fid in self.job_flows.get(i, ()):
+                f = self.flows[fid]
+                if f.src == h:
+                    p = new.get(self.jobs[i].spec.name, DEFAULT_CLASS)
+                    if p != f.prio:
+                        f.prio = p
+                        self.dirty.add(fid)
+
+    def tick(self) -> None:
+        e = self.driver.epoch(self.now + 1e-9)
+        if e == self.epoch:
+            return
+        self.epoch = e
+        for h, jobs in self.host_jobs.items():
+            if len(jobs) > 1:
+                self.assign_host(h)
+
+    # ---------------------------------------------------------------- results
+    def report(self, wall_s: float) -> dict:
+        done = [j for j in self.jobs if j.end_s is not None]
+        jct = np.array([j.end_s - j.spec.arrival_s for j in done])
+        return {
+            "jobs": len(self.jobs), "finished": len(done),
+            "avg_jct_s": float(jct.mean()) if len(jct) else None,
+            "p95_jct_s": float(np.percentile(jct, 95)) if len(jct) else None,
+            "makespan_s": float(max(j.end_s for j in done) - min(j.spec.arrival_s for j in self.jobs)) if done else None,
+            "sim_s": self.now, "wall_s": wall_s, "events": self.stats["events"],
+            "events_per_s": self.stats["events"] / wall_s if wall_s > 0 else None,
+            "multi_server_jobs": sum(1 for j in self.jobs if len(j.servers) > 1),
+            "stats": dict(self.stats),
+            "jct_s": {j.spec.name: j.end_s - j.spec.arrival_s for j in done},
+        }
+
+
+def simulate(fabric: Fabric, jobs: list[JobSpec], **kw) -> dict:
+    return ClusterSim(fabric, jobs, **kw).run()

@@ -1,0 +1,136 @@
+"""The cluster simulator on cases small enough to compute by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from hostctl.errors import ConfigError
+from hostctl_lab.sim.cluster import ClusterSim, place, simulate
+from hostctl_lab.sim.topo import mlcc_tree, single_switch
+from hostctl_lab.sim.workload import JobSpec
+
+GB = 10**9
+C = 10 * GB / 8  # a 10 Gbit/s NIC in bytes/s
+
+
+def job(name, gpus, size=1e9, compute=0.1, iters=1, arrival=0.0, kind="ring"):
+    return JobSpec(name, arrival, gpus, "m", int(size), compute, iters, kind)
+
+
+def test_a_job_on_one_server_never_touches_the_network():
+    r = simulate(single_switch(2), [job("a", 8, iters=50)], gpus_per_server=8)
+    assert r["jct_s"]["a"] == pytest.approx(50 * 0.1)
+    assert r["stats"]["solves"] == 0
+
+
+def test_ring_on_two_servers_alone_takes_size_over_capacity():
+    # 2 servers: each sends 2(S-1)/S x size = size bytes to the other, at the full NIC rate
+    r = simulate(single_switch(2), [job("a", 16, size=1e9, iters=3)], gpus_per_server=8)
+    assert r["jct_s"]["a"] == pytest.approx(3 * (0.1 + 1e9 / C), rel=1e-9)
+
+
+def test_ring_on_four_servers():
+    r = simulate(single_switch(4), [job("a", 4, size=1e9, iters=2)], gpus_per_server=1)
+    assert r["jct_s"]["a"] == pytest.approx(2 * (0.1 + 2 * 3 / 4 * 1e9 / C), rel=1e-9)
+
+
+def test_parameter_server_pushes_then_pulls():
+    # PS on the first of 3 servers: push 2 x size into its NIC (C/2 each), then pull 2 x size out of it
+    r = simulate(single_switch(3), [job("a", 3, size=1e9, kind="ps")], gpus_per_server=1)
+    assert r["jct_s"]["a"] == pytest.approx(0.1 + 2e9 / C + 2e9 / C, rel=1e-9)
+
+
+def test_two_jobs_on_the_same_servers_share_fairly_under_fifo():
+    jobs = [job("a", 2, iters=2), job("b", 2, iters=2)]
+    r = simulate(single_switch(2), jobs, gpus_per_server=2, placement="ls")  # ls spreads each job over 2 servers
+    for name in "ab":
+        assert r["jct_s"][name] == pytest.approx(2 * (0.1 + 2e9 / C), rel=1e-9)
+
+
+def test_one_gives_the_smaller_job_the_nic_first():
+    jobs = [job("a", 2, size=1e9), job("b", 2, size=2e9)]
+    r = simulate(single_switch(2), jobs, gpus_per_server=2, placement="ls", network="one")
+    assert r["jct_s"]["a"] == pytest.approx(0.1 + 1e9 / C, rel=1e-9)
+    assert r["jct_s"]["b"] == pytest.approx(0.1 + 3e9 / C, rel=1e-9)  # work-conserving: no gap
+
+
+def test_rr_rotates_and_conserves_work():
+    jobs = [job("a", 2, size=4e9, iters=1), job("b", 2, size=4e9, iters=1)]
+    fifo = simulate(single_switch(2), jobs, gpus_per_server=2, placement="ls", network="fifo")
+    assert sorted(fifo["jct_s"].values()) == pytest.approx([0.1 + 8e9 / C] * 2, rel=1e-9)  # 6.5 s
+    # rotation every 0.5 s: the jobs alternate from t = 0.1 on, 0.4 s then 0.5 s slices; each needs
+    # 3.2 s of the NIC: one ends at 6.3 s, the other at 6.5 s (work-conserving: as late as fifo)
+    rr = simulate(single_switch(2), jobs, gpus_per_server=2, placement="ls", network="rr", rr_interval_s=0.5)
+    assert sorted(rr["jct_s"].values()) == pytest.approx([6.3, 6.5], rel=1e-9)
+    assert rr["stats"]["ticks"] >= 12
+    # rotation every 5 s: the first band-0 job has the NIC alone until it is done
+    rr = simulate(single_switch(2), jobs, gpus_per_server=2, placement="ls", network="rr", rr_interval_s=5)
+    assert sorted(rr["jct_s"].values()) == pytest.approx([0.1 + 4e9 / C, 0.1 + 8e9 / C], rel=1e-9)
+
+
+def test_queue_waits_for_gpus():
+    jobs = [job("a", 16, iters=2), job("b", 16, iters=2)]
+    r = simulate(single_switch(2), jobs, gpus_per_server=8)
+    t = 2 * (0.1 + 1e9 / C)
+    assert r["jct_s"]["a"] == pytest.approx(t, rel=1e-9)
+    assert r["jct_s"]["b"] == pytest.approx(2 * t, rel=1e-9)
+
+
+def test_cap_paces_each_job():
+    r = simulate(single_switch(2), [job("a", 2)], gpus_per_server=1, network="cap", cap_bps=5 * GB)
+    assert r["jct_s"]["a"] == pytest.approx(0.1 + 1e9 / (C / 2), rel=1e-9)
+
+
+def test_oversubscribed_uplink_is_the_bottleneck():
+    fab = mlcc_tree(20, per_tor=10, tors_per_edge=10, oversub=10)  # ToR uplink = 10 x 10G / 10 = 10G
+    # one GPU on h0 (rack 0) and one on h10 (rack 1): the ring crosses the ToR uplinks, which are
+    # 10 Gbit/s, like the NICs: the same time as alone on a switch
+    jobs = [job("a", 2)]
+    st = ClusterSim(fab, jobs, gpus_per_server=1, placement="ff")
+    st.free[1:10] = 0  # h1..h9 busy: ff puts the job on h0 and h10
+    r = st.run()
+    assert r["jct_s"]["a"] == pytest.approx(0.1 + 1e9 / C, rel=1e-9)
+
+
+def test_placements():
+    import numpy as np
+
+    free = np.array([2, 8, 8, 3])
+    rng = np.random.default_rng(0)
+    assert place("ff", free, 5, rng) == [(0, 2), (1, 3)]
+    assert place("pack", free, 3, rng) == [(3, 3)]
+    assert place("pack", free, 12, rng) == [(1, 8), (2, 4)]
+    assert sorted(place("ls", free, 4, rng)) == [(1, 2), (2, 2)]
+    got = place("rand", free, 21, rng)
+    assert sum(k for _, k in got) == 21 and all(k <= free[s] for s, k in got)
+    assert place("ff", free, 22, rng) is None
+
+
+def test_bad_choices_say_one_line():
+    with pytest.raises(ConfigError, match="unknown network"):
+        ClusterSim(single_switch(2), [job("a", 2)], network="tcp")
+    with pytest.raises(ConfigError, match="needs a cap"):
+        ClusterSim(single_switch(2), [job("a", 2)], network="cap")
+    with pytest.raises(ConfigError, match="more GPUs"):
+        ClusterSim(single_switch(2), [job("a", 64)], gpus_per_server=8)
+
+
+@pytest.mark.parametrize("network", ["fifo", "one", "rr", "cap", "prio-every-link"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fast_forward_changes_no_result(network, seed):
+    """Jobs alone on their links are fast-forwarded and resumed when others arrive: the same JCTs as
+    simulating every iteration, on a random mix of ring and PS jobs on two racks."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    jobs = [job(f"j{k}", int(rng.choice([2, 3, 4, 6])), size=float(rng.uniform(2e8, 2e9)),
+                compute=float(rng.uniform(0.05, 0.3)), iters=int(rng.integers(3, 30)),
+                arrival=float(rng.uniform(0, 10)), kind=str(rng.choice(["ring", "ps"]))) for k in range(12)]
+    fab = mlcc_tree(8, per_tor=4, tors_per_edge=2)
+    kw = dict(gpus_per_server=2, placement=str(rng.choice(["ff", "ls", "rand"])), network=network, seed=seed,
+              cap_bps=3 * GB, rr_interval_s=0.7)
+    fast = simulate(fab, jobs, **kw)
+    slow = simulate(fab, jobs, fast_forward=False, **kw)
+    assert fast["stats"]["fast_forwards"] > 0 and slow["stats"]["fast_forwards"] == 0
+    assert fast["jct_s"] == pytest.approx(slow["jct_s"], rel=1e-7)
+    assert fast["events"] < slow["events"]

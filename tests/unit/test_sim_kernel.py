@@ -1,0 +1,127 @@
+"""The simulator's rate kernel against hand examples, a plain one-bottleneck-at-a-time water-filling
+written here (a different algorithm), and the max-min optimality conditions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from hostctl_lab.sim.kernel import rates
+
+
+def csr(paths):
+    ptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
+    links = np.concatenate([np.asarray(p, dtype=np.int64) for p in paths]) if paths else np.zeros(0, np.int64)
+    return ptr, links
+
+
+def reference_maxmin(paths, cap, caps):
+    """Textbook progressive filling: raise every unfrozen flow together to the next event (a link fills
+    or a flow reaches its cap), freeze what is stuck, repeat."""
+    n = len(paths)
+    r = np.zeros(n)
+    frozen = np.zeros(n, bool)
+    resid = np.array(cap, float)
+    while not frozen.all():
+        cnt = np.zeros(len(cap))
+        for f in range(n):
+            if not frozen[f]:
+                for ln in paths[f]:
+                    cnt[ln] += 1
+        inc = min([resid[ln] / cnt[ln] for ln in range(len(cap)) if cnt[ln] > 0] +
+                  [caps[f] - r[f] for f in range(n) if not frozen[f]])
+        for f in range(n):
+            if not frozen[f]:
+                r[f] += inc
+                for ln in paths[f]:
+                    resid[ln] -= inc
+        for f in range(n):
+            if not frozen[f] and (r[f] >= caps[f] - 1e-9 or any(resid[ln] <= 1e-9 for ln in paths[f])):
+                frozen[f] = True
+    return r
+
+
+def check_maxmin(paths, cap, caps, r, tol=1e-6):
+    """Feasible, and every flow is at its cap or has a saturated link where no flow gets more."""
+    load = np.zeros(len(cap))
+    for f, p in enumerate(paths):
+        for ln in p:
+            load[ln] += r[f]
+    assert (load <= np.asarray(cap) * (1 + tol) + tol).all()
+    for f, p in enumerate(paths):
+        if r[f] >= caps[f] - tol:
+            continue
+        ok = any(load[ln] >= cap[ln] * (1 - tol) - tol and
+                 all(r[g] <= r[f] * (1 + tol) + tol for g, q in enumerate(paths) if ln in q) for ln in p)
+        assert ok, f"flow {f} at {r[f]} has no bottleneck"
+
+
+def test_a_flow_alone_gets_its_narrowest_link_or_its_cap():
+    ptr, links = csr([[0, 1, 2]])
+    assert rates(ptr, links, [10.0, 4.0, 7.0])[0] == pytest.approx(4.0)
+    assert rates(ptr, links, [10.0, 4.0, 7.0], caps=[3.0])[0] == pytest.approx(3.0)
+
+
+def test_classic_example():
+    # link 0 (cap 10): flows a, b; link 1 (cap 4): flows b, c, d -> b, c, d get 4/3, a gets 10 - 4/3
+    paths = [[0], [0, 1], [1], [1]]
+    r = rates(*csr(paths), [10.0, 4.0])
+    assert r == pytest.approx([10 - 4 / 3, 4 / 3, 4 / 3, 4 / 3])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_matches_reference_and_is_maxmin(data):
+    L = data.draw(st.integers(1, 6))
+    n = data.draw(st.integers(1, 9))
+    cap = [data.draw(st.sampled_from([1.0, 2.0, 3.0, 5.0, 8.0, 10.0])) for _ in range(L)]
+    paths = [sorted(set(data.draw(st.lists(st.integers(0, L - 1), min_size=1, max_size=3)))) for _ in range(n)]
+    caps = [data.draw(st.sampled_from([np.inf, np.inf, 0.5, 1.5, 4.0])) for _ in range(n)]
+    r = rates(*csr(paths), cap, caps=caps)
+    assert r == pytest.approx(reference_maxmin(paths, cap, caps), rel=1e-6, abs=1e-6)
+    check_maxmin(paths, cap, caps, r)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_priority_at_every_link_is_maxmin_class_by_class(data):
+    L = data.draw(st.integers(1, 5))
+    n = data.draw(st.integers(1, 8))
+    cap = [data.draw(st.sampled_from([2.0, 3.0, 5.0, 10.0])) for _ in range(L)]
+    paths = [sorted(set(data.draw(st.lists(st.integers(0, L - 1), min_size=1, max_size=3)))) for _ in range(n)]
+    prio = [data.draw(st.integers(0, 2)) for _ in range(n)]
+    r = rates(*csr(paths), cap, prio=prio)
+    resid = np.array(cap, float)
+    for c in sorted(set(prio)):
+        fl = [f for f in range(n) if prio[f] == c]
+        want = reference_maxmin([paths[f] for f in fl], resid, [np.inf] * len(fl))
+        assert r[fl] == pytest.approx(want, rel=1e-6, abs=1e-6)
+        for f, w in zip(fl, want):
+            for ln in paths[f]:
+                resid[ln] -= w
+
+
+def test_bands_at_the_host_are_work_conserving():
+    # host NIC 0 (cap 10) sends f0 (band 0) over fabric link 2 (cap 4) shared with g (host NIC 1, band 0)
+    # and f1 (band 1) over fabric link 3: f0 and g split link 2, f1 takes the rest of NIC 0
+    paths = [[0, 2], [0, 3], [1, 2]]
+    nic = np.array([True, True, False, False])
+    r = rates(*csr(paths), [10.0, 10.0, 4.0, 10.0], prio=[0, 1, 0], prio_links=nic)
+    assert r == pytest.approx([2.0, 8.0, 2.0])
+
+
+def test_bands_at_the_host_are_strict():
+    paths = [[0, 1], [0, 1]]
+    nic = np.array([True, False])
+    r = rates(*csr(paths), [10.0, 10.0], prio=[0, 1], prio_links=nic)
+    assert r == pytest.approx([10.0, 0.0])
+
+
+def test_a_fifo_switch_port_ignores_the_hosts_bands():
+    # two hosts, each sends one band-0 and one band-1 flow into one switch port (link 2, cap 10):
+    # the port is fair among all four flows that reach it, the NICs (cap 100) do not bind
+    paths = [[0, 2], [0, 2], [1, 2], [1, 2]]
+    nic = np.array([True, True, False])
+    r = rates(*csr(paths), [100.0, 100.0, 10.0], prio=[0, 1, 0, 1], prio_links=nic)
+    assert r == pytest.approx([2.5] * 4)

@@ -114,6 +114,17 @@ def test_edd_matches_milp_on_random_instances():
 
 
 @SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 8), st.integers(0, 4), st.integers(0, 6)), min_size=1, max_size=8),
+       st.sampled_from([0.0, 0.5]))
+def test_fast_makespan_equals_preemptive_edd(jobs, resume):
+    """Algorithm 1's scan uses a lean copy of the rule (_edd_makespan): the same makespans."""
+    from hostctl_lab.sim.pace import _edd_makespan
+    r, p, q = (np.array(sorted(jobs))[:, k].astype(float) for k in range(3))
+    done, _ = preemptive_edd(r, p, q, resume_s=resume)
+    assert _edd_makespan(r, p, q, resume) == pytest.approx(float(np.max(done + q)))
+
+
+@SETTINGS
 @given(random_dags(integer=True))
 def test_pace_schedule_matches_milp_on_random_dags(dag):
     sch = pace_schedule(dag, UNIT, slot_s=1.0)
@@ -165,6 +176,31 @@ def test_layered_toy_vector_fifo_11_pace_10():
     assert [pt.bytes for pt in parts if pt.ar == 2] == [2.0, 1.0, 1.0]
     assert pace_schedule(dag, UNIT, slot_s=1.0).iter_s == 10
     assert balanced_fusion(dag, UNIT).schedule.iter_s == 10  # c0 = 0: fusion cannot help
+
+
+def test_layered_toy_with_latency_and_partition_cost():
+    """The toy with c0 = 0.5 (p = S + 0.5). Free preemption: AR3 runs [2,4], [5.5,6], [7.5,9.5] ->
+    10.5. Paying c0 per resumed partition: AR3's two resumptions cost 1 more -> done 10.5 -> 11.5.
+    FIFO: AR3 [2,6.5], AR2 [6.5,8], AR1 [8,9.5] -> 9.5 + 3 = 12.5."""
+    dag = layered_dag([1, 1, 1], [2, 2, 2], [[1.0], [1.0], [4.0]])
+    cost = ArCost(1.0, 2, c0_s=0.5)
+    free = pace_schedule(dag, cost)
+    paid = pace_schedule(dag, cost, partition_c0=True)
+    assert free.iter_s == 10.5 and list(free.done_s) == [7.5, 5.5, 9.5]
+    assert paid.iter_s == 11.5 and list(paid.done_s) == [7.5, 5.5, 10.5]
+    assert paid.runs[2] == ((2, 4), (5.5, 6), (7.5, 10.5)) and paid.busy_s == free.busy_s + 1.0
+    assert fifo_schedule(dag, cost).iter_s == 12.5
+    assert pace_schedule(dag, UNIT, partition_c0=True).iter_s == 10  # c0 = 0: nothing to pay
+
+
+@SETTINGS
+@given(random_dags(), st.floats(0.1, 20.0))
+def test_partition_cost_only_adds_time(dag, bw):
+    cost = ArCost(bw, 4, c0_s=0.3)
+    free = balanced_fusion(dag, cost)
+    paid = balanced_fusion(dag, cost, partition_c0=True)
+    assert paid.schedule.iter_s >= free.schedule.iter_s - 1e-9
+    assert np.all(paid.iter_by_r >= free.iter_by_r - 1e-9)
 
 
 # --------------------------------------------------------------------------- 4. MaxMinSize = brute force
@@ -296,6 +332,10 @@ def test_iter_table_interpolates_in_inverse_bandwidth():
     assert tab.iter_s(slow) == pytest.approx(t_iter("resnet50", slow, 12, "pace").iter_s, rel=0.05)
     d = tab.duty_cycle(np.array([1, 10, 100]) * GBIT_Bps)
     assert np.all((d > 0) & (d <= 1)) and d[0] > d[-1]
+    probe = np.array([0.3, 1.0, 2.2, 19.0, 99.0, 1e4]) * GBIT_Bps  # the scalar fast path = the array path
+    assert [tab.iter_s(float(b)) for b in probe] == pytest.approx(list(tab.iter_s(probe)), rel=1e-12)
+    assert [tab.duty_cycle(float(b)) for b in probe] == pytest.approx(list(tab.duty_cycle(probe)), rel=1e-12)
+    assert tab.iter_s(math.inf) == pytest.approx(t_iter("resnet50", math.inf, 12, "pace").iter_s)
     assert iter_table("ResNet-50", 12, "pace") is iter_table("resnet50", 12, "pace")
 
 

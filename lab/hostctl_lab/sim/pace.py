@@ -32,6 +32,7 @@ Strategies (the iteration time is the DAG's makespan, start of backward to end o
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -50,7 +51,7 @@ __all__ = [
 
 C0_S = 6.69e-4  # per-AR latency (s): paper 000's a (2 nodes, 10GbE, ring, OpenMPI)
 GBIT_Bps = 1e9 / 8  # 1 Gbit/s in bytes/s
-GRID_GBPS = (1, 2, 5, 10, 25, 50, 100)  # IterTable's bandwidth grid (Gbit/s), plus B = infinity
+GRID_GBPS = (1, 1.5, 2, 3, 5, 7, 10, 15, 25, 35, 50, 70, 100, 150, 200, 400)  # IterTable grid (Gbit/s), plus B = inf
 HOROVOD_THRESHOLD_BYTES = 64 * 2**20  # Horovod's default fusion buffer before v0.21 (our assumption)
 HOROVOD_CYCLE_S = 5e-3  # Horovod's default cycle time before v0.21 (our assumption)
 STRATEGIES = ("wfbp_fifo", "horovod_fusion", "pace")
@@ -169,6 +170,18 @@ class IterDag:
         """The MaxMinSize table over ``chain`` (built once, reused for every bandwidth)."""
         return MaxMinTable(self.size_bytes[self.chain])
 
+    @cached_property
+    def fusion_candidates(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """For R = 1..N (index R-1): the fused ARs' (ready, tail, bytes) of MaxMinSize's R groups.
+        Independent of the bandwidth, so built once per DAG."""
+        out = []
+        r_c, q_c, s_c = self.ready_s[self.chain], self.tail_s[self.chain], self.size_bytes[self.chain]
+        for r in range(1, self.n_ars + 1):
+            starts = self.fusion_table.bounds(r)
+            ends = np.append(starts[1:], self.n_ars) - 1
+            out.append((r_c[ends], np.maximum.reduceat(q_c, starts), np.add.reduceat(s_c, starts)))
+        return out
+
     def with_compute(self, compute_s: np.ndarray) -> IterDag:
         return IterDag(np.asarray(compute_s, dtype=float), self.preds, self.producer, self.consumers, self.size_bytes)
 
@@ -257,7 +270,8 @@ def _quantise(x: np.ndarray | float, slot_s: float | None):
 
 # --------------------------------------------------------------------------- single-channel schedulers
 
-def preemptive_edd(release, proc, tail) -> tuple[np.ndarray, list[list[tuple[float, float]]]]:
+def preemptive_edd(release, proc, tail, *, resume_s: float = 0.0,
+                   want_runs: bool = True) -> tuple[np.ndarray, list[list[tuple[float, float]]]]:
     """Preemptive largest-tail-first (Jackson's rule; preemptive EDD with due dates -tail).
 
     Optimal for ``1 | r_i, pmtn | max_i (C_i + q_i)``: at every moment the channel runs the
@@ -265,18 +279,23 @@ def preemptive_edd(release, proc, tail) -> tuple[np.ndarray, list[list[tuple[flo
     the completion times and each job's runs [(start, end), ...] (maximal busy intervals).
     O(N log N). Times may be slots or seconds; with integer inputs all outputs are integers, and
     the result equals the slotted schedule with release slot r+1 (spec §3.2.3's convention).
+
+    ``resume_s`` > 0 charges that much extra work each time a preempted job resumes (a new
+    partition pays the AR latency c0 again). The rule is then a policy, no longer an optimum.
+    ``want_runs=False`` skips recording the runs (returned empty).
     """
     r = np.asarray(release, dtype=float)
     p = np.asarray(proc, dtype=float)
     q = np.asarray(tail, dtype=float)
     n = r.size
-    order = sorted(range(n), key=lambda i: (r[i], i))
-    done = np.zeros(n)
-    runs: list[list[tuple[float, float]]] = [[] for _ in range(n)]
+    order = np.lexsort((np.arange(n), r)).tolist()
+    done = [0.0] * n
+    runs: list[list[tuple[float, float]]] = [[] for _ in range(n)] if want_runs else []
     rem = p.tolist()
     rl, ql = r.tolist(), q.tolist()
     heap: list[tuple[float, float, int]] = []
-    k, t = 0, -math.inf
+    started = [False] * n
+    k, t, prev = 0, -math.inf, -1
     while k < n or heap:
         if not heap:
             t = max(t, rl[order[k]])
@@ -285,19 +304,57 @@ def preemptive_edd(release, proc, tail) -> tuple[np.ndarray, list[list[tuple[flo
             heapq.heappush(heap, (-ql[i], rl[i], i))
             k += 1
         i = heap[0][2]
+        if i != prev and started[i]:
+            rem[i] += resume_s  # resuming after a preemption: a new partition
+        started[i], prev = True, i
         nxt = rl[order[k]] if k < n else math.inf
         end = t + rem[i]
         if end <= nxt + _EPS_S:
             heapq.heappop(heap)
-            _add_run(runs[i], t, end)
+            if want_runs:
+                _add_run(runs[i], t, end)
             rem[i] = 0.0
             done[i] = end
             t = max(t, end)
+            prev = -1
         else:
-            _add_run(runs[i], t, nxt)
+            if want_runs:
+                _add_run(runs[i], t, nxt)
             rem[i] -= nxt - t
             t = nxt
-    return done, runs
+    return np.array(done), runs
+
+
+def _edd_makespan(release: np.ndarray, proc: np.ndarray, tail: np.ndarray, resume_s: float) -> float:
+    """``max_i(C_i + q_i)`` of ``preemptive_edd`` for releases already in ascending order (ties in
+    index order): the same rule, with no runs kept. Algorithm 1 calls it once per R."""
+    rl, rem, ql = release.tolist(), proc.tolist(), tail.tolist()
+    n = len(rl)
+    push, pop = heapq.heappush, heapq.heappop
+    heap: list[tuple[float, int]] = []
+    started = [False] * n
+    k, t, prev, best = 0, (rl[0] if n else 0.0), -1, -math.inf
+    while k < n or heap:
+        if not heap and rl[k] > t:
+            t = rl[k]
+        while k < n and rl[k] <= t:
+            push(heap, (-ql[k], k))
+            k += 1
+        negq, i = heap[0]
+        if resume_s and i != prev and started[i]:
+            rem[i] += resume_s
+        started[i], prev = True, i
+        nxt = rl[k] if k < n else math.inf
+        end = t + rem[i]
+        if end <= nxt + _EPS_S:
+            pop(heap)
+            t, prev = end, -1
+            if end - negq > best:
+                best = end - negq
+        else:
+            rem[i] -= nxt - t
+            t = nxt
+    return best
 
 
 def _add_run(runs: list[tuple[float, float]], start: float, end: float) -> None:
@@ -397,15 +454,20 @@ def _prepare(dag: IterDag, slot_s: float | None) -> IterDag:
     return dag.with_compute(_quantise(dag.compute_s, slot_s))
 
 
-def pace_schedule(dag: IterDag, cost: ArCost, *, slot_s: float | None = None) -> Schedule:
+def pace_schedule(dag: IterDag, cost: ArCost, *, slot_s: float | None = None,
+                  partition_c0: bool = False) -> Schedule:
     """PACE's optimal preemptive schedule of ``dag``'s ARs as they are (no fusion): preemptive
     largest-tail-first with release z_{u_i}, processing g(S_i), tail |L_i| (spec §3.2.3).
-    With ``slot_s`` every duration is rounded up to whole slots (the paper's slotted model)."""
+    With ``slot_s`` every duration is rounded up to whole slots (the paper's slotted model).
+    ``partition_c0``: every partition after an AR's first pays ``cost.c0_s`` again (not in the
+    paper's model; the schedule is then the same rule, no longer proven optimal)."""
     d = _prepare(dag, slot_s)
     p = _quantise(cost(d.size_bytes), slot_s)
-    done, runs = preemptive_edd(d.ready_s, p, d.tail_s)
+    resume = float(_quantise(cost.c0_s, slot_s)) if partition_c0 and cost.workers > 1 else 0.0
+    done, runs = preemptive_edd(d.ready_s, p, d.tail_s, resume_s=resume)
+    busy = float(sum(e - b for r in runs for b, e in r))
     return Schedule("pace", _makespan(done, d), tuple((i,) for i in range(d.n_ars)), d.size_bytes.copy(), done,
-                    tuple(tuple(r) for r in runs), float(p.sum()), d.compute_cp_s)
+                    tuple(tuple(r) for r in runs), busy, d.compute_cp_s)
 
 
 def fifo_schedule(dag: IterDag, cost: ArCost, *, slot_s: float | None = None) -> Schedule:
@@ -539,33 +601,36 @@ class FusionPlan:
     iter_by_r: np.ndarray
 
 
-def balanced_fusion(dag: IterDag, cost: ArCost, *, r_values=None, slot_s: float | None = None) -> FusionPlan:
+def balanced_fusion(dag: IterDag, cost: ArCost, *, r_values=None, slot_s: float | None = None,
+                    partition_c0: bool = False) -> FusionPlan:
     """Algorithm 1 (balanced all-reduce tensor fusion): for each R, fuse the ready-ordered chain
     into MaxMinSize's R contiguous groups and schedule them with preemptive largest-tail-first;
-    keep the R with the smallest iteration time (the first on ties). ``r_values`` restricts R."""
+    keep the R with the smallest iteration time (the first on ties). ``r_values`` restricts R.
+    ``partition_c0`` as in ``pace_schedule`` (R is then chosen under that cost)."""
     d = _prepare(dag, slot_s)
     n = d.n_ars
     if n == 0:
         return FusionPlan(0, pace_schedule(d, cost), np.zeros(0))
     chain = d.chain
     tab = d.fusion_table
-    r_c, q_c, s_c = d.ready_s[chain], d.tail_s[chain], d.size_bytes[chain]
+    cands = d.fusion_candidates
     rs = range(1, n + 1) if r_values is None else sorted({int(r) for r in r_values})
+    if not rs or rs[0] < 1 or rs[-1] > n:
+        raise ValueError(f"balanced_fusion: r_values must be a non-empty set of group counts in 1..{n}")
+    resume = float(_quantise(cost.c0_s, slot_s)) if partition_c0 and cost.workers > 1 else 0.0
     iter_by_r = np.full(n, np.nan)
     best: tuple[float, int] | None = None
     for r in rs:
-        starts = tab.bounds(r)
-        ends = np.append(starts[1:], n) - 1
-        p = _quantise(cost(np.add.reduceat(s_c, starts)), slot_s)
-        done, _ = preemptive_edd(r_c[ends], p, np.maximum.reduceat(q_c, starts))
-        t = float(max(d.compute_cp_s, np.max(done + np.maximum.reduceat(q_c, starts))))
+        r_g, q_g, s_g = cands[r - 1]
+        p = _quantise(cost(s_g), slot_s)
+        t = max(d.compute_cp_s, _edd_makespan(r_g, p, q_g, resume))
         iter_by_r[r - 1] = t
         if best is None or t < best[0]:
             best = (t, r)
-    assert best is not None, "r_values is empty"
+    assert best is not None
     r = best[1]
     groups = [tuple(int(chain[k]) for k in g) for g in tab.groups(r)]
-    sched = pace_schedule(fuse(d, groups), cost, slot_s=slot_s)
+    sched = pace_schedule(fuse(d, groups), cost, slot_s=slot_s, partition_c0=partition_c0)
     sched = Schedule("pace", sched.iter_s, tuple(groups), sched.size_bytes, sched.done_s, sched.runs,
                      sched.busy_s, sched.compute_cp_s)
     return FusionPlan(r, sched, iter_by_r)
@@ -573,15 +638,15 @@ def balanced_fusion(dag: IterDag, cost: ArCost, *, r_values=None, slot_s: float 
 
 def schedule(dag: IterDag, cost: ArCost, strategy: str, *, slot_s: float | None = None,
              horovod_threshold_bytes: float = HOROVOD_THRESHOLD_BYTES,
-             horovod_cycle_s: float = HOROVOD_CYCLE_S) -> Schedule:
-    """One iteration of ``dag`` under a strategy of ``STRATEGIES``."""
+             horovod_cycle_s: float = HOROVOD_CYCLE_S, partition_c0: bool = False) -> Schedule:
+    """One iteration of ``dag`` under a strategy of ``STRATEGIES`` (``partition_c0``: pace only)."""
     if strategy == "wfbp_fifo":
         return fifo_schedule(dag, cost, slot_s=slot_s)
     if strategy == "horovod_fusion":
         return horovod_schedule(dag, cost, threshold_bytes=horovod_threshold_bytes, cycle_s=horovod_cycle_s,
                                 slot_s=slot_s)
     if strategy == "pace":
-        return balanced_fusion(dag, cost, slot_s=slot_s).schedule
+        return balanced_fusion(dag, cost, slot_s=slot_s, partition_c0=partition_c0).schedule
     raise ValueError(f"unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
 
 
@@ -605,19 +670,21 @@ class IterTime:
 def t_iter(model: str | ModelProfile | IterDag, bandwidth_Bps: float, workers: int, strategy: str = "pace", *,
            c0_s: float = C0_S, reduce_Bps: float | None = None, compute_scale: float = 1.0,
            horovod_threshold_bytes: float = HOROVOD_THRESHOLD_BYTES, horovod_cycle_s: float = HOROVOD_CYCLE_S,
-           ) -> IterTime:
+           partition_c0: bool = False) -> IterTime:
     """A job's iteration time at bandwidth ``bandwidth_Bps`` (bytes/s per worker, ``math.inf``
     allowed) with ``workers`` workers, under ``strategy`` (``STRATEGIES``). Exact (runs the DAG);
     a simulator stepping many jobs should use ``iter_table``. ``model`` is a name of ``MODELS``
-    (aliases such as 'VGG-16' work), a ``ModelProfile`` or an ``IterDag``."""
+    (aliases such as 'VGG-16' work), a ``ModelProfile`` or an ``IterDag``. ``partition_c0=True``
+    makes PACE pay c0 for every extra partition its preemptions create (the paper's model does
+    not; see docs/sim-pace.md for why a simulator may want it)."""
     dag = model if isinstance(model, IterDag) else model_dag(model, compute_scale)
     cost = ArCost(float(bandwidth_Bps), int(workers), c0_s, reduce_Bps)
     sch = schedule(dag, cost, strategy, horovod_threshold_bytes=horovod_threshold_bytes,
-                   horovod_cycle_s=horovod_cycle_s)
+                   horovod_cycle_s=horovod_cycle_s, partition_c0=partition_c0)
     return IterTime(sch.iter_s, sch.busy_s, float(cost.wire_bytes(dag.size_bytes).sum()), dag.compute_cp_s)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class IterTable:
     """``t_iter`` precomputed on a bandwidth grid, for one model, worker count and strategy.
 
@@ -639,7 +706,7 @@ class IterTable:
     def build(cls, model: str, workers: int, strategy: str = "pace", *, grid_gbps=GRID_GBPS,
               **kwargs) -> IterTable:
         """Evaluate ``t_iter`` at ``grid_gbps`` (Gbit/s) and at B = infinity. ``kwargs`` go to
-        ``t_iter`` (c0_s, reduce_Bps, compute_scale, horovod_*)."""
+        ``t_iter`` (c0_s, reduce_Bps, compute_scale, horovod_*, partition_c0)."""
         g = np.array(sorted(float(x) for x in grid_gbps))
         if g.size == 0 or np.any(g <= 0) or np.any(~np.isfinite(g)):
             raise ValueError("IterTable.build: grid_gbps must be finite bandwidths > 0 (Gbit/s)")
@@ -649,7 +716,21 @@ class IterTable:
         return cls(str(name), int(workers), strategy, bw, np.array([p.iter_s for p in pts]),
                    np.array([p.busy_s for p in pts]), pts[0].wire_bytes)
 
-    def _interp(self, bandwidth_Bps, y: np.ndarray):
+    def __post_init__(self) -> None:
+        xs = (1.0 / self.bandwidth_Bps[::-1]).tolist()  # ascending: 0 (B = inf), ..., 1/B_min
+        object.__setattr__(self, "_xs", xs)
+        object.__setattr__(self, "_ys", {"iter": self.iter_s_grid[::-1].tolist(), "busy": self.busy_s_grid[::-1].tolist()})
+
+    def _interp(self, bandwidth_Bps, y: np.ndarray, key: str):
+        if isinstance(bandwidth_Bps, (int, float)):  # the simulator's hot path: no NumPy overhead
+            b = float(bandwidth_Bps)
+            if not b > 0:
+                raise ValueError(f"IterTable: bandwidth_Bps must be > 0 (bytes/s), got {bandwidth_Bps!r}")
+            x, xs, ys = 1.0 / b, self._xs, self._ys[key]
+            if x >= xs[-1]:
+                return ys[-1] + self.wire_bytes * (x - xs[-1])
+            k = bisect.bisect_right(xs, x)
+            return ys[k - 1] + (ys[k] - ys[k - 1]) * (x - xs[k - 1]) / (xs[k] - xs[k - 1])
         b = np.asarray(bandwidth_Bps, dtype=float)
         if np.any(~(b > 0)):
             raise ValueError("IterTable: bandwidth_Bps must be > 0 (bytes/s)")
@@ -663,13 +744,16 @@ class IterTable:
 
     def iter_s(self, bandwidth_Bps):
         """Iteration time (s) at bandwidth ``bandwidth_Bps`` (bytes/s; scalar or array)."""
-        return self._interp(bandwidth_Bps, self.iter_s_grid)
+        return self._interp(bandwidth_Bps, self.iter_s_grid, "iter")
 
     def busy_s(self, bandwidth_Bps):
-        return self._interp(bandwidth_Bps, self.busy_s_grid)
+        return self._interp(bandwidth_Bps, self.busy_s_grid, "busy")
 
     def duty_cycle(self, bandwidth_Bps):
         """Fraction of the iteration the AR channel is busy, at ``bandwidth_Bps``."""
+        if isinstance(bandwidth_Bps, (int, float)):
+            t = self.iter_s(bandwidth_Bps)
+            return self.busy_s(bandwidth_Bps) / t if t > 0 else 0.0
         t = np.asarray(self.iter_s(bandwidth_Bps))
         d = np.where(t > 0, np.asarray(self.busy_s(bandwidth_Bps)) / np.where(t > 0, t, 1.0), 0.0)
         return float(d) if d.ndim == 0 else d
@@ -677,16 +761,16 @@ class IterTable:
 
 @lru_cache(maxsize=256)
 def _cached_table(model: str, workers: int, strategy: str, grid: tuple[float, ...], c0_s: float,
-                  reduce_Bps: float | None, compute_scale: float) -> IterTable:
+                  reduce_Bps: float | None, compute_scale: float, partition_c0: bool) -> IterTable:
     return IterTable.build(model, workers, strategy, grid_gbps=grid, c0_s=c0_s, reduce_Bps=reduce_Bps,
-                           compute_scale=compute_scale)
+                           compute_scale=compute_scale, partition_c0=partition_c0)
 
 
 def iter_table(model: str, workers: int, strategy: str = "pace", *, grid_gbps=GRID_GBPS, c0_s: float = C0_S,
-               reduce_Bps: float | None = None, compute_scale: float = 1.0) -> IterTable:
+               reduce_Bps: float | None = None, compute_scale: float = 1.0, partition_c0: bool = False) -> IterTable:
     """The cached ``IterTable`` of (model, workers, strategy, ...): built on first use (tens of ms
     to about a second), then shared."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
     return _cached_table(canonical_name(model), int(workers), strategy, tuple(float(g) for g in grid_gbps),
-                         float(c0_s), reduce_Bps, float(compute_scale))
+                         float(c0_s), reduce_Bps, float(compute_scale), bool(partition_c0))

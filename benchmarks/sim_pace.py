@@ -14,6 +14,7 @@ What it computes (hostctl_lab.sim.pace.t_iter; pure CPU, about a minute on 2 cor
      assumption, not a calibration: the paper gives no per-iteration times.
 2. A wide sweep (1-400 Gbit/s, v100) to show where the gain peaks on V100s.
 3. Worker counts 2..16 at 10 Gbit/s (PACE's Fig. 8 setting), v100 and slow-gpu.
+4. The per-AR latency c0 from 0 to 1 ms at 10 Gbit/s: how much of the gain is fusion.
 
 Paper 003's numbers (Sec. VI; spec cluster-papers.md §3.4) for comparison: at 10 Gbit/s PACE
 beats WFBP by 20-36% and Horovod by 3-32%; in the sweep it beats Horovod by up to 32% (VGG16 at
@@ -39,14 +40,15 @@ from hostctl_lab.sim.pace_profiles import profile
 SWEEP_GBPS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 18, 20, 25)
 WIDE_GBPS = (1, 2, 5, 10, 15, 25, 40, 60, 100, 150, 200, 300, 400)
 WORKERS = (2, 4, 8, 12, 16)
+C0_VALUES = (0.0, 1e-4, 3e-4, C0_S, 1e-3)
 
 
-def point(model: str, scale: float, gbps: float, workers: int) -> dict:
-    """All three strategies at one (model, compute scale, bandwidth, workers)."""
+def point(model: str, scale: float, gbps: float, workers: int, c0_s: float = C0_S) -> dict:
+    """All three strategies at one (model, compute scale, bandwidth, workers, c0)."""
     dag = model_dag(model, scale)
-    cost = ArCost(gbps * GBIT_Bps, workers)
+    cost = ArCost(gbps * GBIT_Bps, workers, c0_s)
     batch = profile(model).batch
-    out: dict = {"gbps": gbps, "workers": workers}
+    out: dict = {"gbps": gbps, "workers": workers, "c0_s": c0_s}
     for s in STRATEGIES:
         if s == "pace":
             plan = balanced_fusion(dag, cost)
@@ -79,7 +81,7 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
-def plot(sweeps: dict, path: Path, title: str) -> None:
+def plot(sweeps: dict, path: Path, title: str, logx: bool = False) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -99,6 +101,8 @@ def plot(sweeps: dict, path: Path, title: str) -> None:
                 ax.plot(x, [r[f"{s}_speed"] for r in rows], ls, color=color, label=label,
                         lw=0.9 if s == "pace_c0" else 1.4)
             ax.set_title(f"{m} ({setting})", fontsize=9)
+            if logx:
+                ax.set_xscale("log")
             ax.set_xlabel("bandwidth (Gbit/s)", fontsize=8)
             if b == 0:
                 ax.set_ylabel("samples/s (all workers)", fontsize=8)
@@ -134,6 +138,7 @@ def main() -> None:
     sweeps = {s: {m: [point(m, sc, g, args.workers) for g in SWEEP_GBPS] for m in models} for s, sc in settings.items()}
     wide = {"v100": {m: [point(m, 1.0, g, args.workers) for g in WIDE_GBPS] for m in models}}
     workers = {s: {m: [point(m, sc, 10, w) for w in WORKERS] for m in models} for s, sc in settings.items()}
+    c0 = {s: {m: [point(m, sc, 10, args.workers, c) for c in C0_VALUES] for m in models} for s, sc in settings.items()}
 
     body = {
         "assumptions": {
@@ -145,12 +150,12 @@ def main() -> None:
         },
         "summary": {s: {m: summary(rows) for m, rows in per.items()} for s, per in sweeps.items()},
         "summary_wide_v100": {m: summary(rows) for m, rows in wide["v100"].items()},
-        "sweep": sweeps, "wide": wide, "workers_at_10gbps": workers,
+        "sweep": sweeps, "wide": wide, "workers_at_10gbps": workers, "c0_at_10gbps": c0,
         "elapsed_s": round(time.perf_counter() - t0, 1),
     }
     write_results(out / "sim_pace.json", "sim_pace", body)
     plot(sweeps, out / "sim_pace.png", f"PACE Fig. 9 setting in the model: {args.workers} workers")
-    plot(wide, out / "sim_pace_wide.png", f"V100 profiles, {args.workers} workers, 1-400 Gbit/s")
+    plot(wide, out / "sim_pace_wide.png", f"V100 profiles, {args.workers} workers, 1-400 Gbit/s", logx=True)
     def fmt(g: dict) -> str:
         return f"{100 * g['max']:5.0f}%@{g['at_gbps']:<3} [{100 * g['lowest_bw']:3.0f},{100 * g['highest_bw']:3.0f}]"
 
@@ -167,6 +172,12 @@ def main() -> None:
             cells = " ".join(f"W={r['workers']}:{100 * r['gain_vs_wfbp']:.0f}/{100 * r['gain_vs_horovod']:.0f}"
                              f"({100 * r['gain_c0_vs_wfbp']:.0f}/{100 * r['gain_c0_vs_horovod']:.0f})" for r in rows)
             print(f"{s:9} {m:13} {cells}")
+    print(f"c0 at 10 Gbit/s, {args.workers} workers: PACE gain vs WFBP / vs Horovod (%) for c0 = "
+          + ", ".join(f"{1e3 * c:g}" for c in C0_VALUES) + " ms")
+    for s, per in c0.items():
+        for m, rows in per.items():
+            print(f"{s:9} {m:13} " + " ".join(f"{100 * r['gain_vs_wfbp']:.0f}/{100 * r['gain_vs_horovod']:.0f}"
+                                              for r in rows))
     print(f"elapsed {body['elapsed_s']} s")
 
 

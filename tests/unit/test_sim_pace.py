@@ -336,6 +336,12 @@ def test_iter_table_interpolates_in_inverse_bandwidth():
     assert [tab.iter_s(float(b)) for b in probe] == pytest.approx(list(tab.iter_s(probe)), rel=1e-12)
     assert [tab.duty_cycle(float(b)) for b in probe] == pytest.approx(list(tab.duty_cycle(probe)), rel=1e-12)
     assert tab.iter_s(math.inf) == pytest.approx(t_iter("resnet50", math.inf, 12, "pace").iter_s)
+    assert tab.iter_s(0.0) == math.inf and tab.duty_cycle(0) == 1.0  # a starved job never finishes
+    assert list(tab.iter_s(np.array([0.0, math.inf]))) == [math.inf, tab.iter_s(math.inf)]
+    with pytest.raises(ValueError, match="bandwidth_Bps must be >= 0"):
+        tab.iter_s(-1.0)
+    solo = IterTable.build("vgg16", 1, "pace", grid_gbps=(1, 10))
+    assert solo.iter_s(0.0) == pytest.approx(0.0895) and solo.duty_cycle(5e8) == 0.0
     assert iter_table("ResNet-50", 12, "pace") is iter_table("resnet50", 12, "pace")
 
 

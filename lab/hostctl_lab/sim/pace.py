@@ -27,7 +27,8 @@ Strategies (the iteration time is the DAG's makespan, start of backward to end o
   contiguous fused ARs, each scheduled by preemptive largest-tail-first (Jackson's preemptive
   EDD, optimal for the single-machine problem the paper's ILP reduces to); the best R wins.
   Preemption is free in the model (as in the paper): a preempted tensor becomes several
-  partitions, each of which would pay c0 again in a real runtime (``Schedule.n_partitions``).
+  partitions, each of which would pay c0 again in a real runtime (``Schedule.n_partitions``);
+  ``partition_c0=True`` charges that c0 and lets Algorithm 1 choose R under it.
 """
 
 from __future__ import annotations
@@ -691,7 +692,9 @@ class IterTable:
     Lookups interpolate linearly in x = 1/B (time per byte) between grid points, with B = infinity
     (x = 0) as the last point: exact wherever T_iter is affine in 1/B (communication-bound stretches
     with a fixed schedule). Below the smallest grid bandwidth the job is taken as
-    communication-bound: T grows with slope ``wire_bytes`` in 1/B. Arrays in, arrays out.
+    communication-bound: T grows with slope ``wire_bytes`` in 1/B. A bandwidth of 0 (a starved
+    job) gives an infinite iteration time (duty cycle 1 when the job communicates at all).
+    Arrays in, arrays out.
     """
 
     model: str
@@ -719,27 +722,32 @@ class IterTable:
     def __post_init__(self) -> None:
         xs = (1.0 / self.bandwidth_Bps[::-1]).tolist()  # ascending: 0 (B = inf), ..., 1/B_min
         object.__setattr__(self, "_xs", xs)
-        object.__setattr__(self, "_ys", {"iter": self.iter_s_grid[::-1].tolist(), "busy": self.busy_s_grid[::-1].tolist()})
+        ys = {"iter": self.iter_s_grid[::-1].tolist(), "busy": self.busy_s_grid[::-1].tolist()}
+        object.__setattr__(self, "_ys", ys)
 
     def _interp(self, bandwidth_Bps, y: np.ndarray, key: str):
         if isinstance(bandwidth_Bps, (int, float)):  # the simulator's hot path: no NumPy overhead
             b = float(bandwidth_Bps)
-            if not b > 0:
-                raise ValueError(f"IterTable: bandwidth_Bps must be > 0 (bytes/s), got {bandwidth_Bps!r}")
+            if not b >= 0:
+                raise ValueError(f"IterTable: bandwidth_Bps must be >= 0 (bytes/s), got {bandwidth_Bps!r}")
+            if b == 0:
+                return math.inf if self.wire_bytes > 0 else self._ys[key][-1]
             x, xs, ys = 1.0 / b, self._xs, self._ys[key]
             if x >= xs[-1]:
                 return ys[-1] + self.wire_bytes * (x - xs[-1])
             k = bisect.bisect_right(xs, x)
             return ys[k - 1] + (ys[k] - ys[k - 1]) * (x - xs[k - 1]) / (xs[k] - xs[k - 1])
         b = np.asarray(bandwidth_Bps, dtype=float)
-        if np.any(~(b > 0)):
-            raise ValueError("IterTable: bandwidth_Bps must be > 0 (bytes/s)")
-        x = 1.0 / b  # 0 for inf
+        if np.any(~(b >= 0)):
+            raise ValueError("IterTable: bandwidth_Bps must be >= 0 (bytes/s)")
+        with np.errstate(divide="ignore"):
+            x = 1.0 / b  # 0 for inf, inf for 0
         xs = 1.0 / self.bandwidth_Bps[::-1]  # ascending: 0 (inf), ..., 1/B_min
         ys = y[::-1]
         out = np.interp(x, xs, ys)
         below = x > xs[-1]
-        out = np.where(below, ys[-1] + self.wire_bytes * (x - xs[-1]), out)
+        with np.errstate(invalid="ignore"):
+            out = np.where(below, ys[-1] + self.wire_bytes * (x - xs[-1]), out) if self.wire_bytes > 0 else out
         return float(out) if out.ndim == 0 else out
 
     def iter_s(self, bandwidth_Bps):
@@ -753,9 +761,13 @@ class IterTable:
         """Fraction of the iteration the AR channel is busy, at ``bandwidth_Bps``."""
         if isinstance(bandwidth_Bps, (int, float)):
             t = self.iter_s(bandwidth_Bps)
+            if math.isinf(t):
+                return 1.0
             return self.busy_s(bandwidth_Bps) / t if t > 0 else 0.0
         t = np.asarray(self.iter_s(bandwidth_Bps))
-        d = np.where(t > 0, np.asarray(self.busy_s(bandwidth_Bps)) / np.where(t > 0, t, 1.0), 0.0)
+        busy = np.asarray(self.busy_s(bandwidth_Bps))
+        with np.errstate(invalid="ignore"):
+            d = np.where(np.isinf(t), 1.0, np.where(t > 0, busy / np.where(t > 0, t, 1.0), 0.0))
         return float(d) if d.ndim == 0 else d
 
 

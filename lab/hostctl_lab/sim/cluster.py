@@ -16,12 +16,13 @@ Event-driven fluid model (``python -m hostctl_lab.sim`` or ``hostctl sim``):
   come from the rate kernel (hostctl_lab.sim.kernel) under the network policy.
 
 Recomputing only what an event touches: flows interact only through links they share, so an event
-(flows start or end, a policy changes a flow's class or cap) re-solves the connected component of
-the touched flows (flows joined by shared links), and every event at the same instant is handled
-before the one re-solve. ``stats`` says how many solves covered every active flow (a full solve).
-A job whose exchange has every link to itself (no other job's flow, no other fast-forwarded job) runs
+(flows start or end, a policy changes a flow's class or cap) re-solves the flows of one component:
+the running jobs joined by links that their exchanges share (kept by union-find, rebuilt when a
+networked job starts or ends). Every event at the same instant is handled before the one re-solve,
+and a solve puts one event on the queue: its component's first flow end. ``stats`` says how many solves covered every active flow (a full solve).
+A job whose exchange has every link to itself (no other running job's exchange uses any of them) runs
 the same iteration again and again: it is fast-forwarded, one event to its end, with its links
-reserved; when another job's flow needs one of them, the job is brought back to the present (how
+reserved; when another job that uses one of them starts, the job is brought back to the present (how
 many iterations done, which phase, how many bytes left) and simulated flow by flow again. The result
 is the same as without (``fast_forward=False``; tests/unit/test_sim_cluster.py compares them).
 
@@ -61,11 +62,11 @@ DEFAULT_CLASS = 99  # a flow of a job without a band (a host with one job): belo
 
 
 class Flow:
-    __slots__ = ("fid", "job", "src", "path", "left", "rate", "t", "cap", "prio", "ver")
+    __slots__ = ("fid", "job", "src", "path", "left", "rate", "t", "cap", "prio")
 
     def __init__(self, fid: int, job: int, src: int, path: np.ndarray, size: float, t: float) -> None:
         self.fid, self.job, self.src, self.path = fid, job, src, path
-        self.left, self.rate, self.t, self.cap, self.prio, self.ver = float(size), 0.0, t, math.inf, 0, 0
+        self.left, self.rate, self.t, self.cap, self.prio = float(size), 0.0, t, math.inf, 0
 
 
 @dataclass
@@ -148,6 +149,7 @@ class ClusterSim:
         self.rng = np.random.default_rng(seed)
         self.gps, self.until, self.backfill, self.fast_forward = gpus_per_server, until_s, backfill, fast_forward
         self.reserved: dict[int, int] = {}  # link -> the fast-forwarded job that has it
+        self.link_users = np.zeros(fabric.n_links, dtype=np.int64)  # running jobs whose exchange uses the link
         self.jobs = [JobState(j) for j in sorted(jobs, key=lambda j: (j.arrival_s, j.name))]
         self.free = np.full(fabric.n_hosts, gpus_per_server, dtype=np.int64)
         self.queue: list[int] = []
@@ -159,8 +161,12 @@ class ClusterSim:
         self.next_fid = 0
         self.link_flows: list[set[int]] = [set() for _ in range(fabric.n_links)]
         self.job_flows: dict[int, set[int]] = {}
-        self.dirty: set[int] = set()  # flows whose component must be re-solved
-        self.dirty_links: set[int] = set()  # links that lost a flow
+        self.dirty: set[int] = set()  # jobs whose component must be re-solved
+        self.comp_of: dict[int, int] = {}  # running networked job -> its component (jobs joined by shared links)
+        self.comps: dict[int, list[int]] = {}  # component -> its jobs
+        self.tok = 0  # the last re-solve's token (FLOW_END events carry it)
+        self.job_tok: dict[int, int] = {}
+        self.running_net: set[int] = set()  # running jobs on more than one server
         self.stats = {"events": 0, "solves": 0, "full_solves": 0, "solved_flows": 0, "max_active_flows": 0,
                       "ticks": 0, "fast_forwards": 0, "resumes": 0}
         # policy state
@@ -200,10 +206,9 @@ class ClusterSim:
                 self.schedule()
             elif kind == COMPUTE_END:
                 self.start_exchange(a)
-            elif kind == FLOW_END:
-                f = self.flows.get(a)
-                if f is not None and f.ver == b:
-                    self.settle_component({a})
+            elif kind == FLOW_END:  # the first flow of a component's last solve ends
+                if self.job_tok.get(a) == b:
+                    self.settle(a)
             elif kind == LOCAL_END:
                 self.finish_job(a)
             elif kind == FF_END:
@@ -263,6 +268,13 @@ class ClusterSim:
             n = len(S)
             j.phases = [[(S[k], S[(k + 1) % n], 2 * (n - 1) / n * size) for k in range(n)]]
         j.links = tuple(sorted({int(ln) for ph in j.phases for a, b, _ in ph for ln in self.fab.path(a, b)}))
+        for ln in j.links:  # a fast-forwarded job on these links comes back: it has company now
+            self.link_users[ln] += 1
+            other = self.reserved.get(ln)
+            if other is not None:
+                self.resume(other)
+        self.running_net.add(i)
+        self.rebuild_components()
         self.hosts_changed(j.servers)
         self.push(self.now + j.spec.compute_s, COMPUTE_END, i)
 
@@ -273,8 +285,13 @@ class ClusterSim:
         for s, k in zip(j.servers, j.gpus_on):
             self.free[s] += k
         if len(j.servers) > 1:
+            for ln in j.links:
+                self.link_users[ln] -= 1
             for s in j.servers:
                 self.host_jobs[s].discard(i)
+            self.running_net.discard(i)
+            self.job_tok.pop(i, None)
+            self.rebuild_components()
             self.hosts_changed(j.servers)
         self.schedule()
 
@@ -303,8 +320,8 @@ class ClusterSim:
         """At the start of an exchange: if every link of the job's exchange is its own, run the rest
         of its iterations in one step (see the module docstring)."""
         j = self.jobs[i]
-        for ln in j.links:
-            if self.link_flows[ln] or self.reserved.get(ln, i) != i:
+        for ln in j.links:  # no other running job's exchange uses the link (now or later)
+            if self.link_users[ln] != 1 or self.link_flows[ln] or self.reserved.get(ln, i) != i:
                 return False
         durs, rates = [], []
         for pairs in j.phases:
@@ -381,7 +398,7 @@ class ClusterSim:
             for ln in f.path:
                 self.link_flows[ln].add(f.fid)
             self.set_policy(f)
-            self.dirty.add(f.fid)
+        self.dirty.add(i)
         self.jobs[i].open_flows += len(pairs)
         self.stats["max_active_flows"] = max(self.stats["max_active_flows"], len(self.flows))
 
@@ -390,55 +407,71 @@ class ClusterSim:
         self.job_flows[f.job].discard(f.fid)
         for ln in f.path:
             self.link_flows[ln].discard(f.fid)
-            self.dirty_links.add(int(ln))
+        self.dirty.add(f.job)
         j = self.jobs[f.job]
         j.open_flows -= 1
         if j.open_flows == 0:
             self.exchange_done(f.job)
 
-    def component(self, fids: set[int], links: set[int]) -> set[int]:
-        """The flows joined to ``fids`` or ``links`` by shared links."""
-        comp: set[int] = set()
-        seen_links: set[int] = set()
-        stack = list(links)
-        for fid in fids:
-            if fid in self.flows and fid not in comp:
-                comp.add(fid)
-                stack.extend(int(x) for x in self.flows[fid].path)
-        while stack:
-            ln = stack.pop()
-            if ln in seen_links:
-                continue
-            seen_links.add(ln)
-            for fid in self.link_flows[ln]:
-                if fid not in comp:
-                    comp.add(fid)
-                    stack.extend(int(x) for x in self.flows[fid].path)
-        return comp
+    def rebuild_components(self) -> None:
+        """Jobs joined by shared links (union-find over the running networked jobs' exchange links);
+        rebuilt when a networked job starts or ends. Every job with flows is re-solved after."""
+        parent: dict[int, int] = {}
 
-    def settle_component(self, fids: set[int]) -> None:
-        """A flow's end: bring its component's bytes up to now, end every flow with nothing left."""
-        comp = self.component(fids, set())
+        def find(x: int) -> int:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        owner: dict[int, int] = {}
+        for i in self.running_net:
+            parent[i] = i
+        for i in self.running_net:
+            for ln in self.jobs[i].links:
+                o = owner.setdefault(ln, i)
+                if o != i:
+                    ra, rb = find(i), find(o)
+                    if ra != rb:
+                        parent[ra] = rb
+        self.comp_of = {i: find(i) for i in self.running_net}
+        self.comps = {}
+        for i, c in self.comp_of.items():
+            self.comps.setdefault(c, []).append(i)
+        self.dirty.update(i for i in self.running_net if self.job_flows.get(i))
+
+    def comp_flows(self, jobs) -> list[Flow]:
+        comps = {self.comp_of[i] for i in jobs if i in self.comp_of}
+        return [self.flows[fid] for c in comps for i in self.comps[c] for fid in self.job_flows.get(i, ())]
+
+    def settle(self, i: int) -> None:
+        """A flow of job i's component ends: bring the component's bytes up to now, end every flow with
+        nothing left."""
         done = []
-        for fid in comp:
-            f = self.flows[fid]
+        for f in self.comp_flows([i]):
             f.left -= f.rate * (self.now - f.t)
             f.t = self.now
             if f.left <= DONE_BYTES:
                 done.append(f)
+        self.dirty.add(i)
         for f in sorted(done, key=lambda f: f.fid):
             if f.fid in self.flows:
                 self.remove_flow(f)
 
     def resolve(self) -> None:
-        if not self.dirty and not self.dirty_links:
+        if not self.dirty:
             return
-        comp = self.component(self.dirty, self.dirty_links)
+        jobs = set(self.dirty)
         self.dirty.clear()
-        self.dirty_links.clear()
-        if not comp:
-            return
-        fl = [self.flows[fid] for fid in sorted(comp)]
+        by_comp: dict[int, list[Flow]] = {}
+        for c in {self.comp_of[i] for i in jobs if i in self.comp_of}:
+            fl = [self.flows[fid] for j in self.comps[c] for fid in sorted(self.job_flows.get(j, ()))]
+            if fl:
+                by_comp[c] = fl
+        for c, fl in by_comp.items():
+            self.solve(c, fl)
+
+    def solve(self, c: int, fl: list[Flow]) -> None:
         for f in fl:
             f.left -= f.rate * (self.now - f.t)
             f.t = self.now
@@ -448,8 +481,7 @@ class ClusterSim:
             self.stats["full_solves"] += 1
         lens = np.fromiter((len(f.path) for f in fl), dtype=np.int64, count=len(fl))
         ptr = np.concatenate([[0], np.cumsum(lens)])
-        glinks = np.concatenate([f.path for f in fl]) if len(fl) else np.zeros(0, np.int64)
-        uniq, local = np.unique(glinks, return_inverse=True)
+        uniq, local = np.unique(np.concatenate([f.path for f in fl]), return_inverse=True)
         caps = np.fromiter((f.cap for f in fl), dtype=float, count=len(fl))
         if self.driver is not None:
             prio = np.fromiter((f.prio for f in fl), dtype=np.int64, count=len(fl))
@@ -457,13 +489,18 @@ class ClusterSim:
             r = kernel.rates(ptr, local, self.fab.capacity[uniq], caps, prio, plinks)
         else:
             r = kernel.rates(ptr, local, self.fab.capacity[uniq], caps)
+        first = math.inf
         for f, rate in zip(fl, r):
             f.rate = float(rate)
-            f.ver += 1
             if f.left <= DONE_BYTES:
-                self.push(self.now, FLOW_END, f.fid, f.ver)
+                first = self.now
             elif rate > 0:
-                self.push(self.now + f.left / rate, FLOW_END, f.fid, f.ver)
+                first = min(first, self.now + f.left / rate)
+        self.tok += 1
+        for i in self.comps[c]:
+            self.job_tok[i] = self.tok
+        if first < math.inf:
+            self.push(first, FLOW_END, fl[0].job, self.tok)
 
     # ---------------------------------------------------------------- policy
     def set_policy(self, f: Flow) -> None:
@@ -473,7 +510,7 @@ class ClusterSim:
             mine = [self.flows[fid] for fid in self.job_flows.get(f.job, ()) if self.flows[fid].src == f.src]
             for g in mine:  # the job's cap split over its flows at this host
                 g.cap = self.flow_cap(f.job, f.src, len(mine))
-                self.dirty.add(g.fid)
+            self.dirty.add(f.job)
 
     def flow_cap(self, i: int, src: int, n: int) -> float:
         """A flow's cap: under ``cap``, the job's cap (hostctl.core.pace.job_caps_Bps, the daemon's
@@ -508,7 +545,7 @@ class ClusterSim:
                     p = new.get(self.jobs[i].spec.name, DEFAULT_CLASS)
                     if p != f.prio:
                         f.prio = p
-                        self.dirty.add(fid)
+                        self.dirty.add(i)
 
     def tick(self) -> None:
         e = self.driver.epoch(self.now + 1e-9)

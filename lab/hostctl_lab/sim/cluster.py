@@ -130,6 +130,22 @@ def place(name: str, free: np.ndarray, n: int, rng: np.random.Generator) -> list
     raise ConfigError(f"unknown placement {name!r}: choose {', '.join(PLACEMENTS)}")
 
 
+def exchange(spec: JobSpec, servers: list[int]) -> list[list[tuple[int, int, float]]]:
+    """An iteration's exchange as phases of (src, dst, bytes) flows. Ring all-reduce over the worker
+    servers: one phase, server k to server k+1, 2(S-1)/S x size each. Parameter servers: a push (every
+    worker server sends size/P to each of the P servers) then a pull (the reverse); traffic within a
+    host is free."""
+    size = spec.size
+    if spec.kind == "ps":
+        ps = list(spec.ps_hosts) or servers[:1]
+        workers = list(dict.fromkeys(spec.hosts)) if spec.hosts else servers
+        push = [(w, p, size / len(ps)) for w in workers for p in ps if w != p]
+        return [push, [(b, a, n) for a, b, n in push]]
+    ring = list(dict.fromkeys(spec.hosts)) if spec.hosts else servers
+    n = len(ring)
+    return [[(ring[k], ring[(k + 1) % n], 2 * (n - 1) / n * size) for k in range(n)]]
+
+
 class ClusterSim:
     def __init__(self, fabric: Fabric, jobs: list[JobSpec], *, placement: str = "ff", order: str = "fifo",
                  network: str = "fifo", seed: int = 0, gpus_per_server: int = 8, until_s: float | None = None,
@@ -141,7 +157,7 @@ class ClusterSim:
                 raise ConfigError(f"unknown {what} {v!r}: choose {', '.join(ok)}")
         if network == "cap" and not cap_bps:
             raise ConfigError("network cap needs a cap: --cap RATE (e.g. 5gbit)")
-        big = [j.name for j in jobs if j.gpus > gpus_per_server * fabric.n_hosts]
+        big = [j.name for j in jobs if j.gpus > gpus_per_server * fabric.n_hosts and not j.hosts]
         if big:
             raise ConfigError(f"job {big[0]} needs more GPUs than the cluster has "
                               f"({fabric.n_hosts} servers x {gpus_per_server}): use more --servers")
@@ -238,7 +254,12 @@ class ClusterSim:
             self.queue.sort(key=lambda i: (self.remaining_service(i), self.jobs[i].spec.arrival_s, i))
         started = []
         for i in self.queue:
-            p = place(self.placement, self.free, self.jobs[i].spec.gpus, self.rng)
+            spec = self.jobs[i].spec
+            if spec.hosts:  # a given placement (scenario files): no GPU accounting
+                started.append(i)
+                self.start_job(i, [(h, 0) for h in dict.fromkeys(spec.hosts + spec.ps_hosts)])
+                continue
+            p = place(self.placement, self.free, spec.gpus, self.rng)
             if p is None:
                 if not self.backfill:
                     break
@@ -261,12 +282,7 @@ class ClusterSim:
             return
         for s in j.servers:
             self.host_jobs.setdefault(s, set()).add(i)
-        S, size = j.servers, j.spec.size
-        if j.spec.kind == "ps":
-            j.phases = [[(s, S[0], size) for s in S[1:]], [(S[0], s, size) for s in S[1:]]]
-        else:
-            n = len(S)
-            j.phases = [[(S[k], S[(k + 1) % n], 2 * (n - 1) / n * size) for k in range(n)]]
+        j.phases = exchange(j.spec, j.servers)
         j.links = tuple(sorted({int(ln) for ph in j.phases for a, b, _ in ph for ln in self.fab.path(a, b)}))
         for ln in j.links:  # a fast-forwarded job on these links comes back: it has company now
             self.link_users[ln] += 1

@@ -60,6 +60,8 @@ class JobSpec:
     compute_s: float
     iterations: int
     kind: str = "ring"  # "ring" (all-reduce) or "ps" (a parameter server on the job's first server)
+    hosts: tuple[int, ...] = ()  # given placement (a scenario file): the workers' hosts; () = the placement's
+    ps_hosts: tuple[int, ...] = ()  # given parameter servers (shards); () = the job's first server
 
     def ref_iter_s(self, gpus_per_server: int = 8, nic_Bps: float = 10e9 / 8) -> float:
         s = math.ceil(self.gpus / gpus_per_server)

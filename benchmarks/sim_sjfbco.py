@@ -1,7 +1,7 @@
 """SJF-BCO (paper 001) on the paper's configuration: policies, kappa, servers and lambda sweeps.
 
     nice -n 10 .venv/bin/python benchmarks/sim_sjfbco.py [--seeds 20] [--out docs/results/sim/sjfbco]
-                                                         [--quick] [--plot-only FILE.json]
+                                                         [--quick] [--plot-only FILE.json] [--online] [--lemma3]
 
 Configuration (spec cluster-papers.md 2.3, 2.5(b) test 7; generator: hostctl_lab.sim.sjfbco.paper_instance):
 20 servers with GPU counts uniform over {4, 8, 16, 32}; 160 jobs, 80x1, 14x2, 26x4, 30x8, 8x16, 2x32
@@ -15,6 +15,10 @@ GPUs; F uniform 1000..6000; T = 1200 (1500 for the servers sweep). Per seed:
   4. lambda in {1, 2, 4, 8} at kappa = 1;
   5. the theta search against every theta (`scan`) on --scan-seeds seeds of the paper configuration
      and on 200 small random instances.
+
+--lemma3 runs only a stress check of Lemma 3 (makespan <= n_g * theta with exact durations; lemma3.json).
+--online runs only hostctl's online adaptation instead (not in the paper; online.json): the same jobs
+arriving uniformly over 1200 slots, each policy re-run over the pending queue every 60 slots.
 
 The paper publishes no numbers; the JSON lists each qualitative claim and whether it holds here.
 """
@@ -36,6 +40,7 @@ POLICY_CASES = {
     "SJF-BCO": dict(policy="sjf-bco"),
     "SJF-BCO pack": dict(policy="sjf-bco", ffp="pack"),
     "SJF-BCO monotone": dict(policy="sjf-bco", bisection="monotone"),
+    "SJF-BCO full": dict(policy="sjf-bco", kappa="full"),
     "FF": dict(policy="ff"),
     "LS": dict(policy="ls"),
     "RAND": dict(policy="rand"),
@@ -56,7 +61,12 @@ def one(jobs, servers, **kw) -> dict:
     dur = np.array([j["replay_end"] - j["replay_start"] for j in r["jobs"]], dtype=float)
     out["extra_share"] = float(max(0.0, (dur.sum() - base.sum())) / dur.sum())
     out["servers_per_job"] = float(np.mean([len(j["servers"]) for j in r["jobs"]]))
-    return out
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()}
+
+
+def slim(row: dict) -> dict:
+    """What the sweeps keep per run (the results file stays small)."""
+    return {k: row[k] for k in KEYS + ("infeasible",) if k in row}
 
 
 def mean(rows: list[dict], key: str) -> float | None:
@@ -75,29 +85,30 @@ def exp_policies(seeds, T) -> dict:
     return out
 
 
+KAPPA_CLASSES = (1, 2, 4, 8, 16, 32)  # kappa in [c, next c) schedules as kappa = c for the paper's sizes
+
+
 def exp_kappa(seeds, T) -> dict:
-    classes = [1, 2, 4, 8, 16, 32]  # kappa in [c, next c) behaves as kappa = c for the paper's sizes
-    per_class = {c: [one(*sb.paper_instance(s), T=T, kappa=c) for s in seeds] for c in classes}
-    rows = {}
-    for k in range(1, 33):
-        c = max(x for x in classes if x <= k)
-        rows[k] = per_class[c]
-    return rows
+    return {c: [slim(one(*sb.paper_instance(s), T=T, kappa=c)) for s in seeds] for c in KAPPA_CLASSES}
+
+
+def kappa_rows(res: dict, k: int) -> list[dict]:
+    return res["kappa"][max(c for c in KAPPA_CLASSES if c <= k)]
 
 
 def exp_servers(seeds, T, ns=range(10, 21)) -> dict:
-    out = {name: {n: [] for n in ns} for name in ("SJF-BCO", "FF", "LS", "RAND")}
+    out = {name: {n: [] for n in ns} for name in ("SJF-BCO", "SJF-BCO pack", "FF", "LS", "RAND")}
     for seed in seeds:
         jobs, servers20 = sb.paper_instance(seed, 20)
         for n in ns:
             for name in out:
-                out[name][n].append(one(jobs, servers20[:n], T=T, seed=seed, **POLICY_CASES[name]))
+                out[name][n].append(slim(one(jobs, servers20[:n], T=T, seed=seed, **POLICY_CASES[name])))
         print(f"  servers seed {seed} done", flush=True)
     return out
 
 
 def exp_lambda(seeds, T) -> dict:
-    return {lam: [one(*sb.paper_instance(s), T=T, kappa=1, lam=float(lam)) for s in seeds] for lam in (1, 2, 4, 8)}
+    return {lam: [slim(one(*sb.paper_instance(s), T=T, kappa=1, lam=float(lam))) for s in seeds] for lam in (1, 2, 4, 8)}
 
 
 def exp_bisection(scan_seeds, T, n_small=200) -> dict:
@@ -147,45 +158,96 @@ def exp_bisection(scan_seeds, T, n_small=200) -> dict:
             "small": {"rows": small, "summary": summary(small), "T": 200}}
 
 
+def exp_online(seeds, epoch=60, horizon=1200) -> dict:
+    """hostctl's online adaptation (not the paper's): the same 160 jobs arrive uniformly over
+    [0, horizon] slots; every `epoch` slots each policy is re-run over the pending queue."""
+    out = {name: [] for name in ("SJF-BCO", "SJF-BCO pack", "FF", "LS", "RAND")}
+    for seed in seeds:
+        jobs, servers = sb.paper_instance(seed)
+        arr = np.random.default_rng(1000 + seed).uniform(0, horizon, size=len(jobs))
+        for name in out:
+            t0 = time.process_time()
+            r = sb.run_online(jobs, arr, servers, epoch=epoch, seed=seed, **POLICY_CASES[name])
+            out[name].append({"makespan": r["makespan"], "avg_jct": r["avg_jct"], "cpu_s": time.process_time() - t0})
+        print(f"  online seed {seed}: " + ", ".join(f"{n} {out[n][-1]['avg_jct']:.1f}" for n in out), flush=True)
+    return out
+
+
+def exp_lemma3(n=1500, seed=99) -> dict:
+    """Lemma 3 (makespan <= n_g * theta) with actual = estimated durations (contention and overhead
+    off) on random small instances, for SJF-BCO, FF, LS with both bisection modes."""
+    model = sb.Model(xi1=1e-6, xi2=0.0, b_i=1.0, f=sb.LinearDegradation(0.0))
+    rng = np.random.default_rng(seed)
+    runs, viol, worst = 0, 0, {"ratio": 0.0}
+    for trial in range(n):
+        servers = [int(x) for x in rng.choice([1, 2, 3, 4, 8], size=rng.integers(1, 5))]
+        jobs = []
+        for _ in range(int(rng.integers(3, 16))):
+            G = int(min(rng.choice([1, 2, 3, 4, 5, 8]), sum(servers)))
+            d = int(rng.choice([1, 2, 5, 10, 50, 100]) * rng.integers(1, 4))
+            jobs.append(sb.Job(G=G, F=d * 50, compute=0.02, m=0.0, rho_hat=float(d)))
+        ng = max(j.G for j in jobs)
+        for policy in ("sjf-bco", "ff", "ls"):
+            for bis in ("literal", "monotone"):
+                try:
+                    r = sb.run(jobs, servers, policy=policy, T=20000, model=model, bisection=bis, do_replay=False)
+                except sb.Infeasible:
+                    continue
+                runs += 1
+                ratio = r["makespan"] / (ng * r["theta"])
+                viol += ratio > 1
+                if ratio > worst["ratio"]:
+                    worst = {"ratio": ratio, "instance": trial, "policy": policy, "bisection": bis,
+                             "makespan": r["makespan"], "n_g": ng, "theta": r["theta"]}
+    return {"instances": n, "runs": runs, "violations": int(viol), "worst": worst}
+
+
 def claims(res: dict) -> list[dict]:
+    """The paper's qualitative claims (spec 2.4, 2.5(b) test 7), on the means over seeds; `wins`
+    counts the seeds where the claim holds seed by seed."""
     pol = res["policies"]
     out = []
-    for key in ("makespan", "replay_makespan", "avg_jct", "replay_avg_jct"):
-        s = mean(pol["SJF-BCO"], key)
-        others = {n: mean(pol[n], key) for n in ("FF", "LS", "RAND")}
-        out.append({"claim": f"SJF-BCO mean {key} <= min(FF, LS, RAND)", "holds": s <= min(others.values()),
-                    "values": {"SJF-BCO": s, **others}})
-    lam = [mean(res["lambda"][k], "makespan") for k in sorted(res["lambda"])]
-    lamr = [mean(res["lambda"][k], "replay_makespan") for k in sorted(res["lambda"])]
-    out.append({"claim": "makespan non-increasing in lambda 1,2,4,8 (kappa=1), planned",
-                "holds": all(a >= b for a, b in zip(lam, lam[1:])), "values": lam})
-    out.append({"claim": "makespan non-increasing in lambda 1,2,4,8 (kappa=1), replayed",
-                "holds": all(a >= b for a, b in zip(lamr, lamr[1:])), "values": lamr})
+    base = ("FF", "LS", "RAND")
+    for variant in ("SJF-BCO", "SJF-BCO pack"):
+        for key in ("makespan", "replay_makespan", "avg_jct", "replay_avg_jct"):
+            s = mean(pol[variant], key)
+            others = {n: mean(pol[n], key) for n in base}
+            wins = sum(a[key] <= min(pol[n][i][key] for n in base) for i, a in enumerate(pol[variant]))
+            out.append({"claim": f"{variant} mean {key} <= min(FF, LS, RAND)", "holds": s <= min(others.values()),
+                        "values": {variant: s, **others}, "wins": f"{wins}/{len(pol[variant])}"})
+    same = all(a[k] == b[k] for a, b in zip(pol["SJF-BCO"], pol["SJF-BCO full"]) for k in KEYS + ("theta", "kappa"))
+    out.append({"claim": "kappa over distinct sizes = kappa over 1..32 (exactness of the speed-up)", "holds": same,
+                "values": {"cpu_s distinct": mean(pol["SJF-BCO"], "cpu_s"), "cpu_s full": mean(pol["SJF-BCO full"], "cpu_s")}})
+    for key in ("makespan", "replay_makespan"):
+        lam = [mean(res["lambda"][k], key) for k in sorted(res["lambda"])]
+        out.append({"claim": f"{key} non-increasing in lambda 1,2,4,8 (kappa=1)",
+                    "holds": all(a >= b for a, b in zip(lam, lam[1:])), "values": lam})
     srv = res["servers"]
     gains = {}
-    for name in ("SJF-BCO", "FF", "LS"):
+    for name in ("SJF-BCO", "SJF-BCO pack", "FF", "LS"):
         ns = sorted(srv[name])
         v = [mean(srv[name][n], "makespan") for n in ns]
         ok = all(a is not None and b is not None and a >= b for a, b in zip(v, v[1:]))
-        out.append({"claim": f"{name} makespan non-increasing in servers 10..20 (planned)", "holds": ok, "values": v})
+        out.append({"claim": f"{name} makespan non-increasing in servers 10..20 (planned, T=1500)", "holds": ok,
+                    "values": v})
         if v[0] is not None and v[-1] is not None:
             gains[name] = 1 - v[-1] / v[0]
-    if gains:
-        out.append({"claim": "FF gains the most from 10 -> 20 servers", "holds": max(gains, key=gains.get) == "FF",
-                    "values": gains})
-    adv = {}
-    for n in (10, 20):
-        s = mean(srv["SJF-BCO"][n], "makespan")
-        b = min(mean(srv[x][n], "makespan") or np.inf for x in ("FF", "LS", "RAND"))
-        adv[n] = 1 - s / b if s else None
-    out.append({"claim": "SJF-BCO's advantage over the best baseline is larger at 10 servers than at 20",
-                "holds": adv[10] is not None and adv[20] is not None and adv[10] > adv[20], "values": adv})
+    out.append({"claim": "FF gains the most from 10 -> 20 servers (planned)",
+                "holds": max(gains, key=gains.get) == "FF", "values": gains})
+    for variant in ("SJF-BCO", "SJF-BCO pack"):
+        adv = {}
+        for n in (10, 20):
+            s = mean(srv[variant][n], "makespan")
+            b = min(mean(srv[x][n], "makespan") or np.inf for x in base)
+            adv[n] = 1 - s / b if s else None
+        out.append({"claim": f"{variant}'s advantage over the best baseline is larger at 10 servers than at 20",
+                    "holds": adv[10] is not None and adv[20] is not None and adv[10] > adv[20], "values": adv})
     for key in ("makespan", "replay_makespan"):
-        kap = [mean(res["kappa"][k], key) for k in (1, 2, 4, 8, 16, 32)]
+        kap = [mean(res["kappa"][c], key) for c in KAPPA_CLASSES]
         signs = "".join("-" if b < a else "+" for a, b in zip(kap, kap[1:]) if b != a)
         runs = "".join(c for i, c in enumerate(signs) if i == 0 or c != signs[i - 1])
         out.append({"claim": f"kappa sweep: {key} drops, rises, drops again", "holds": runs == "-+-",
-                    "values": {"kappa": [1, 2, 4, 8, 16, 32], "mean": kap, "changes": signs}})
+                    "values": {"kappa": list(KAPPA_CLASSES), "mean": kap, "changes": signs}})
     return out
 
 
@@ -208,7 +270,7 @@ def plot(res: dict, path: Path) -> None:
     ax[0, 0].legend(fontsize=7)
     ks = list(range(1, 33))
     for key, lab in (("makespan", "planned"), ("replay_makespan", "replayed")):
-        ax[0, 1].plot(ks, [mean(res["kappa"][k], key) for k in ks], marker=".", label=lab)
+        ax[0, 1].plot(ks, [mean(kappa_rows(res, k), key) for k in ks], marker=".", label=lab)
     ax[0, 1].set_xlabel("kappa")
     ax[0, 1].set_ylabel("mean makespan (slots)")
     ax[0, 1].set_title("SJF-BCO vs kappa (lambda=1, T=1200)")
@@ -240,8 +302,24 @@ def main() -> None:
     ap.add_argument("--out", default="docs/results/sim/sjfbco")
     ap.add_argument("--quick", action="store_true", help="3 seeds, no scan (a smoke run)")
     ap.add_argument("--plot-only", metavar="FILE.json")
+    ap.add_argument("--online", action="store_true",
+                    help="only hostctl's online adaptation (arrivals over 1200 slots, epoch 60): online.json")
+    ap.add_argument("--lemma3", action="store_true",
+                    help="only the Lemma 3 stress check (1500 random instances x 6 variants): lemma3.json")
     a = ap.parse_args()
     out = Path(a.out)
+    if a.lemma3:
+        write_results(out / "lemma3.json", "sim_sjfbco_lemma3", exp_lemma3(),
+                      machine={"processor": platform.processor()})
+        return
+    if a.online:
+        seeds = list(range(3 if a.quick else a.seeds))
+        res = {"seeds": seeds, "epoch": 60, "arrivals": "uniform over [0, 1200] slots",
+               "online": exp_online(seeds)}
+        res["summary"] = {n: {k: mean(rows, k) for k in ("makespan", "avg_jct", "cpu_s")}
+                          for n, rows in res["online"].items()}
+        write_results(out / "online.json", "sim_sjfbco_online", res, machine={"processor": platform.processor()})
+        return
     if a.plot_only:
         res = json.loads(Path(a.plot_only).read_text())
         res["kappa"] = {int(k): v for k, v in res["kappa"].items()}

@@ -108,7 +108,8 @@ def exp_servers(seeds, T, ns=range(10, 21)) -> dict:
 
 
 def exp_lambda(seeds, T) -> dict:
-    return {lam: [slim(one(*sb.paper_instance(s), T=T, kappa=1, lam=float(lam))) for s in seeds] for lam in (1, 2, 4, 8)}
+    return {lam: [slim(one(*sb.paper_instance(s), T=T, kappa=1, lam=float(lam))) for s in seeds]
+            for lam in (1, 2, 4, 8)}
 
 
 def exp_bisection(scan_seeds, T, n_small=200) -> dict:
@@ -217,7 +218,8 @@ def claims(res: dict) -> list[dict]:
                         "values": {variant: s, **others}, "wins": f"{wins}/{len(pol[variant])}"})
     same = all(a[k] == b[k] for a, b in zip(pol["SJF-BCO"], pol["SJF-BCO full"]) for k in KEYS + ("theta", "kappa"))
     out.append({"claim": "kappa over distinct sizes = kappa over 1..32 (exactness of the speed-up)", "holds": same,
-                "values": {"cpu_s distinct": mean(pol["SJF-BCO"], "cpu_s"), "cpu_s full": mean(pol["SJF-BCO full"], "cpu_s")}})
+                "values": {"cpu_s distinct": mean(pol["SJF-BCO"], "cpu_s"),
+                           "cpu_s full": mean(pol["SJF-BCO full"], "cpu_s")}})
     for key in ("makespan", "replay_makespan"):
         lam = [mean(res["lambda"][k], key) for k in sorted(res["lambda"])]
         out.append({"claim": f"{key} non-increasing in lambda 1,2,4,8 (kappa=1)",
@@ -267,7 +269,8 @@ def plot(res: dict, path: Path) -> None:
     ax[0, 0].set_xticks(x, names, rotation=20, fontsize=8)
     ax[0, 0].set_ylabel("slots")
     ax[0, 0].set_title(f"policies, 20 servers, T=1200 ({len(res['seeds'])} seeds, mean +- sd)")
-    ax[0, 0].legend(fontsize=7)
+    ax[0, 0].set_ylim(0, 1.35 * max(mean(res["policies"][n], "makespan") or 0 for n in names))
+    ax[0, 0].legend(fontsize=7, ncol=2, loc="upper right")
     ks = list(range(1, 33))
     for key, lab in (("makespan", "planned"), ("replay_makespan", "replayed")):
         ax[0, 1].plot(ks, [mean(kappa_rows(res, k), key) for k in ks], marker=".", label=lab)

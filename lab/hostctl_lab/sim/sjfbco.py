@@ -86,7 +86,7 @@ class Model:
             if not getattr(self, name) > 0:
                 raise ValueError(f"Model.{name} must be > 0 (got {getattr(self, name)}); it is a bandwidth/speed")
         if not 0 < self.xi1 <= 1:
-            raise ValueError(f"Model.xi1 must be in (0, 1] (got {self.xi1}); it is the share of time a job communicates")
+            raise ValueError(f"Model.xi1 must be in (0, 1] (got {self.xi1}): the share of time a job communicates")
         if self.xi2 < 0:
             raise ValueError(f"Model.xi2 must be >= 0 (got {self.xi2}); it is an overhead in slots per server")
 

@@ -130,7 +130,7 @@ def exp_bisection(scan_seeds, T, n_small=200) -> dict:
     paper = []
     for seed in scan_seeds:
         jobs, servers = sb.paper_instance(seed)
-        paper.append(compare(sb._instance(jobs, servers, sb.Model()), T))
+        paper.append(compare(sb.instance(jobs, servers, sb.Model()), T))
         print(f"  scan seed {seed}: {paper[-1]}", flush=True)
     rng = np.random.default_rng(12345)
     small = []
@@ -142,7 +142,7 @@ def exp_bisection(scan_seeds, T, n_small=200) -> dict:
             t0 = rng.uniform(0.01, 0.05)
             jobs.append(sb.Job(G=G, F=int(rng.integers(200, 1200)), compute=0.9 * t0,
                                m=0.3 * t0 * G / max(2 * (G - 1), 1)))
-        r = compare(sb._instance(jobs, servers, sb.Model()), 200)
+        r = compare(sb.instance(jobs, servers, sb.Model()), 200)
         if r is not None:
             small.append(r)
 

@@ -79,7 +79,7 @@ def check_schedule(res, jobs, servers, u=1.0):
 
 def plan_of(jobs, servers, policy="sjf-bco", model=None, **kw):
     """The internal Plan (GPU ids) next to run()'s dict."""
-    inst = sb._instance(jobs, servers, model or Model())
+    inst = sb.instance(jobs, servers, model or Model())
     s = sb.search(inst, policy, **kw)
     return inst, s
 
@@ -210,7 +210,7 @@ def test_replay_charges_later_contention():
     # two 2-GPU jobs split over the same two servers, started together: the plan charged the first one
     # p = 1 (it was alone when placed) and the second p = 2; the replay charges both p = 2
     model = Model(xi1=1.0)
-    inst = sb._instance([Job(G=2, F=1000, compute=0.02, m=0.05)] * 2, [2, 2], model)
+    inst = sb.instance([Job(G=2, F=1000, compute=0.02, m=0.05)] * 2, [2, 2], model)
     t1 = ref_tau(2, 0.05, 0.02, 2, 1, model)
     t2 = ref_tau(2, 0.05, 0.02, 2, 2, model)
     d1, d2 = int(np.ceil(1000 * t1 - 1e-7)), int(np.ceil(1000 * t2 - 1e-7))
@@ -220,7 +220,7 @@ def test_replay_charges_later_contention():
     rs, re = sb.replay(inst, plan)
     assert list(rs) == [0, 0] and list(re) == [d2, d2] and d2 > d1
     # a third job queued behind the first on GPU 0 starts when the first really ends
-    inst = sb._instance([Job(G=2, F=1000, compute=0.02, m=0.05)] * 2 + [Job(G=1, F=100, compute=0.02)],
+    inst = sb.instance([Job(G=2, F=1000, compute=0.02, m=0.05)] * 2 + [Job(G=1, F=100, compute=0.02)],
                         [2, 2], model)
     plan = sb.Plan(order=np.array([2, 0, 1]), start=np.zeros(3, dtype=int), end=np.zeros(3, dtype=int),
                    gpus=[np.array([0, 2]), np.array([1, 3]), np.array([0])], Y=np.array([[1, 1], [1, 1], [1, 0]]),
@@ -293,7 +293,7 @@ def test_bisection_vs_brute_force():
     nonmono = 0
     for _ in range(10):
         jobs, servers = small_instance(rng, n_jobs=(3, 8), F=(200, 1200))
-        inst = sb._instance(jobs, servers, Model())
+        inst = sb.instance(jobs, servers, Model())
         scan = sb.search(inst, "sjf-bco", T=T, bisection="scan")
         m_of = dict(scan.trace)
         feas = [m_of[t] < T for t in range(1, T + 1)]
@@ -318,7 +318,7 @@ def test_bisection_vs_brute_force():
 
 # -- pickers -------------------------------------------------------------------------------------------------
 def test_pack_picker():
-    inst = sb._instance([Job(G=1, F=10, compute=0.01)], [4, 4, 2], Model())
+    inst = sb.instance([Job(G=1, F=10, compute=0.01)], [4, 4, 2], Model())
     busy = np.zeros(10, dtype=np.int64)
     busy[0] = 50  # server 0 partially occupied at slot 0
     free = np.arange(1, 10)
@@ -329,7 +329,7 @@ def test_pack_picker():
 
 
 def test_lbsgf_server_choice():
-    inst = sb._instance([Job(G=1, F=10, compute=0.01)], [4, 8, 4, 16], Model())
+    inst = sb.instance([Job(G=1, F=10, compute=0.01)], [4, 8, 4, 16], Model())
     U = np.zeros(inst.n_gpus)
     U[inst.server_of == 0] = 5.0  # server 0 busiest
     U[inst.server_of == 3] = 1.0

@@ -10,7 +10,7 @@ Contents
     a degradation factor `f(alpha, k)` behind the `Degradation` protocol (default
     `LinearDegradation`: k + alpha*(k-1), alpha = eta/b = 0.2745), `bandwidth` (B_j), `tau` (tau_j),
     `speed` (phi_j: 1/tau, or floor(1/tau) with `Model(floor_phi=True)`) and `slots_needed`;
-  * `schedule()`: SJF-BCO (Algorithm 1) with FA-FFP (Algorithm 2, `ffp="literal"` or `"pack"`) and
+  * `search()`: SJF-BCO (Algorithm 1) with FA-FFP (Algorithm 2, `ffp="literal"` or `"pack"`) and
     LBSGF (Algorithm 3); the baselines FF, LS (each with its own theta cap found by the same search)
     and RAND (theta = T); the theta search `bisection="literal"` (the paper's rule), `"monotone"`
     (smallest feasible theta) or `"scan"` (every theta in 1..T: the brute force of the tests);
@@ -182,7 +182,8 @@ class _Instance:
         return int(self.server_of.size)
 
 
-def _instance(jobs: Sequence[Job], servers: Sequence[int], model: Model) -> _Instance:
+def instance(jobs: Sequence[Job], servers: Sequence[int], model: Model) -> _Instance:
+    """Validate jobs and servers (GPU count per server) into the arrays search() and replay() take."""
     O = np.asarray(list(servers), dtype=np.int64)
     if O.ndim != 1 or O.size == 0 or np.any(O < 1):
         raise ValueError("servers must be a non-empty list of GPU counts >= 1, e.g. [4, 8, 16]")
@@ -487,7 +488,7 @@ def run(jobs: Sequence[Job], servers: Sequence[int], policy: str = "sjf-bco", *,
         raise ValueError(f"u must be >= 1 (got {u}); it is the upper estimation factor of rho_hat")
     if int(T) < 1:
         raise ValueError(f"T must be >= 1 slot (got {T})")
-    inst = _instance(jobs, servers, model or Model())
+    inst = instance(jobs, servers, model or Model())
     res = search(inst, policy, kappa=kappa, lam=lam, u=u, T=int(T), bisection=bisection, ffp=ffp, seed=seed)
     plan = res.plan
     if plan is None:
@@ -554,7 +555,7 @@ def run_online(jobs: Sequence[Job], arrivals: Sequence[float], servers: Sequence
     the replay model (time-varying p_j[t]). T bounds each epoch's plan (relative slots).
     Returns policy, epoch, makespan, avg_jct (mean of end - arrival) and per-job arrival/start/end."""
     model = model or Model()
-    inst = _instance(jobs, servers, model)
+    inst = instance(jobs, servers, model)
     arr = np.asarray(arrivals, dtype=float)
     if arr.shape != (inst.n_jobs,) or np.any(~np.isfinite(arr)) or np.any(arr < 0):
         raise ValueError("arrivals must give one finite time >= 0 (slots) per job")
@@ -578,7 +579,7 @@ def run_online(jobs: Sequence[Job], arrivals: Sequence[float], servers: Sequence
                 left = slots_needed(inst.F[run_] - done[run_], _rates(inst, Y, run_, model))
                 for j, d in zip(run_, left):
                     busy[gpus[j]] = max(int(d), 1)
-            sub = _instance([jobs[i] for i in pending], servers, model)
+            sub = instance([jobs[i] for i in pending], servers, model)
             plan = search(sub, policy, T=T, busy0=busy, **kw).plan
             if plan is None and not running:
                 raise Infeasible(f"online: {pending.size} pending jobs do not fit in T={T} slots on an idle "

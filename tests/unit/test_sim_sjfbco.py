@@ -195,6 +195,23 @@ def test_invariants_random(case):
             assert plan.end[j] - plan.start[j] == int(np.ceil(jobs[j].F * t - 1e-7))
 
 
+def test_floored_speed_in_schedules():
+    # Model(floor_phi=True): phi = floor(1/tau) iterations per slot, the duration ceil(F / phi)
+    rng = np.random.default_rng(11)
+    model = Model(xi1=1.0, floor_phi=True)
+    for _ in range(5):
+        jobs, servers = small_instance(rng)
+        inst, s = plan_of(jobs, servers, model=model, T=3000)
+        plan = s.plan
+        for j in plan.order:
+            act = [i for i in range(len(jobs)) if plan.start[i] <= plan.start[j] < plan.end[i]
+                   and list(plan.order).index(i) <= list(plan.order).index(j)]
+            p = ref_p(plan.Y[act].tolist(), [jobs[i].G for i in act])[act.index(j)]
+            t = ref_tau(jobs[j].G, jobs[j].m, jobs[j].compute, int(np.count_nonzero(plan.Y[j])), p, model)
+            assert plan.end[j] - plan.start[j] == -(-jobs[j].F // int(1 / t + 1e-7))
+        check_schedule(sb.run(jobs, servers, T=3000, model=model), jobs, servers)
+
+
 def test_replay_equals_plan_without_contention_changes():
     # xi1 tiny -> k = 1 for every split job: durations do not depend on other jobs
     rng = np.random.default_rng(4)

@@ -267,6 +267,7 @@ def sim(
     cap: Optional[str] = typer.Option(None, "--cap", help="Per-job rate of network cap (e.g. 5gbit)."),
     bands: int = typer.Option(6, "--bands", help="Bands of one and rr."),
     rr_interval: float = typer.Option(2.0, "--rr-interval", help="rr's rotation period (s)."),
+    jitter: float = typer.Option(0.0, "--jitter", help="Each iteration's compute x U(1-J, 1+J), seeded."),
     workers: int = typer.Option(1, "--workers", help="Runs in parallel (processes)."),
     out: str = typer.Option("results/sim", "--out", help="Folder for sim.json and the JCT CDF plot."),
     plots: bool = typer.Option(True, "--plots/--no-plots"),
@@ -288,7 +289,7 @@ def sim(
         orders=simrun.parse_list(order, ORDERS, "order"), networks=simrun.parse_list(network, NETWORKS, "network"),
         seeds=tuple(range(seed, seed + repeat)), until_s=until, time_scale=time_scale,
         max_iterations=max_iterations, bands=bands, rr_interval_s=rr_interval,
-        cap_bps=parse_rate_bps(cap) if cap else None)
+        cap_bps=parse_rate_bps(cap) if cap else None, jitter=jitter)
     con = Console(stderr=True)
     n = len(spec.combos())
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

@@ -134,3 +134,16 @@ def test_fast_forward_changes_no_result(network, seed):
     assert fast["stats"]["fast_forwards"] > 0 and slow["stats"]["fast_forwards"] == 0
     assert fast["jct_s"] == pytest.approx(slow["jct_s"], rel=1e-7)
     assert fast["events"] < slow["events"]
+
+
+def test_jitter_is_seeded_and_off_by_default():
+    jobs = [job("a", 2, iters=20), job("b", 2, iters=20)]
+    kw = dict(gpus_per_server=2, placement="ls")
+    base = simulate(single_switch(2), jobs, **kw)
+    assert base["jct_s"] == pytest.approx(simulate(single_switch(2), jobs, jitter=0.0, **kw)["jct_s"])
+    a = simulate(single_switch(2), jobs, jitter=0.2, seed=1, **kw)
+    assert a["jct_s"] == simulate(single_switch(2), jobs, jitter=0.2, seed=1, **kw)["jct_s"]
+    assert a["jct_s"] != simulate(single_switch(2), jobs, jitter=0.2, seed=2, **kw)["jct_s"]
+    assert a["stats"]["fast_forwards"] == 0
+    with pytest.raises(ConfigError, match="jitter"):
+        ClusterSim(single_switch(2), jobs, jitter=1.5)

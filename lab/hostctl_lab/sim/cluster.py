@@ -150,7 +150,7 @@ class ClusterSim:
     def __init__(self, fabric: Fabric, jobs: list[JobSpec], *, placement: str = "ff", order: str = "fifo",
                  network: str = "fifo", seed: int = 0, gpus_per_server: int = 8, until_s: float | None = None,
                  bands: int = 6, rr_interval_s: float = 2.0, cap_bps: int | None = None,
-                 backfill: bool = True, fast_forward: bool = True) -> None:
+                 backfill: bool = True, fast_forward: bool = True, jitter: float = 0.0) -> None:
         for what, v, ok in (("placement", placement, PLACEMENTS), ("order", order, ORDERS),
                             ("network", network, NETWORKS)):
             if v not in ok:
@@ -163,7 +163,12 @@ class ClusterSim:
                               f"({fabric.n_hosts} servers x {gpus_per_server}): use more --servers")
         self.fab, self.placement, self.order, self.network = fabric, placement, order, network
         self.rng = np.random.default_rng(seed)
-        self.gps, self.until, self.backfill, self.fast_forward = gpus_per_server, until_s, backfill, fast_forward
+        if not 0 <= jitter < 1:
+            raise ConfigError(f"--jitter must be in [0, 1), got {jitter}")
+        self.gps, self.until, self.backfill = gpus_per_server, until_s, backfill
+        self.fast_forward = fast_forward and jitter == 0  # jittered iterations do not repeat
+        self.jitter = jitter
+        self.jrng = np.random.default_rng([seed, 7])
         self.reserved: dict[int, int] = {}  # link -> the fast-forwarded job that has it
         self.link_users = np.zeros(fabric.n_links, dtype=np.int64)  # running jobs whose exchange uses the link
         self.jobs = [JobState(j) for j in sorted(jobs, key=lambda j: (j.arrival_s, j.name))]
@@ -292,7 +297,7 @@ class ClusterSim:
         self.running_net.add(i)
         self.rebuild_components()
         self.hosts_changed(j.servers)
-        self.push(self.now + j.spec.compute_s, COMPUTE_END, i)
+        self.push(self.now + self.compute_s(j), COMPUTE_END, i)
 
     def finish_job(self, i: int) -> None:
         j = self.jobs[i]
@@ -310,6 +315,11 @@ class ClusterSim:
             self.rebuild_components()
             self.hosts_changed(j.servers)
         self.schedule()
+
+    def compute_s(self, j: JobState) -> float:
+        """One iteration's compute: compute_s, times U(1 - jitter, 1 + jitter) with --jitter."""
+        c = j.spec.compute_s
+        return c * (1 + self.jitter * (2 * self.jrng.random() - 1)) if self.jitter else c
 
     # ---------------------------------------------------------------- iterations
     def start_exchange(self, i: int) -> None:
@@ -329,7 +339,7 @@ class ClusterSim:
         if j.done_iters >= j.spec.iterations:
             self.finish_job(i)
         else:
-            self.push(self.now + j.spec.compute_s, COMPUTE_END, i)
+            self.push(self.now + self.compute_s(j), COMPUTE_END, i)
 
     # ---------------------------------------------------------------- fast-forward
     def try_fast_forward(self, i: int) -> bool:

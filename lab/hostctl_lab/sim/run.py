@@ -39,6 +39,7 @@ class SweepSpec:
     bands: int = 6
     rr_interval_s: float = 2.0
     cap_bps: int | None = None
+    jitter: float = 0.0
     extra: dict = field(default_factory=dict)
 
     def combos(self) -> list[dict]:
@@ -71,7 +72,7 @@ def run_one(spec: dict, combo: dict) -> dict:
     jobs = load_jobs(sp, combo["seed"])
     r = simulate(fab, jobs, placement=combo["placement"], order=combo["order"], network=combo["network"],
                  seed=combo["seed"], gpus_per_server=sp.gpus_per_server, until_s=sp.until_s, bands=sp.bands,
-                 rr_interval_s=sp.rr_interval_s, cap_bps=sp.cap_bps)
+                 rr_interval_s=sp.rr_interval_s, cap_bps=sp.cap_bps, jitter=sp.jitter)
     return {**combo, **r}
 
 

@@ -290,12 +290,13 @@ def sim(
         seeds=tuple(range(seed, seed + repeat)), until_s=until, time_scale=time_scale,
         max_iterations=max_iterations, bands=bands, rr_interval_s=rr_interval,
         cap_bps=parse_rate_bps(cap) if cap else None, jitter=jitter)
+    simrun.check(spec)
     con = Console(stderr=True)
     n = len(spec.combos())
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=con) as prog:
         task = prog.add_task("runs", total=n)
-        runs = simrun.sweep(spec, workers, progress=lambda r: prog.advance(task))
+        runs = simrun.sweep(spec, workers, progress=lambda r: prog.advance(task), checked=True)
     rows = simrun.summarize(runs)
     simrun.print_table(rows)
     path = simrun.write(out, spec, runs, rows, " ".join(["hostctl"] + sys.argv[1:]))

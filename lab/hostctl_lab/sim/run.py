@@ -76,9 +76,22 @@ def run_one(spec: dict, combo: dict) -> dict:
     return {**combo, **r}
 
 
-def sweep(spec: SweepSpec, workers: int = 1, progress=None) -> list[dict]:
-    load_fabric(spec)  # bad topology or servers: one line now, not in every worker
-    load_jobs(spec, spec.seeds[0])
+def check(spec: SweepSpec) -> None:
+    """Bad topology, servers, trace or settings: one ConfigError now, not in every worker (each
+    combination is built once, not run)."""
+    from hostctl_lab.sim.cluster import ClusterSim
+
+    fab = load_fabric(spec)
+    jobs = load_jobs(spec, spec.seeds[0])
+    for p, o, n in itertools.product(spec.placements, spec.orders, spec.networks):
+        ClusterSim(fab, jobs, placement=p, order=o, network=n,
+                   gpus_per_server=spec.gpus_per_server, bands=spec.bands, rr_interval_s=spec.rr_interval_s,
+                   cap_bps=spec.cap_bps, jitter=spec.jitter)
+
+
+def sweep(spec: SweepSpec, workers: int = 1, progress=None, checked: bool = False) -> list[dict]:
+    if not checked:
+        check(spec)
     combos = spec.combos()
     d = asdict(spec)
     out: list[dict] = []

@@ -1,0 +1,43 @@
+"""`hostctl sim` as a user runs it: a real sweep writes its table, sim.json and plot; bad input is one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.test_cli_errors import assert_one_line_error, run, show
+
+
+def test_a_sweep_writes_sim_json_and_the_cdf(tmp_path):
+    out = tmp_path / "simout"
+    r = run(["sim", "--topology", "single-switch", "--servers", "8", "--jobs", "12", "--max-iterations", "30",
+             "--time-scale", "0.0001", "--network", "fifo,one",
+             "--placement", "ff,ls", "--repeat", "2", "--workers", "2", "--out", str(out)], tmp_path)
+    assert r.returncode == 0, show(r)
+    assert "Traceback" not in r.stdout + r.stderr
+    doc = json.loads((out / "sim.json").read_text())
+    assert len(doc["runs"]) == 2 * 2 * 2
+    for run_ in doc["runs"]:
+        for k in ("placement", "order", "network", "seed", "jobs", "avg_jct_s", "p95_jct_s", "makespan_s",
+                  "wall_s", "events"):
+            assert k in run_
+        assert run_["finished"] == run_["jobs"] == 12
+    assert {(x["placement"], x["network"]) for x in doc["summary"]} == {("ff", "fifo"), ("ff", "one"),
+                                                                        ("ls", "fifo"), ("ls", "one")}
+    assert (out / "jct_cdf.png").stat().st_size > 1000
+    assert "hostctl sim" in r.stdout and "results:" in r.stdout
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--network", "tcp"], "unknown network 'tcp'"),
+    (["--placement", "ff,best"], "unknown placement 'best'"),
+    (["--topology", "fat-tree"], "unknown topology 'fat-tree'"),
+    (["--topology", "lingjun", "--servers", "100"], "has 847 hosts"),
+    (["--trace", "/nonexistent/jobs.csv"], "cannot read the trace"),
+    (["--network", "cap"], "needs a cap"),
+    (["--repeat", "0"], "at least 1"),
+])
+def test_bad_input_is_one_line(tmp_path, args, fragment):
+    r = run(["sim", "--jobs", "5", "--out", str(tmp_path / "o"), *args], tmp_path)
+    assert_one_line_error(r, fragment, exit_code=2)

@@ -33,22 +33,24 @@ GBIT = 10**9
 TOPOLOGIES = ("single-switch", "mlcc-tree", "lingjun")
 
 
-def lingjun_csv() -> str:
-    """The Lingjun CSV beside the repository (../shared/data/lingjun-2023/topo.csv), or $HOSTCTL_LINGJUN."""
-    env = os.environ.get("HOSTCTL_LINGJUN")
-    if env:
-        return env
+def shared_data(relpath: str, env: str, what: str, flag: str) -> str:
+    """A file of the data folder beside the repository (``../shared/data/RELPATH``), or $ENV."""
+    p = os.environ.get(env)
+    if p:
+        return p
     here = os.path.dirname(os.path.abspath(__file__))
     for up in range(2, 7):
         root = os.path.normpath(os.path.join(here, *[".."] * up))
-        p = os.path.join(root, "shared", "data", "lingjun-2023", "topo.csv")
-        if os.path.exists(p):
-            return p
-        p = os.path.join(os.path.dirname(root), "shared", "data", "lingjun-2023", "topo.csv")
-        if os.path.exists(p):
-            return p
-    raise ConfigError("the Lingjun topology is not found: put ../shared/data/lingjun-2023/topo.csv beside the "
-                      "repository or set HOSTCTL_LINGJUN=/path/to/topo.csv")
+        for base in (root, os.path.dirname(root)):
+            p = os.path.join(base, "shared", "data", relpath)
+            if os.path.exists(p):
+                return p
+    raise ConfigError(f"{what} is not found: put ../shared/data/{relpath} beside the repository, set {env}"
+                      f"{', or give ' + flag if flag else ''}")
+
+
+def lingjun_csv() -> str:
+    return shared_data("lingjun-2023/topo.csv", "HOSTCTL_LINGJUN", "the Lingjun topology", "")
 
 
 @dataclass

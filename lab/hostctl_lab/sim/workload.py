@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -69,18 +68,9 @@ class JobSpec:
 
 
 def philly_csv() -> str:
-    env = os.environ.get("HOSTCTL_PHILLY")
-    if env:
-        return env
-    here = os.path.dirname(os.path.abspath(__file__))
-    for up in range(2, 7):
-        root = os.path.normpath(os.path.join(here, *[".."] * up))
-        for base in (root, os.path.dirname(root)):
-            p = os.path.join(base, "shared", "data", "philly-2017", "jobs.csv")
-            if os.path.exists(p):
-                return p
-    raise ConfigError("the Philly trace is not found: put ../shared/data/philly-2017/jobs.csv beside the "
-                      "repository, set HOSTCTL_PHILLY, or give --trace FILE")
+    from hostctl_lab.sim.topo import shared_data
+
+    return shared_data("philly-2017/jobs.csv", "HOSTCTL_PHILLY", "the Philly trace", "--trace FILE")
 
 
 def philly(path: str | None, n: int, *, seed: int = 0, min_gpus: int = 2, time_scale: float = 1.0,

@@ -94,7 +94,7 @@ ANONYMOUS_RUN_IDS = frozenset({"", "none"})
 
 # The hostctl CLI's commands (tests/unit/test_grouping.py checks this against hostctl.cli).
 HOSTCTL_COMMANDS = frozenset({"start", "stop", "status", "clean", "flows", "testbed", "bench",
-                              "bench-compare", "bench-pacing", "demo"})
+                              "bench-compare", "bench-pacing", "demo", "sim"})
 _HOSTCTL_MODULES = frozenset({"hostctl", "hostctl.cli"})
 
 LISTEN = "LISTEN"

@@ -116,7 +116,7 @@ def test_bad_choices_say_one_line():
 
 
 @pytest.mark.parametrize("network", ["fifo", "one", "rr", "cap", "prio-every-link"])
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1])
 def test_fast_forward_changes_no_result(network, seed):
     """Jobs alone on their links are fast-forwarded and resumed when others arrive: the same JCTs as
     simulating every iteration, on a random mix of ring and PS jobs on two racks."""

@@ -1,0 +1,1 @@
+"""The cluster simulator: placement, contention and scheduling of many DL training jobs."""

@@ -381,3 +381,12 @@ def test_adadual_is_not_always_best_at_job_level():
         worse += ada > wait * (1 + 1e-9)
         better += ada < wait * (1 - 1e-9)
     assert worse > 0 and better > 0
+
+
+@pytest.mark.parametrize("key_comm, want", [(True, [1.3, 0.601]), (False, [0.7, 0.901])])
+def test_srsf_key_with_and_without_comm(key_comm, want):
+    # both jobs on both GPUs (one per server). A: compute 0.3/iter, AR 0.4 s; B: compute 0.6, AR 0.001 s.
+    # With E_J in the key B (2*(0.6+0.001)) goes before A (2*(0.3+0.4)); compute only: A (0.6) first.
+    jobs = [_job(0, 2, 400e6, 0.1, 0.2, 1), _job(1, 2, 1e6, 0.2, 0.4, 1)]
+    r = run(jobs, n_servers=2, gpus_per_server=1, contention=WangNic(a=0.0, b=1e-9, eta=0.25e-9), key_comm=key_comm)
+    assert r["jct"] == [pytest.approx(w, abs=1e-12) for w in want]

@@ -172,14 +172,16 @@ def parse_admission(name: str, mode: str = "all") -> int | None:
 def run(jobs: Sequence[Job], n_servers: int = 16, gpus_per_server: int = 4, placement: str | Placement = "lwf1",
         admission: str = "adadual", order: str = "srsf", seed: int = 0, gpu_mem_mb: float = 16384.0,
         contention: Contention | None = None, adadual_mode: str = "all", b: float | None = None,
-        eta: float | None = None) -> dict:
+        eta: float | None = None, key_comm: bool = True) -> dict:
     """Simulate ``jobs`` on ``n_servers`` x ``gpus_per_server`` GPUs of ``gpu_mem_mb`` MB.
 
     ``placement``: a name of hostctl_lab.sim.placement (ff, ls, rand, lwf<k>, lwf<k>-strict) or a
     placement function. ``admission``: ``adadual`` (mode ``adadual_mode``) or ``srsf<n>``.
     ``order``: the job queue's order, ``srsf`` or ``fifo``. ``seed``: the RNG of ``rand``.
     ``contention``: the backend (default ``WangNic()``); AdaDUAL's b and eta default to the
-    backend's (WangNic) or to hostctl.core.adadual's defaults.
+    backend's (WangNic) or to hostctl.core.adadual's defaults. ``key_comm``: the SRSF key of a job
+    placed on several servers counts its remaining ARs, n*(a + b*size) each (the paper's E_J);
+    False counts compute only, as the reference code does.
 
     Returns a dict: ``avg_jct``, ``median_jct``, ``p95_jct``, ``makespan`` (s), ``gpu_util`` (mean
     over GPUs of busy compute time / makespan), ``gpu_util_per_gpu``, ``jct`` (per job, in the order
@@ -265,7 +267,7 @@ def run(jobs: Sequence[Job], n_servers: int = 16, gpus_per_server: int = 4, plac
     def iteration_done(x: _J, now: float) -> None:
         nonlocal done
         x.it += 1
-        if x.multi:
+        if x.multi and key_comm:
             x.key -= x.n * x.e_iter
         if x.it < x.iters:
             x.ws = [_FWD_READY] * x.n
@@ -306,7 +308,8 @@ def run(jobs: Sequence[Job], n_servers: int = 16, gpus_per_server: int = 4, plac
             x.multi = len(x.servers) > 1
             if x.multi:
                 state.load[gpus] += x.iters * x.e_iter
-                x.key += x.n * x.iters * x.e_iter
+                if key_comm:
+                    x.key += x.n * x.iters * x.e_iter
             x.ws = [_FWD_READY] * x.n
             for w, g in enumerate(x.gpus):
                 g_res[g].append((x, w))

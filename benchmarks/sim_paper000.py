@@ -45,10 +45,10 @@ METRICS = ("avg_jct", "median_jct", "p95_jct", "gpu_util", "makespan")
 
 
 def _one(task: tuple) -> tuple:
-    name, seed, n_jobs, gpu_mem = task
+    name, seed, n_jobs, gpu_mem, key_comm = task
     placement, admission = CONFIGS[name]
     t0 = time.process_time()
-    r = run(make_jobs(seed, n_jobs), 16, 4, placement, admission, "srsf", seed, gpu_mem)
+    r = run(make_jobs(seed, n_jobs), 16, 4, placement, admission, "srsf", seed, gpu_mem, key_comm=key_comm)
     r["cpu_s"] = time.process_time() - t0
     del r["gpu_util_per_gpu"]
     return name, seed, r
@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpu-mem", type=float, default=16384.0, help="MB per GPU (paper 16 GB, reference code 32 GB)")
     p.add_argument("--configs", default="all", help="comma-separated names of CONFIGS, or all")
     p.add_argument("--out", default="docs/results/sim/paper000")
+    p.add_argument("--compute-key", action="store_true",
+                   help="SRSF key without the communication term (the reference code's), see run(key_comm)")
     p.add_argument("--tag", default="", help="suffix of the output file names")
     p.add_argument("--cache", default=None, help="JSON-lines file of finished runs, reused and appended to "
                    "(default /tmp/sim_paper000<tag>_<gpu-mem>.jsonl); lets an interrupted sweep resume")
@@ -85,16 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     if cache.exists():
         for line in cache.read_text().splitlines():
             c = json.loads(line)
-            if c["name"] in res and c["jobs"] == a.jobs and c["gpu_mem"] == a.gpu_mem and c["seed"] < a.seeds:
+            if (c["name"] in res and c["jobs"] == a.jobs and c["gpu_mem"] == a.gpu_mem and c["seed"] < a.seeds
+                    and c.get("key_comm", True) == (not a.compute_key)):
                 res[c["name"]][c["seed"]] = c["result"]
-    tasks = [(n, s, a.jobs, a.gpu_mem) for s in range(a.seeds) for n in names if s not in res[n]]
+    tasks = [(n, s, a.jobs, a.gpu_mem, not a.compute_key) for s in range(a.seeds) for n in names if s not in res[n]]
     t0 = time.time()
     if tasks and not a.report_only:
         with mp.Pool(a.workers) if a.workers > 1 else _Serial() as pool, cache.open("a") as fh:
             for i, (name, seed, r) in enumerate(pool.imap_unordered(_one, tasks)):
                 res[name][seed] = r
                 fh.write(json.dumps({"name": name, "seed": seed, "jobs": a.jobs, "gpu_mem": a.gpu_mem,
-                                     "result": r}) + "\n")
+                                     "key_comm": not a.compute_key, "result": r}) + "\n")
                 fh.flush()
                 print(f"[{i + 1}/{len(tasks)}] {name} seed {seed}: avg JCT {r['avg_jct']:.1f} s, util "
                       f"{100 * r['gpu_util']:.1f}%, max k {r['max_server_k']}, cpu {r['cpu_s']:.1f} s", flush=True)
@@ -140,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
             kappa["vs_lwf1"][n] = kappa["avg_jct"][n] / kappa["avg_jct"].get("lwf1+ada", np.nan) - 1
     out = Path(a.out)
     body = {"setup": {"servers": 16, "gpus_per_server": 4, "gpu_mem_mb": a.gpu_mem, "jobs": a.jobs,
-                      "seeds": a.seeds, "order": "srsf", "contention": "WangNic(a=6.69e-4, b=8.53e-10, eta=2.35e-10)",
+                      "seeds": a.seeds, "order": "srsf",
+                      "srsf_key": "compute only" if a.compute_key else "compute + communication (E_J)",
+                      "contention": "WangNic(a=6.69e-4, b=8.53e-10, eta=2.35e-10)",
                       "wall_s": wall, "cpu_s_total": float(sum(r["cpu_s"] for n in names for r in res[n].values()))},
             "paper": {n: dict(zip(("gpu_util", "avg_jct", "median_jct", "p95_jct"), v)) for n, v in PAPER.items()},
             "ours": ours, "comparisons": comparisons, "kappa_sweep": kappa,

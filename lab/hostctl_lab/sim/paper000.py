@@ -31,6 +31,7 @@ import argparse
 import heapq
 import itertools
 import math
+import operator
 import re
 import sys
 from collections.abc import Sequence
@@ -157,6 +158,9 @@ class _J:
 
     def rank(self) -> tuple[float, float, int]:
         return (self.key, self.arrival, self.id)
+
+
+_RANK = operator.attrgetter("key", "arrival", "id")  # SRSF order: least remaining service, then arrival, id
 
 
 def parse_admission(name: str, mode: str = "all") -> int | None:
@@ -296,7 +300,7 @@ def run(jobs: Sequence[Job], n_servers: int = 16, gpus_per_server: int = 4, plac
                 tot += left
             load[g] = tot
         state.load[:] = load
-        queue.sort(key=_J.rank if order == "srsf" else (lambda x: (x.arrival, x.id)))
+        queue.sort(key=_RANK if order == "srsf" else operator.attrgetter("arrival", "id"))
         placed = []
         for x in queue:
             gpus = place(state, x.n, x.mem, x.iters * (x.tf + x.tb), rng)
@@ -322,7 +326,7 @@ def run(jobs: Sequence[Job], n_servers: int = 16, gpus_per_server: int = 4, plac
     def admit(now: float) -> None:
         if running:
             advance(now)
-        comm_ready.sort(key=_J.rank)
+        comm_ready.sort(key=_RANK)
         started = False
         left = []
         for x in comm_ready:

@@ -1,1 +1,1 @@
-"""The cluster simulator: placement, contention and scheduling of many DL training jobs."""
+"""The cluster simulator: the policies' own code on a fluid model of a cluster (``hostctl sim``)."""

@@ -41,3 +41,38 @@ def test_a_sweep_writes_sim_json_and_the_cdf(tmp_path):
 def test_bad_input_is_one_line(tmp_path, args, fragment):
     r = run(["sim", "--jobs", "5", "--out", str(tmp_path / "o"), *args], tmp_path)
     assert_one_line_error(r, fragment, exit_code=2)
+
+
+def test_workers_end_with_a_killed_sweep(tmp_path):
+    """SIGKILL of `hostctl sim --workers 2` (a CI limit, the OOM killer) leaves no worker running."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    from tests.integration.test_cli_errors import HOSTCTL
+
+    kids: list = []
+    p = subprocess.Popen([HOSTCTL, "sim", "--topology", "single-switch", "--servers", "4", "--synthetic", "40",
+                          "--repeat", "4", "--workers", "2", "--out", str(tmp_path / "o")],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(kids) < 2:
+            time.sleep(0.2)
+            kids = psutil.Process(p.pid).children(recursive=True)
+        assert len(kids) >= 2, "the sweep started no workers"
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+        gone, alive = psutil.wait_procs(kids, timeout=15)
+        assert not alive, f"workers left running: {[k.pid for k in alive]}"
+    finally:
+        if p.poll() is None:
+            p.kill()
+        for k in kids:  # the workers we saw (orphans are no longer our children)
+            try:
+                k.kill()
+            except psutil.NoSuchProcess:
+                pass

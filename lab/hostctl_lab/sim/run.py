@@ -89,6 +89,19 @@ def check(spec: SweepSpec) -> None:
                    cap_bps=spec.cap_bps, jitter=spec.jitter)
 
 
+def _die_with_parent() -> None:
+    """Pool workers end when the sweep's process dies, even by SIGKILL (Linux PR_SET_PDEATHSIG)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the parent died before prctl
+        os._exit(1)
+
+
 def sweep(spec: SweepSpec, workers: int = 1, progress=None, checked: bool = False) -> list[dict]:
     if not checked:
         check(spec)
@@ -101,7 +114,7 @@ def sweep(spec: SweepSpec, workers: int = 1, progress=None, checked: bool = Fals
             if progress:
                 progress(out[-1])
     else:
-        with ProcessPoolExecutor(max_workers=workers) as ex:
+        with ProcessPoolExecutor(max_workers=workers, initializer=_die_with_parent) as ex:
             futs = [ex.submit(run_one, d, c) for c in combos]
             for fu in as_completed(futs):
                 out.append(fu.result())

@@ -48,10 +48,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hostctl.core.pace import job_caps_Bps
+from hostctl.errors import ConfigError
 from hostctl_lab.sim import kernel
 from hostctl_lab.sim.topo import Fabric
 from hostctl_lab.sim.workload import JobSpec
-from hostctl.errors import ConfigError
 
 ARRIVAL, COMPUTE_END, FLOW_END, LOCAL_END, TICK, FF_END = range(6)
 DONE_BYTES = 1e-3  # a flow with this little left is done
@@ -195,7 +196,7 @@ class ClusterSim:
         self.host_jobs: dict[int, set[int]] = {}
         self.assign: dict[int, dict[str, int]] = {}
         self.epoch = 0
-        self.bands_n, self.rr_interval_s, self.cap_bps = bands, rr_interval_s, cap_bps
+        self.rr_interval_s, self.cap_bps = rr_interval_s, cap_bps
         if network in ("one", "rr", "prio-every-link"):
             from hostctl.config import Config
             from hostctl.policy.driver import HostDriver
@@ -346,20 +347,18 @@ class ClusterSim:
         """At the start of an exchange: if every link of the job's exchange is its own, run the rest
         of its iterations in one step (see the module docstring)."""
         j = self.jobs[i]
-        for ln in j.links:  # no other running job's exchange uses the link (now or later)
-            if self.link_users[ln] != 1 or self.link_flows[ln] or self.reserved.get(ln, i) != i:
-                return False
+        # no other running job's exchange uses the link (now or later): then no other job has a flow
+        # on it or holds it fast-forwarded either
+        if any(self.link_users[ln] != 1 for ln in j.links):
+            return False
         durs, rates = [], []
         for pairs in j.phases:
-            paths = [self.fab.path(a, b) for a, b, _ in pairs]
-            ptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
-            uniq, local = np.unique(np.concatenate(paths), return_inverse=True)
             caps = np.array([self.flow_cap(i, a, sum(1 for x, _, _ in pairs if x == a)) for a, _, _ in pairs])
-            if self.network == "prio-every-link":  # the job's flows from different hosts may differ in class
-                prio = [self.assign.get(a, {}).get(j.spec.name, DEFAULT_CLASS) for a, _, _ in pairs]
-                r = kernel.rates(ptr, local, self.fab.capacity[uniq], caps, prio)
-            else:
-                r = kernel.rates(ptr, local, self.fab.capacity[uniq], caps)
+            # alone on its links, a job's classes matter only where they meet at one link: under
+            # prio-every-link its flows from different hosts may differ in class; at a NIC they never do
+            prio = ([self.assign.get(a, {}).get(j.spec.name, DEFAULT_CLASS) for a, _, _ in pairs]
+                    if self.network == "prio-every-link" else None)
+            r = self.rates([self.fab.path(a, b) for a, b, _ in pairs], caps, prio)
             if (r <= 0).any():
                 return False
             rates.append(r)
@@ -410,11 +409,7 @@ class ClusterSim:
 
     # ---------------------------------------------------------------- flows
     def add_flows(self, i: int, pairs) -> None:
-        for a, b, _ in pairs:  # a fast-forwarded job on these links comes back first
-            for ln in self.fab.path(a, b):
-                other = self.reserved.get(int(ln))
-                if other is not None and other != i:
-                    self.resume(other)
+        # (no fast-forwarded job holds these links: start_job resumed any that shared one)
         fl = self.job_flows.setdefault(i, set())
         for src, dst, nbytes in pairs:
             f = Flow(self.next_fid, i, src, self.fab.path(src, dst), nbytes, self.now)
@@ -497,6 +492,16 @@ class ClusterSim:
         for c, fl in by_comp.items():
             self.solve(c, fl)
 
+    def rates(self, paths: list[np.ndarray], caps, prio=None) -> np.ndarray:
+        """The kernel on these paths (link indices of the fabric): classes ``prio`` (None: one class) at
+        the hosts' NICs, or at every link under ``prio-every-link``."""
+        ptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
+        uniq, local = np.unique(np.concatenate(paths), return_inverse=True)
+        if prio is None:
+            return kernel.rates(ptr, local, self.fab.capacity[uniq], caps)
+        plinks = None if self.network == "prio-every-link" else self.fab.nic[uniq]
+        return kernel.rates(ptr, local, self.fab.capacity[uniq], caps, prio, plinks)
+
     def solve(self, c: int, fl: list[Flow]) -> None:
         for f in fl:
             f.left -= f.rate * (self.now - f.t)
@@ -505,16 +510,9 @@ class ClusterSim:
         self.stats["solved_flows"] += len(fl)
         if len(fl) == len(self.flows):
             self.stats["full_solves"] += 1
-        lens = np.fromiter((len(f.path) for f in fl), dtype=np.int64, count=len(fl))
-        ptr = np.concatenate([[0], np.cumsum(lens)])
-        uniq, local = np.unique(np.concatenate([f.path for f in fl]), return_inverse=True)
         caps = np.fromiter((f.cap for f in fl), dtype=float, count=len(fl))
-        if self.driver is not None:
-            prio = np.fromiter((f.prio for f in fl), dtype=np.int64, count=len(fl))
-            plinks = None if self.network == "prio-every-link" else self.fab.nic[uniq]
-            r = kernel.rates(ptr, local, self.fab.capacity[uniq], caps, prio, plinks)
-        else:
-            r = kernel.rates(ptr, local, self.fab.capacity[uniq], caps)
+        prio = np.fromiter((f.prio for f in fl), dtype=np.int64, count=len(fl)) if self.driver is not None else None
+        r = self.rates([f.path for f in fl], caps, prio)
         first = math.inf
         for f, rate in zip(fl, r):
             f.rate = float(rate)
@@ -543,8 +541,6 @@ class ClusterSim:
         decision) split over the job's ``n`` flows at host ``src``; else none."""
         if self.network != "cap":
             return math.inf
-        from hostctl.core.pace import job_caps_Bps
-
         return job_caps_Bps([i], {}, self.cap_bps)[i] / max(1, n)
 
     def hosts_changed(self, hosts) -> None:

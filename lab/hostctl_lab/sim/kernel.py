@@ -80,7 +80,8 @@ def _maxmin(ptr: np.ndarray, links: np.ndarray, resid: np.ndarray, caps: np.ndar
             freeze = live & (fshare <= m.min() * (1 + EPS))
         out[freeze] = fshare[freeze]
         fe = freeze[owner]
-        np.subtract.at(resid, lk[fe], out[owner[fe]]) if fe.any() else None
+        if fe.any():
+            np.subtract.at(resid, lk[fe], out[owner[fe]])
         live &= ~freeze
     return out
 

@@ -8,6 +8,7 @@ with a plain dict, so a Ray or Dask map over the same list does the same sweep.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -48,28 +49,40 @@ class SweepSpec:
 
 
 def load_jobs(spec: SweepSpec, seed: int):
-    from hostctl_lab.sim import workload
-
-    if spec.synthetic:
-        return workload.synthetic(spec.synthetic, seed=seed)
-    return workload.philly(spec.trace, spec.jobs, seed=seed, time_scale=spec.time_scale,
-                           max_iterations=spec.max_iterations, gpus_per_server=spec.gpus_per_server)
+    return _jobs(spec.trace, spec.synthetic, spec.jobs, seed, spec.time_scale, spec.max_iterations,
+                 spec.gpus_per_server)
 
 
 def load_fabric(spec: SweepSpec):
+    return _fabric(spec.topology, spec.servers, spec.oversub)
+
+
+# A process runs many combinations of one sweep: the trace and the fabric are read and built once
+# per process (both are only read by a run: JobSpec is frozen, a Fabric only caches its paths).
+@functools.lru_cache(maxsize=8)
+def _jobs(trace, synthetic, n, seed, time_scale, max_iterations, gpus_per_server) -> tuple:
+    from hostctl_lab.sim import workload
+
+    if synthetic:
+        return tuple(workload.synthetic(synthetic, seed=seed))
+    return tuple(workload.philly(trace, n, seed=seed, time_scale=time_scale, max_iterations=max_iterations,
+                                 gpus_per_server=gpus_per_server))
+
+
+@functools.lru_cache(maxsize=4)
+def _fabric(topology, servers, oversub):
     from hostctl_lab.sim import topo
 
-    return topo.load(spec.topology, spec.servers, oversub=spec.oversub)
+    return topo.load(topology, servers, oversub=oversub)
 
 
 def run_one(spec: dict, combo: dict) -> dict:
     """One run: a SweepSpec as a dict and one combination. Pure function of its arguments (seeded)."""
     from hostctl_lab.sim.cluster import simulate
 
-    sp = SweepSpec(**{**spec, **{k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()
-                                 if k in ("placements", "orders", "networks", "seeds")}})
+    sp = SweepSpec(**spec)
     fab = load_fabric(sp)
-    jobs = load_jobs(sp, combo["seed"])
+    jobs = list(load_jobs(sp, combo["seed"]))
     r = simulate(fab, jobs, placement=combo["placement"], order=combo["order"], network=combo["network"],
                  seed=combo["seed"], gpus_per_server=sp.gpus_per_server, until_s=sp.until_s, bands=sp.bands,
                  rr_interval_s=sp.rr_interval_s, cap_bps=sp.cap_bps, jitter=sp.jitter)
@@ -107,22 +120,21 @@ def sweep(spec: SweepSpec, workers: int = 1, progress=None, checked: bool = Fals
         check(spec)
     combos = spec.combos()
     d = asdict(spec)
-    out: list[dict] = []
     if workers <= 1:
+        out = []
         for c in combos:
             out.append(run_one(d, c))
             if progress:
                 progress(out[-1])
-    else:
-        with ProcessPoolExecutor(max_workers=workers, initializer=_die_with_parent) as ex:
-            futs = [ex.submit(run_one, d, c) for c in combos]
-            for fu in as_completed(futs):
-                out.append(fu.result())
-                if progress:
-                    progress(out[-1])
-    key = {c["placement"] + c["order"] + c["network"] + str(c["seed"]): i for i, c in enumerate(combos)}
-    out.sort(key=lambda r: key[r["placement"] + r["order"] + r["network"] + str(r["seed"])])
-    return out
+        return out
+    got: list[dict | None] = [None] * len(combos)  # in the order of combos, whatever order they end in
+    with ProcessPoolExecutor(max_workers=workers, initializer=_die_with_parent) as ex:
+        futs = {ex.submit(run_one, d, c): k for k, c in enumerate(combos)}
+        for fu in as_completed(futs):
+            got[futs[fu]] = fu.result()
+            if progress:
+                progress(got[futs[fu]])
+    return got
 
 
 def summarize(runs: list[dict]) -> list[dict]:

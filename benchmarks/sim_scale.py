@@ -22,7 +22,7 @@ import time
 
 
 def _one(args: tuple) -> dict:
-    topology, servers, jobs, network, until, max_iter, stop = args
+    topology, servers, jobs, network, until, max_iter = args
     from hostctl_lab.sim import kernel
     from hostctl_lab.sim.cluster import simulate
     from hostctl_lab.sim.topo import load
@@ -34,7 +34,7 @@ def _one(args: tuple) -> dict:
     span = max(j.arrival_s for j in js) or 1.0
     js = philly(None, jobs, seed=0, max_iterations=max_iter, time_scale=0.999 * until / span)
     setup = time.perf_counter() - t0
-    r = simulate(fab, js, network=network, until_s=stop)
+    r = simulate(fab, js, network=network, until_s=until)
     r.pop("jct_s")
     return {"topology": topology, "servers": servers, "jobs_in": jobs, "network": network, "until_s": until,
             "setup_s": setup, **r, "sim_h_per_wall_min": (r["sim_s"] / 3600) / (r["wall_s"] / 60),
@@ -55,14 +55,12 @@ def main() -> int:
     ap.add_argument("--sweep", default="250,500,1000,2000", help="job counts of the growth sweep ('' = none)")
     ap.add_argument("--sweep-servers", default="250,500,1000")
     ap.add_argument("--sweep-hours", type=float, default=0.1)
-    ap.add_argument("--stop-hours", type=float, default=None,
-                    help="stop the target runs here (arrivals still spread over --hours): a partial hour")
     ap.add_argument("--out", default="results/sim/scale")
     a = ap.parse_args()
     until = a.hours * 3600
     rows = []
     for net in [n for n in a.networks.split(",") if n]:
-        r = run(("mlcc-tree", a.servers, a.jobs, net, until, None, (a.stop_hours or a.hours) * 3600))
+        r = run(("mlcc-tree", a.servers, a.jobs, net, until, None))
         rows.append(r)
         print(f"{net:>6}: {r['jobs_in']} jobs, {r['servers']} servers: {r['sim_s'] / 3600:.2f} simulated h in "
               f"{r['wall_s']:.1f} s wall = {r['sim_h_per_wall_min']:.1f} h/min, {r['events']} events "
@@ -70,7 +68,7 @@ def main() -> int:
     growth = []
     for s in [int(x) for x in a.sweep_servers.split(",") if x]:
         for n in [int(x) for x in a.sweep.split(",") if x]:
-            r = run(("mlcc-tree", s, n, "fifo", a.sweep_hours * 3600, None, a.sweep_hours * 3600))
+            r = run(("mlcc-tree", s, n, "fifo", a.sweep_hours * 3600, None))
             growth.append(r)
             print(f"growth: {s} servers, {n} jobs: {r['wall_s']:.2f} s wall, {r['events']} events, "
                   f"{r['events_per_s']:.0f} events/s, {r['stats']['solves']} solves", flush=True)

@@ -268,6 +268,8 @@ def sim(
     bands: int = typer.Option(6, "--bands", help="Bands of one and rr."),
     rr_interval: float = typer.Option(2.0, "--rr-interval", help="rr's rotation period (s)."),
     jitter: float = typer.Option(0.0, "--jitter", help="Each iteration's compute x U(1-J, 1+J), seeded."),
+    steady: int = typer.Option(0, "--steady", help="Extrapolate jobs that share links at their mean iteration "
+                               "time measured over N iterations (0: exact; docs/simulator.md, \"Speed\")."),
     workers: int = typer.Option(1, "--workers", help="Runs in parallel (processes)."),
     out: str = typer.Option("results/sim", "--out", help="Folder for sim.json and the JCT CDF plot."),
     plots: bool = typer.Option(True, "--plots/--no-plots"),
@@ -289,7 +291,7 @@ def sim(
         orders=simrun.parse_list(order, ORDERS, "order"), networks=simrun.parse_list(network, NETWORKS, "network"),
         seeds=tuple(range(seed, seed + repeat)), until_s=until, time_scale=time_scale,
         max_iterations=max_iterations, bands=bands, rr_interval_s=rr_interval,
-        cap_bps=parse_rate_bps(cap) if cap else None, jitter=jitter)
+        cap_bps=parse_rate_bps(cap) if cap else None, jitter=jitter, steady=steady)
     simrun.check(spec)
     con = Console(stderr=True)
     n = len(spec.combos())

@@ -247,3 +247,23 @@ def test_paper000_setting_runs_and_is_deterministic():
         assert r["finished"] == 160 and r["stats"]["max_comm_per_server"] <= 2
         got.append(r["jct_s"])
     assert got[0] == got[1] and got[0] != got[2]
+
+
+@pytest.mark.parametrize("placement", ["sjfbco", "lwf1", "lwf2"])
+def test_capacity_holds_rebuilt_from_the_run(placement):
+    """From each job's start, end and GPUs per server alone: every job got exactly its GPUs, no
+    server ever holds more than it has, no job starts before it arrives."""
+    jobs = workload.synthetic(40, seed=4, window_s=6.0, iterations=(5, 30))
+    st = ClusterSim(single_switch(6), jobs, placement=placement, order="ada-srsf", gpus_per_server=4, seed=4)
+    r = st.run()
+    assert r["finished"] == 40
+    ev = []
+    for j in st.jobs:
+        assert sum(j.gpus_on) == j.spec.gpus and j.start_s >= j.spec.arrival_s - 1e-12
+        ev += [(j.end_s, 0, s, -k) for s, k in zip(j.servers, j.gpus_on)]
+        ev += [(j.start_s, 1, s, k) for s, k in zip(j.servers, j.gpus_on)]
+    used = np.zeros(6, dtype=int)
+    for _, _, s, k in sorted(ev):  # at one instant, ends before starts
+        used[s] += k
+        assert used[s] <= 4
+    assert r["multi_server_jobs"] >= 1

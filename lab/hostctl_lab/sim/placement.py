@@ -15,6 +15,11 @@ changing nothing, if there are not enough such GPUs. ``rng`` (a numpy Generator)
 
 Ties: least-loaded choices break ties by GPU id (so by server, then GPU index), server orders by
 server id: runs are reproducible and the first servers fill first when all are idle.
+
+The cluster engine (hostctl_lab.sim.cluster) places through this module too: ``place_free`` runs the
+same ``ff``, ``rand`` and ``lwf<k>`` on an exclusive view of its servers (a GPU holds one job), plus
+the exclusive-only ``pack`` and ``ls`` and the batch rule ``sjfbco_batch`` (paper 001); see the
+section "The exclusive-GPU model" below.
 """
 
 from __future__ import annotations
@@ -183,7 +188,7 @@ def get_placement(name: str) -> Placement:
 
 
 # ---------------------------------------------------------------------------------------------------
-# The exclusive-GPU model of the cluster engine (hostctl_lab.sim.cluster): a GPU holds at most one job,
+# The exclusive-GPU model: the cluster engine (hostctl_lab.sim.cluster): a GPU holds at most one job,
 # so the state is each server's free GPU count, and a placement is [(server, GPUs), ...].
 #
 # The same rules as above run on an exclusive view of that state (``exclusive_view``: a GpuCluster in

@@ -256,9 +256,10 @@ def sim(
     synthetic: Optional[int] = typer.Option(None, "--synthetic", help="N seeded synthetic jobs (paper 000's mix) "
                                             "instead of the trace."),
     jobs: int = typer.Option(100, "--jobs", help="The first N multi-GPU jobs of the trace."),
-    placement: str = typer.Option("ff", "--placement", help="Comma list: ff, pack, ls, rand."),
-    order: str = typer.Option("fifo", "--order", help="Comma list: fifo, srsf."),
-    network: str = typer.Option("fifo", "--network", help="Comma list: fifo, one, rr, cap, prio-every-link."),
+    placement: str = typer.Option("ff", "--placement", help="Comma list: ff, pack, ls, rand, lwf<k> (e.g. lwf1), sjfbco."),
+    order: str = typer.Option("fifo", "--order", help="Comma list: fifo, srsf, ada-srsf."),
+    network: str = typer.Option("fifo", "--network", help="Comma list: fifo, one, rr, cap, "
+                                 "prio-every-link, adadual, srsf<n> (admission, e.g. srsf1)."),
     seed: int = typer.Option(0, "--seed", help="First seed."),
     repeat: int = typer.Option(1, "--repeat", help="Seeds seed..seed+R-1."),
     until: Optional[float] = typer.Option(None, "--until", help="Stop at this simulated time (s)."),
@@ -281,14 +282,15 @@ def sim(
     from hostctl.core.units import parse_rate_bps
     from hostctl.errors import ConfigError
     from hostctl_lab.sim import run as simrun
-    from hostctl_lab.sim.cluster import NETWORKS, ORDERS, PLACEMENTS
+    from hostctl_lab.sim.cluster import ORDERS
 
     if repeat < 1 or workers < 1 or jobs < 1:
         raise ConfigError("--repeat, --workers and --jobs must be at least 1")
     spec = simrun.SweepSpec(
         topology=topology, servers=servers, oversub=oversub, trace=trace, synthetic=synthetic, jobs=jobs,
-        placements=simrun.parse_list(placement, PLACEMENTS, "placement"),
-        orders=simrun.parse_list(order, ORDERS, "order"), networks=simrun.parse_list(network, NETWORKS, "network"),
+        # lwf<k> and srsf<n> are families: names are checked by simrun.check (ClusterSim's one-line errors)
+        placements=simrun.parse_list(placement, None, "placement"),
+        orders=simrun.parse_list(order, ORDERS, "order"), networks=simrun.parse_list(network, None, "network"),
         seeds=tuple(range(seed, seed + repeat)), until_s=until, time_scale=time_scale,
         max_iterations=max_iterations, bands=bands, rr_interval_s=rr_interval,
         cap_bps=parse_rate_bps(cap) if cap else None, jitter=jitter, steady=steady)

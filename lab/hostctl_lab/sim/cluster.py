@@ -50,15 +50,16 @@ import numpy as np
 
 from hostctl.core.pace import job_caps_Bps
 from hostctl.errors import ConfigError
-from hostctl_lab.sim import kernel
+from hostctl_lab.sim import kernel, sched
+from hostctl_lab.sim import placement as gpu_placement
 from hostctl_lab.sim.topo import Fabric
 from hostctl_lab.sim.workload import JobSpec
 
 ARRIVAL, COMPUTE_END, FLOW_END, LOCAL_END, TICK, FF_END, PARK_END = range(7)
 DONE_BYTES = 1e-3  # a flow with this little left is done
-NETWORKS = ("fifo", "one", "rr", "cap", "prio-every-link")
-ORDERS = ("fifo", "srsf")
-PLACEMENTS = ("ff", "pack", "ls", "rand")
+NETWORKS = ("fifo", "one", "rr", "cap", "prio-every-link", "adadual", "srsf1", "srsf2", "srsf3")  # + srsf<n>
+ORDERS = sched.ORDERS  # fifo, srsf, ada-srsf
+PLACEMENTS = ("ff", "pack", "ls", "rand", "lwf1", "lwf2", "sjfbco")  # + lwf<k> (hostctl_lab.sim.placement)
 DEFAULT_CLASS = 99  # a flow of a job without a band (a host with one job): below every band
 PARK_MAX_JOBS = 32  # components up to this many jobs are watched for a repeating state (parking)
 PARK_HISTORY = 8  # states kept per (component, job, shape)
@@ -93,49 +94,15 @@ class JobState:
     parked_until: float | None = None  # parked with its component until then
 
 
-def place(name: str, free: np.ndarray, n: int, rng: np.random.Generator) -> list[tuple[int, int]] | None:
+def place(name: str, free: np.ndarray, n: int, rng: np.random.Generator,
+          server_load: np.ndarray | None = None, gpus_per_server: int | None = None) -> list[tuple[int, int]] | None:
     """(server, GPUs) for a job of ``n`` GPUs on servers with ``free`` GPUs each, or None if it does
-    not fit. ff: servers in index order; pack: the fewest servers (one that fits alone, the fullest
-    such; else the emptiest first); ls: one GPU at a time on the server with the most free GPUs
-    (spreads); rand: random free GPUs."""
-    if free.sum() < n:
-        return None
-    if name == "ff":
-        out, need = [], n
-        for s in np.flatnonzero(free):
-            k = min(int(free[s]), need)
-            out.append((int(s), k))
-            need -= k
-            if need == 0:
-                return out
-        return None
-    if name == "pack":
-        fits = np.flatnonzero(free >= n)
-        if len(fits):
-            s = fits[np.argmin(free[fits])]
-            return [(int(s), n)]
-        out, need = [], n
-        for s in np.argsort(-free, kind="stable"):
-            if free[s] == 0 or need == 0:
-                break
-            k = min(int(free[s]), need)
-            out.append((int(s), k))
-            need -= k
-        return out if need == 0 else None
-    if name == "ls":
-        f = free.astype(np.int64).copy()
-        got: dict[int, int] = {}
-        for _ in range(n):
-            s = int(np.argmax(f))
-            f[s] -= 1
-            got[s] = got.get(s, 0) + 1
-        return sorted(got.items())
-    if name == "rand":
-        slots = np.repeat(np.arange(len(free)), free.astype(np.int64))
-        pick = rng.choice(slots, size=n, replace=False)
-        s, c = np.unique(pick, return_counts=True)
-        return [(int(a), int(b)) for a, b in zip(s, c)]
-    raise ConfigError(f"unknown placement {name!r}: choose {', '.join(PLACEMENTS)}")
+    not fit: hostctl_lab.sim.placement.place_free (ff, pack, ls, rand, lwf<k>; the one placement
+    module of the lab)."""
+    err = gpu_placement.exclusive_name(name)
+    if err or name == "sjfbco":
+        raise ConfigError(err or "sjfbco is a batch placement: ClusterSim runs it over the whole queue")
+    return gpu_placement.place_free(name, free, n, rng, gpus_per_server, server_load)
 
 
 def exchange(spec: JobSpec, servers: list[int]) -> list[list[tuple[int, int, float]]]:
@@ -159,11 +126,13 @@ class ClusterSim:
                  network: str = "fifo", seed: int = 0, gpus_per_server: int = 8, until_s: float | None = None,
                  bands: int = 6, rr_interval_s: float = 2.0, cap_bps: int | None = None,
                  backfill: bool = True, fast_forward: bool = True, park: bool = True, steady: int = 0,
-                 jitter: float = 0.0) -> None:
-        for what, v, ok in (("placement", placement, PLACEMENTS), ("order", order, ORDERS),
-                            ("network", network, NETWORKS)):
-            if v not in ok:
+                 jitter: float = 0.0, adadual_eta: float | None = None) -> None:
+        for what, v, ok in (("order", order, ORDERS), ("network", network, NETWORKS)):
+            if v not in ok and not (what == "network" and sched.is_admission(v)):
                 raise ConfigError(f"unknown {what} {v!r}: choose {', '.join(ok)}")
+        err = gpu_placement.exclusive_name(placement)
+        if err:
+            raise ConfigError(err)
         if network == "cap" and not cap_bps:
             raise ConfigError("network cap needs a cap: --cap RATE (e.g. 5gbit)")
         big = [j.name for j in jobs if j.gpus > gpus_per_server * fabric.n_hosts and not j.hosts]
@@ -212,6 +181,14 @@ class ClusterSim:
         self.running_net: set[int] = set()  # running jobs on more than one server
         self.stats = {"events": 0, "solves": 0, "full_solves": 0, "solved_flows": 0, "max_active_flows": 0,
                       "ticks": 0, "fast_forwards": 0, "resumes": 0, "parks": 0, "steady_parks": 0, "parked_s": 0.0}
+        # communication admission (--network adadual / srsf<n>: hostctl_lab.sim.sched.Admission)
+        # (adadual_eta: the rule's eta in s/byte, None: hostctl.core.adadual's; 0 gives the threshold 0.5
+        # at which start-now and wait tie in this engine's fluid sharing, which has no contention loss)
+        self.adm = (sched.Admission(self, network, **({} if adadual_eta is None else {"eta": adadual_eta}))
+                    if sched.is_admission(network) else None)
+        if self.adm is not None:  # waiting exchanges are state that parking does not save
+            self.parking = False
+            self.steady = 0
         # policy state
         self.driver = None
         self.host_jobs: dict[int, set[int]] = {}
@@ -285,6 +262,12 @@ class ClusterSim:
     def schedule(self) -> None:
         if self.order == "srsf":
             self.queue.sort(key=lambda i: (self.remaining_service(i), self.jobs[i].spec.arrival_s, i))
+        elif self.order == "ada-srsf":
+            self.queue.sort(key=lambda i: (sched.ada_key(self, i), self.jobs[i].spec.arrival_s, i))
+        if self.placement == "sjfbco":  # a batch rule over the whole queue (hostctl_lab.sim.sched)
+            batch = [i for i in self.queue if not self.jobs[i].spec.hosts]
+            plan = dict(sched.sjfbco_starts(self, batch))
+        loads = sched.server_loads(self) if self.placement.startswith("lwf") else None
         started = []
         for i in self.queue:
             spec = self.jobs[i].spec
@@ -292,13 +275,19 @@ class ClusterSim:
                 started.append(i)
                 self.start_job(i, [(h, 0) for h in dict.fromkeys(spec.hosts + spec.ps_hosts)])
                 continue
-            p = place(self.placement, self.free, spec.gpus, self.rng)
+            if self.placement == "sjfbco":
+                p = plan.get(i)
+            else:
+                p = place(self.placement, self.free, spec.gpus, self.rng, loads, self.gps)
             if p is None:
                 if not self.backfill:
                     break
                 continue
             started.append(i)
             self.start_job(i, p)
+            if loads is not None:  # LWF's L_S counts the job just placed (paper 000, Algorithm 3)
+                for s, k in p:
+                    loads[s] += sched.remaining_s(self, i) * k
         if started:
             s = set(started)
             self.queue = [i for i in self.queue if i not in s]
@@ -358,6 +347,8 @@ class ClusterSim:
         j = self.jobs[i]
         if self.fast_forward and self.try_fast_forward(i):
             return
+        if self.adm is not None and not self.adm.request(i):
+            return  # waits: asked again when an exchange ends (Admission.release)
         j.phase = 0
         self.add_flows(i, j.phases[0])
 
@@ -367,6 +358,8 @@ class ClusterSim:
             j.phase += 1
             self.add_flows(i, j.phases[j.phase])
             return
+        if self.adm is not None:
+            self.adm.release(i)
         j.done_iters += 1
         if self.steady:
             ob = self.steady_obs.get(self.comp_key.get(self.comp_of.get(i)))
@@ -628,6 +621,8 @@ class ClusterSim:
             self.set_policy(f)
         self.dirty.add(i)
         self.jobs[i].open_flows += len(pairs)
+        if self.adm is not None:
+            self.adm.mark(i)
         self.stats["max_active_flows"] = max(self.stats["max_active_flows"], len(self.flows))
 
     def remove_flow(self, f: Flow) -> None:
@@ -807,7 +802,7 @@ class ClusterSim:
             "sim_s": self.now, "wall_s": wall_s, "events": self.stats["events"],
             "events_per_s": self.stats["events"] / wall_s if wall_s > 0 else None,
             "multi_server_jobs": sum(1 for j in self.jobs if len(j.servers) > 1),
-            "stats": dict(self.stats),
+            "stats": {**self.stats, **(self.adm.stats if self.adm is not None else {})},
             "jct_s": {j.spec.name: j.end_s - j.spec.arrival_s for j in done},
         }
 

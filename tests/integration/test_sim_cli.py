@@ -12,7 +12,7 @@ from tests.integration.test_cli_errors import assert_one_line_error, run, show
 def test_a_sweep_writes_sim_json_and_the_cdf(tmp_path):
     out = tmp_path / "simout"
     r = run(["sim", "--topology", "single-switch", "--servers", "8", "--jobs", "12", "--max-iterations", "30",
-             "--time-scale", "0.0001", "--network", "fifo,one",
+             "--time-scale", "0.0001", "--network", "fifo,one", "--steady", "10",
              "--placement", "ff,ls", "--workers", "2", "--out", str(out)], tmp_path)
     assert r.returncode == 0, show(r)
     assert "Traceback" not in r.stdout + r.stderr
@@ -37,6 +37,7 @@ def test_a_sweep_writes_sim_json_and_the_cdf(tmp_path):
     (["--trace", "/nonexistent/jobs.csv"], "cannot read the trace"),
     (["--network", "cap"], "needs a cap"),
     (["--repeat", "0"], "at least 1"),
+    (["--steady", "-5"], "--steady must be a whole number"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, fragment):
     r = run(["sim", "--jobs", "5", "--out", str(tmp_path / "o"), *args], tmp_path)

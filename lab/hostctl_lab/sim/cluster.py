@@ -26,6 +26,17 @@ reserved; when another job that uses one of them starts, the job is brought back
 many iterations done, which phase, how many bytes left) and simulated flow by flow again. The result
 is the same as without (``fast_forward=False``; tests/unit/test_sim_cluster.py compares them).
 
+Parking (``park=True``, exact): jobs that share links (a component of 2..PARK_MAX_JOBS jobs) are
+watched at each compute end; when the component's state (phases, bytes left, compute left) equals one
+it had at the same job's earlier compute end, it repeats with that period. It is parked: its flows
+leave the fabric, its pending events are voided, and its jobs move on by the iterations of the whole
+periods that end before anything outside could change it (``horizon``: the next arrival, the earliest
+end of any other job, rr's next rotation); then it resumes from the saved state. With ``steady=N``
+(approximate), a component that does not repeat is parked the same way once every job has done N
+iterations (after a warm-up) since its members last changed, each job moved on by the span over its
+mean iteration time (rounded, the remainder carried). Nothing starts on a parked component's links
+before it resumes (start_job checks it).
+
 Network policies (the policy code the daemon runs, driven by the simulated clock):
 
 - ``fifo``: ideal TCP, every flow max-min fair on every link;
@@ -64,6 +75,8 @@ DEFAULT_CLASS = 99  # a flow of a job without a band (a host with one job): belo
 PARK_MAX_JOBS = 32  # components up to this many jobs are watched for a repeating state (parking)
 PARK_HISTORY = 8  # states kept per (component, job, shape)
 PARK_MIN_PERIODS = 2  # park only when at least this many whole periods fit
+STEADY_REACH = 2  # --steady: a job that starts or ends makes the jobs this many shared links away measure again
+STEADY_AGREE = 0.01  # --steady: the two halves of a job's window agree on its mean iteration time to 1%
 
 
 class Flow:
@@ -149,7 +162,9 @@ class ClusterSim:
         if not isinstance(steady, int) or steady < 0:
             raise ConfigError(f"--steady must be a whole number of iterations >= 0 (0 = exact), got {steady}")
         self.steady = steady if self.parking else 0
-        self.steady_obs: dict[tuple, dict] = {}  # component -> iteration ends, then mean iteration times
+        self.job_T: dict[int, float] = {}  # --steady: a job's measured mean iteration time
+        self.job_ends: dict[int, list[float]] = {}  # its iteration ends while it is measured
+        self.job_carry: dict[int, float] = {}  # the fraction of an iteration its parks rounded away
         self.comp_key: dict[int, tuple] = {}
         self.park_hist: dict[tuple, list] = {}  # (component, job, shape) -> [(time, floats, iterations done)]
         self.parked: dict[int, tuple] = {}  # park id -> (component's jobs, the job whose exchange waits, saved)
@@ -208,7 +223,9 @@ class ClusterSim:
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, kind, a, b))
 
-    def run(self) -> dict:
+    def run(self, progress=None, every: int = 10000) -> dict:
+        """Simulate to the end (or ``until_s``). ``progress(sim)`` is called every ``every`` events; it
+        returns True to stop the run there (a wall-clock limit, say)."""
         wall0 = time.perf_counter()
         for i, j in enumerate(self.jobs):
             self.push(j.spec.arrival_s, ARRIVAL, i)
@@ -251,6 +268,9 @@ class ClusterSim:
             if not self.heap or self.heap[0][0] > self.now:
                 self.resolve()
             if self.finished == len(self.jobs):
+                break
+            if progress is not None and self.stats["events"] % every == 0 and progress(self):
+                self.stats["stopped_early"] = True
                 break
         return self.report(time.perf_counter() - wall0)
 
@@ -316,7 +336,7 @@ class ClusterSim:
             if other is not None:
                 self.resume(other)
         self.running_net.add(i)
-        self.rebuild_components()
+        self.rebuild_components(i)
         self.hosts_changed(j.servers)
         self.compute_until(i, self.now + self.compute_s(j))
 
@@ -333,7 +353,7 @@ class ClusterSim:
                 self.host_jobs[s].discard(i)
             self.running_net.discard(i)
             self.job_tok.pop(i, None)
-            self.rebuild_components()
+            self.rebuild_components(i)
             self.hosts_changed(j.servers)
         self.schedule()
 
@@ -361,10 +381,8 @@ class ClusterSim:
         if self.adm is not None:
             self.adm.release(i)
         j.done_iters += 1
-        if self.steady:
-            ob = self.steady_obs.get(self.comp_key.get(self.comp_of.get(i)))
-            if ob is not None and ob["T"] is None:
-                ob["ends"].setdefault(i, []).append(self.now)
+        if self.steady and i not in self.job_T:
+            self.job_ends.setdefault(i, []).append(self.now)
         if j.done_iters >= j.spec.iterations:
             self.finish_job(i)
         else:
@@ -523,25 +541,36 @@ class ClusterSim:
         return True
 
     def park_steady(self, jobs: tuple, a: int) -> bool:
-        """Extrapolate the component at each job's mean iteration time, measured over ``steady``
-        iterations (after a warm-up of steady // 5, at least 2) since its jobs last changed."""
-        ob = self.steady_obs.get(jobs)
-        if ob is None:
+        """Extrapolate the component at each job's mean iteration time over its last ``steady``
+        iterations (after a warm-up of steady // 5, at least 2, since its jobs last changed), once the
+        two halves of every job's window agree to STEADY_AGREE."""
+        n, warm, h = self.steady, max(2, self.steady // 5), self.steady // 2
+        ready = True
+        for i in jobs:
+            if i in self.job_T:
+                continue
+            e = self.job_ends.get(i, ())
+            if len(e) < warm + n + 1:
+                ready = False
+                continue
+            # its last n iterations in two halves: their means must agree (a slow beat between jobs
+            # shows as halves that differ); else it measures on
+            m1, m2 = (e[-h - 1] - e[-n - 1]) / (n - h), (e[-1] - e[-h - 1]) / h
+            if abs(m1 - m2) > STEADY_AGREE * max(m1, m2):
+                del e[:-n - 1]
+                ready = False
+                continue
+            self.job_T[i] = (e[-1] - e[-n - 1]) / n
+            del self.job_ends[i]
+        if not ready:
             return False
-        if ob["T"] is None:
-            warm = max(2, self.steady // 5)
-            ends = ob["ends"]
-            if any(len(ends.get(i, ())) < warm + self.steady + 1 for i in jobs):
-                return False
-            ob["T"] = {i: (ends[i][-1] - ends[i][warm]) / (len(ends[i]) - 1 - warm) for i in jobs}
-            ob["ends"] = None
-        T, carry = ob["T"], ob["carry"]
+        T, carry = self.job_T, self.job_carry
         span = self.horizon(set(jobs), ticks=False) - self.now
         for i in jobs:
             j = self.jobs[i]
             span = min(span, (j.spec.iterations - j.done_iters - 2) * T[i])
         span *= 1 - 1e-9
-        if span < PARK_MIN_PERIODS * max(T.values()):
+        if span < PARK_MIN_PERIODS * max(T[i] for i in jobs):
             return False
         adv = []
         for i in jobs:
@@ -636,9 +665,10 @@ class ClusterSim:
         if j.open_flows == 0:
             self.exchange_done(f.job)
 
-    def rebuild_components(self) -> None:
+    def rebuild_components(self, changed: int) -> None:
         """Jobs joined by shared links (union-find over the running networked jobs' exchange links);
-        rebuilt when a networked job starts or ends. Every job with flows is re-solved after."""
+        rebuilt when a networked job (``changed``) starts or ends. Every job with flows is re-solved
+        after. With --steady, the jobs within STEADY_REACH shared links of it measure again."""
         parent: dict[int, int] = {}
 
         def find(x: int) -> int:
@@ -666,10 +696,17 @@ class ClusterSim:
         if self.park_hist:  # states of components that no longer exist
             self.park_hist = {k: v for k, v in self.park_hist.items() if k[0] in now}
         if self.steady:
-            self.steady_obs = {k: v for k, v in self.steady_obs.items() if k in now}
-            for k in now:
-                if len(k) > 1 and k not in self.steady_obs:
-                    self.steady_obs[k] = {"ends": {}, "T": None, "carry": {}}
+            users: dict[int, list[int]] = {}
+            for i in self.running_net:
+                for ln in self.jobs[i].links:
+                    users.setdefault(ln, []).append(i)
+            near, edge = {changed}, {changed}
+            for _ in range(STEADY_REACH):
+                edge = {k for x in edge for ln in self.jobs[x].links for k in users.get(ln, ())} - near
+                near |= edge
+            for k in near:
+                self.job_T.pop(k, None)
+                self.job_ends.pop(k, None)
         self.dirty.update(i for i in self.running_net if self.job_flows.get(i))
 
     def comp_flows(self, jobs) -> list[Flow]:

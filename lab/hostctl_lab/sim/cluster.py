@@ -50,13 +50,13 @@ import numpy as np
 
 from hostctl.core.pace import job_caps_Bps
 from hostctl.errors import ConfigError
-from hostctl_lab.sim import kernel
+from hostctl_lab.sim import kernel, mlccnet
 from hostctl_lab.sim.topo import Fabric
 from hostctl_lab.sim.workload import JobSpec
 
 ARRIVAL, COMPUTE_END, FLOW_END, LOCAL_END, TICK, FF_END = range(6)
 DONE_BYTES = 1e-3  # a flow with this little left is done
-NETWORKS = ("fifo", "one", "rr", "cap", "prio-every-link")
+NETWORKS = ("fifo", "one", "rr", "cap", "prio-every-link") + mlccnet.POLICIES
 ORDERS = ("fifo", "srsf")
 PLACEMENTS = ("ff", "pack", "ls", "rand")
 DEFAULT_CLASS = 99  # a flow of a job without a band (a host with one job): below every band
@@ -151,7 +151,7 @@ class ClusterSim:
     def __init__(self, fabric: Fabric, jobs: list[JobSpec], *, placement: str = "ff", order: str = "fifo",
                  network: str = "fifo", seed: int = 0, gpus_per_server: int = 8, until_s: float | None = None,
                  bands: int = 6, rr_interval_s: float = 2.0, cap_bps: int | None = None,
-                 backfill: bool = True, fast_forward: bool = True, jitter: float = 0.0) -> None:
+                 backfill: bool = True, fast_forward: bool = True, jitter: float = 0.0, slot_s: float = 0.06) -> None:
         for what, v, ok in (("placement", placement, PLACEMENTS), ("order", order, ORDERS),
                             ("network", network, NETWORKS)):
             if v not in ok:
@@ -204,6 +204,8 @@ class ClusterSim:
             pol = "one" if network == "prio-every-link" else network
             self.driver = HostDriver(Config(policy=pol, bands=bands, rr_interval_s=rr_interval_s), None,
                                      link_rate_bps=int(fabric.capacity.max() * 8))
+        # mlcc, mlcc-switch, mcs, ccml: hooks into the policy object (hostctl_lab.sim.mlccnet)
+        self.netpol = mlccnet.make(network, self, slot_s)
 
     # ---------------------------------------------------------------- events
     def push(self, t: float, kind: int, a: int = 0, b: int = 0) -> None:
@@ -216,6 +218,8 @@ class ClusterSim:
             self.push(j.spec.arrival_s, ARRIVAL, i)
         if self.network == "rr":
             self.push(self.rr_interval_s, TICK)
+        if self.netpol is not None and self.netpol.tick_s:
+            self.push(self.netpol.tick_s, TICK, 1)
         while self.heap:
             t, _, kind, a, b = heapq.heappop(self.heap)
             if self.until is not None and t > self.until:
@@ -239,6 +243,11 @@ class ClusterSim:
                     self.release(a)
                     j.done_iters = j.spec.iterations
                     self.finish_job(a)
+            elif kind == TICK and a == 1:  # the network policy's period (mlccnet)
+                self.stats["ticks"] += 1
+                self.dirty |= self.netpol.tick()
+                if self.finished < len(self.jobs):
+                    self.push(self.now + self.netpol.tick_s, TICK, 1)
             elif kind == TICK:
                 self.stats["ticks"] += 1
                 self.tick()
@@ -288,7 +297,7 @@ class ClusterSim:
             return
         for s in j.servers:
             self.host_jobs.setdefault(s, set()).add(i)
-        j.phases = exchange(j.spec, j.servers)
+        j.phases = (self.netpol and self.netpol.exchange(j.spec, j.servers)) or exchange(j.spec, j.servers)
         j.links = tuple(sorted({int(ln) for ph in j.phases for a, b, _ in ph for ln in self.fab.path(a, b)}))
         for ln in j.links:  # a fast-forwarded job on these links comes back: it has company now
             self.link_users[ln] += 1
@@ -298,6 +307,8 @@ class ClusterSim:
         self.running_net.add(i)
         self.rebuild_components()
         self.hosts_changed(j.servers)
+        if self.netpol is not None:
+            self.netpol.job_started(i)
         self.push(self.now + self.compute_s(j), COMPUTE_END, i)
 
     def finish_job(self, i: int) -> None:
@@ -315,6 +326,8 @@ class ClusterSim:
             self.job_tok.pop(i, None)
             self.rebuild_components()
             self.hosts_changed(j.servers)
+            if self.netpol is not None:
+                self.netpol.job_finished(i)
         self.schedule()
 
     def compute_s(self, j: JobState) -> float:
@@ -325,6 +338,8 @@ class ClusterSim:
     # ---------------------------------------------------------------- iterations
     def start_exchange(self, i: int) -> None:
         j = self.jobs[i]
+        if self.netpol is not None and self.netpol.hold(i):
+            return
         if self.fast_forward and self.try_fast_forward(i):
             return
         j.phase = 0
@@ -429,6 +444,8 @@ class ClusterSim:
         for ln in f.path:
             self.link_flows[ln].discard(f.fid)
         self.dirty.add(f.job)
+        if self.netpol is not None:
+            self.netpol.flow_ended(f)
         j = self.jobs[f.job]
         j.open_flows -= 1
         if j.open_flows == 0:
@@ -480,6 +497,8 @@ class ClusterSim:
                 self.remove_flow(f)
 
     def resolve(self) -> None:
+        if self.netpol is not None:
+            self.netpol.before_resolve()
         if not self.dirty:
             return
         jobs = set(self.dirty)
@@ -528,7 +547,9 @@ class ClusterSim:
 
     # ---------------------------------------------------------------- policy
     def set_policy(self, f: Flow) -> None:
-        if self.driver is not None:
+        if self.netpol is not None:
+            self.netpol.flow_started(f)
+        elif self.driver is not None:
             f.prio = self.assign.get(f.src, {}).get(self.jobs[f.job].spec.name, DEFAULT_CLASS)
         elif self.network == "cap":
             mine = [self.flows[fid] for fid in self.job_flows.get(f.job, ()) if self.flows[fid].src == f.src]

@@ -258,7 +258,8 @@ def sim(
     jobs: int = typer.Option(100, "--jobs", help="The first N multi-GPU jobs of the trace."),
     placement: str = typer.Option("ff", "--placement", help="Comma list: ff, pack, ls, rand."),
     order: str = typer.Option("fifo", "--order", help="Comma list: fifo, srsf."),
-    network: str = typer.Option("fifo", "--network", help="Comma list: fifo, one, rr, cap, prio-every-link."),
+    network: str = typer.Option("fifo", "--network", help="Comma list: fifo, one, rr, cap, prio-every-link, mlcc, "
+                                "mlcc-switch, mcs, ccml."),
     seed: int = typer.Option(0, "--seed", help="First seed."),
     repeat: int = typer.Option(1, "--repeat", help="Seeds seed..seed+R-1."),
     until: Optional[float] = typer.Option(None, "--until", help="Stop at this simulated time (s)."),
@@ -268,6 +269,7 @@ def sim(
     bands: int = typer.Option(6, "--bands", help="Bands of one and rr."),
     rr_interval: float = typer.Option(2.0, "--rr-interval", help="rr's rotation period (s)."),
     jitter: float = typer.Option(0.0, "--jitter", help="Each iteration's compute x U(1-J, 1+J), seeded."),
+    slot: float = typer.Option(0.06, "--slot", help="mlcc, mlcc-switch: the planner's slot (s)."),
     workers: int = typer.Option(1, "--workers", help="Runs in parallel (processes)."),
     out: str = typer.Option("results/sim", "--out", help="Folder for sim.json and the JCT CDF plot."),
     plots: bool = typer.Option(True, "--plots/--no-plots"),
@@ -289,7 +291,7 @@ def sim(
         orders=simrun.parse_list(order, ORDERS, "order"), networks=simrun.parse_list(network, NETWORKS, "network"),
         seeds=tuple(range(seed, seed + repeat)), until_s=until, time_scale=time_scale,
         max_iterations=max_iterations, bands=bands, rr_interval_s=rr_interval,
-        cap_bps=parse_rate_bps(cap) if cap else None, jitter=jitter)
+        cap_bps=parse_rate_bps(cap) if cap else None, jitter=jitter, slot_s=slot)
     simrun.check(spec)
     con = Console(stderr=True)
     n = len(spec.combos())

@@ -154,3 +154,17 @@ def test_mlcc_local_keeps_the_lock_step_and_switch_mode_staggers():
 def test_bad_slot_is_one_clear_error():
     with pytest.raises(ConfigError, match="--slot"):
         ClusterSim(single_switch(2), [job("a", 16)], network="mlcc", slot_s=0.0)
+
+
+@pytest.mark.parametrize("size", [1e3, 5e7, 1e9])
+@pytest.mark.parametrize("moving", [True, False])
+def test_local_one_connection_shortcut_is_what_plan_slot_decides(size, moving):
+    # mlcc (local view) skips plan_slot for a host with one connection: its rate is the NIC's capacity.
+    # The daemon's decision on such a host, for bytes left below, around and above a slot's worth
+    from hostctl.core.mlcc import MlccParams
+    from hostctl.core.mlccplan import FabricView, plan_slot
+
+    cap = np.array([C])
+    d = plan_slot([size if moving else 0.0], [C], [0.0], [0], np.zeros((1, 1), dtype=np.int64),
+                  FabricView.empty(cap, 1, 10), moving=[moving], params=MlccParams(slot_s=SLOT))
+    assert d.applied_Bps[0] == pytest.approx(C, rel=1e-12)

@@ -129,7 +129,7 @@ class Mlcc(NetPolicy):
         self.notes: dict[tuple, tuple] = {}  # connection -> (iteration, ceiling it told its receiver)
         self.planned: dict[int, int] = {}  # host -> the slot it was last planned in
         self.slot = 0
-        self.stats = {"plans": 0, "lazy_plans": 0, "cap_writes": 0, "max_nic_overbook": 0.0}
+        self.stats = {"plans": 0, "lazy_plans": 0, "shortcuts": 0, "cap_writes": 0, "max_nic_overbook": 0.0}
 
     # -- jobs and flows
     def job_started(self, i: int) -> None:
@@ -199,10 +199,29 @@ class Mlcc(NetPolicy):
             hc = self.conns[h]
             if not any(k in self.flow for k in hc):
                 continue  # nothing to send: planned lazily if a flow starts this slot
+            if not self.switch and len(hc) == 1:
+                # local view, one connection: the plan is the NIC's capacity whatever its bytes (Algorithm 1
+                # on a free link: the whole link, or a plan that ends in slot 0, paced at the headroom);
+                # tests/unit/test_sim_mlcc.py checks this against plan_slot
+                self.shortcut(h, dirty)
+                continue
             entries += self.plan_host(h, dirty=dirty)
         if self.table is not None:
             self.table.publish(entries)
         return dirty
+
+    def shortcut(self, h: int, dirty: set) -> None:
+        """A host with one connection, local view: its applied rate is its NIC's capacity."""
+        self.planned[h] = self.slot
+        self.stats["shortcuts"] += 1
+        (k, c), = self.conns[h].items()
+        rate = float(self.sim.fab.capacity[int(c.links[0])])
+        self.applied[k] = rate
+        f = self.flow.get(k)
+        if f is not None and abs(rate - f.cap) > RATE_DEADBAND * min(rate, f.cap):
+            f.cap = rate
+            self.stats["cap_writes"] += 1
+            dirty.add(c.job)
 
     def plan_host(self, h: int, *, dirty: set | None = None, lazy: bool = False) -> list:
         """Host h's decision for the current slot (plan_slot), its caps written; returns its schedules

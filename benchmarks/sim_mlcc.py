@@ -8,9 +8,9 @@ Part 1: the first ``--jobs`` multi-GPU Philly jobs on ``--servers`` servers of M
 10 ToRs per edge switch, 10/20/40 Gbit/s), ``ff`` placement, fifo queue, every network of NETWORKS, every
 seed; prints average JCT per network, its ratio to fifo, and MLCC's ratios to MCS and CCML (the paper:
 -33.6% and -23.3% at 1000 servers), each a mean over seeds of per-seed ratios. Part 2 (``--speed-until``
-> 0): the speed target's case (1000 servers, the first 1000 multi-GPU Philly jobs compressed into one
-simulated hour, as benchmarks/sim_scale.py) under ``mlcc`` for the first ``--speed-until`` simulated
-seconds: wall time per simulated second. Writes OUT/sim_mlcc.json and OUT/sim_mlcc.png.
+> 0): speed at the target's scale: 1000 servers, benchmarks/sim_scale.py's dense case (the first 250
+multi-GPU Philly jobs arriving over 3 simulated minutes), fifo, mlcc and mlcc-switch for the first
+``--speed-until`` simulated seconds: wall time, and wall minutes per simulated hour at that density. Writes OUT/sim_mlcc.json and OUT/sim_mlcc.png.
 """
 
 from __future__ import annotations
@@ -41,21 +41,25 @@ def ratios(runs: list[dict]) -> dict:
     return out
 
 
-def speed(until_s: float, network: str = "mlcc") -> dict:
-    """The speed target's case under ``network`` for ``until_s`` simulated seconds."""
+def speed(until_s: float, network: str, jobs: int = 250, span_s: float = 180.0) -> dict:
+    """Wall time of the speed target's fabric (1000 servers) under ``network`` for the first ``until_s``
+    simulated seconds, with the first ``jobs`` multi-GPU Philly jobs' arrivals compressed into ``span_s``
+    (benchmarks/sim_scale.py's dense case: 250 jobs in 3 simulated minutes)."""
     from hostctl_lab.sim.cluster import simulate
     from hostctl_lab.sim.topo import load
     from hostctl_lab.sim.workload import philly
 
     fab = load("mlcc-tree", 1000)
-    js = philly(None, 1000, seed=0)
+    js = philly(None, jobs, seed=0)
     span = max(j.arrival_s for j in js) or 1.0
-    js = philly(None, 1000, seed=0, time_scale=0.999 * 3600 / span)
+    js = philly(None, jobs, seed=0, time_scale=0.999 * span_s / span)
     r = simulate(fab, js, network=network, until_s=until_s)
     r.pop("jct_s")
-    return {"network": network, "servers": 1000, "jobs": 1000, "until_s": until_s, "wall_s": r["wall_s"],
-            "wall_s_per_sim_s": r["wall_s"] / until_s, "events": r["events"], "stats": r["stats"],
-            "running_multi_server_jobs": r["multi_server_jobs"]}
+    st = r["stats"]
+    return {"network": network, "servers": 1000, "jobs": jobs, "arrivals_span_s": span_s, "until_s": until_s,
+            "wall_s": r["wall_s"], "wall_s_per_sim_s": r["wall_s"] / until_s,
+            "wall_s_per_sim_hour": 3600 * r["wall_s"] / until_s, "events": r["events"], "stats": st,
+            "started_multi_server_jobs": r["multi_server_jobs"]}
 
 
 def plot(runs: list[dict], path: str, title: str) -> None:
@@ -93,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--slot", type=float, default=0.06)
-    ap.add_argument("--speed-until", type=float, default=20.0, help="0: skip the 1000-server speed run")
+    ap.add_argument("--speed-until", type=float, default=10.0, help="0: skip the 1000-server speed runs")
     ap.add_argument("--out", default="docs/results/sim/mlcc")
     a = ap.parse_args(argv)
     if min(a.servers, a.jobs, a.seeds, a.workers, a.max_iterations) < 1 or a.time_scale <= 0 or a.slot <= 0:
@@ -127,12 +131,15 @@ def main(argv: list[str] | None = None) -> int:
         if rat.get(k):
             print(f"{k:18} {rat[k]['mean']:.3f} ({(rat[k]['mean'] - 1) * 100:+.1f}%)  per seed "
                   + " ".join(f"{x:.3f}" for x in rat[k]["per_seed"]))
-    sp = None
+    sp = []
     if a.speed_until > 0:
-        sp = speed(a.speed_until)
-        print(f"speed: mlcc, 1000 servers, 1000 Philly jobs in one hour: first {a.speed_until:g} simulated s in "
-              f"{sp['wall_s']:.1f} s wall ({sp['wall_s_per_sim_s']:.2f} s per simulated s; "
-              f"{sp['stats']['ticks']} slots, {sp['events']} events)")
+        for n in ("fifo", "mlcc", "mlcc-switch"):
+            sp.append(speed(a.speed_until, n))
+            x = sp[-1]
+            print(f"speed {n:12}: 1000 servers, {x['jobs']} Philly jobs arriving over {x['arrivals_span_s']:g} s: first "
+                  f"{a.speed_until:g} simulated s in {x['wall_s']:.1f} s wall ({x['wall_s_per_sim_hour'] / 60:.0f} wall "
+                  f"min per simulated hour at this density; {x['started_multi_server_jobs']} networked jobs started, "
+                  f"{x['stats']['solves']} solves, {x['stats']['ticks']} slots)")
     os.makedirs(a.out, exist_ok=True)
     for r in runs:
         r["jct_s"] = {k: round(v, 4) for k, v in r["jct_s"].items()}

@@ -274,13 +274,17 @@ class Mlcc(NetPolicy):
                 self.stats["cap_writes"] += 1
                 dirty.add(c.job)
         if self.deps:
-            it = {c.job: sim.jobs[c.job].done_iters for c in cs}
+            # which iteration a report's bytes belong to: the current one while the job exchanges (or the
+            # connection sends); the one before while the job computes (an idle connection reports the
+            # bytes of the exchange it finished)
             rep = d.reports.tolist()
             nb = d.slot.notify_bytes.tolist() if d.slot.notify_bytes is not None else [math.nan] * n
-            for k, c, F, r, note in zip(ks, cs, rep, r0.tolist(), nb):
-                self.reports[k] = (it[c.job], F, r)
+            for k, c, f, F, r, note in zip(ks, cs, flows, rep, r0.tolist(), nb):
+                j = sim.jobs[c.job]
+                it = j.done_iters if f is not None or (j.open_flows > 0 and not lazy) else j.done_iters - 1
+                self.reports[k] = (it, F, r)
                 if note == note:
-                    self.notes[k] = (it[c.job], note)
+                    self.notes[k] = (it, note)
                 else:
                     self.notes.pop(k, None)
         return [(c.job, h, c.links, d.slot.rates_Bps[x]) for x, c in enumerate(cs)]

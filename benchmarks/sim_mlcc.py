@@ -7,7 +7,8 @@ simulator on MLCC's tree (docs/sim-mlcc.md).
 Part 1: the first ``--jobs`` multi-GPU Philly jobs on ``--servers`` servers of MLCC's tree (10 per ToR,
 10 ToRs per edge switch, 10/20/40 Gbit/s), ``ff`` placement, fifo queue, every network of NETWORKS, every
 seed; prints average JCT per network, its ratio to fifo, and MLCC's ratios to MCS and CCML (the paper:
--33.6% and -23.3% at 1000 servers), each a mean over seeds of per-seed ratios. Part 2 (``--speed-until``
+-33.6% and -23.3% at 1000 servers), each a mean over seeds of per-seed ratios; and each network against
+fifo on the multi-server jobs that got the same servers in both runs (the network's effect alone). Part 2 (``--speed-until``
 > 0): speed at the target's scale: 1000 servers, benchmarks/sim_scale.py's dense case (the first 250
 multi-GPU Philly jobs arriving over 3 simulated minutes), fifo, mlcc and mlcc-switch for the first
 ``--speed-until`` simulated seconds: wall time, and wall minutes per simulated hour at that density. Writes OUT/sim_mlcc.json and OUT/sim_mlcc.png.
@@ -21,6 +22,7 @@ import os
 import platform
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 
 import numpy as np
@@ -38,6 +40,41 @@ def ratios(runs: list[dict]) -> dict:
     for a, b in pairs:
         v = [by[(a, s)] / by[(b, s)] for s in seeds if by.get((a, s)) and by.get((b, s))]
         out[f"{a}/{b}"] = {"mean": float(np.mean(v)), "per_seed": v} if v else None
+    return out
+
+
+def run_placed(d: dict, combo: dict) -> dict:
+    """hostctl_lab.sim.run.run_one, plus each job's servers (for the paired comparison)."""
+    from hostctl_lab.sim.cluster import ClusterSim
+    from hostctl_lab.sim.run import SweepSpec, load_fabric, load_jobs
+
+    sp = SweepSpec(**d)
+    sim = ClusterSim(load_fabric(sp), list(load_jobs(sp, combo["seed"])), placement=combo["placement"],
+                     order=combo["order"], network=combo["network"], seed=combo["seed"],
+                     gpus_per_server=sp.gpus_per_server, slot_s=sp.slot_s)
+    r = sim.run()
+    r["servers"] = {j.spec.name: j.servers for j in sim.jobs}
+    return {**combo, **r}
+
+
+def paired(runs: list[dict]) -> dict:
+    """Every network against fifo on the jobs that ran on the same servers (more than one) in both runs of a
+    seed: the network's effect without the placement's (a policy changes when jobs end, hence where later
+    jobs go). Mean over seeds of (sum of those jobs' JCTs / the same under fifo), and how many jobs."""
+    by = {(r["network"], r["seed"]): r for r in runs}
+    out = {}
+    for n in NETWORKS[1:]:
+        v, cnt = [], []
+        for s in sorted({r["seed"] for r in runs}):
+            a, b = by.get((n, s)), by.get(("fifo", s))
+            if not a or not b:
+                continue
+            same = [k for k, sv in a["servers"].items() if len(sv) > 1 and sv == b["servers"].get(k)
+                    and k in a["jct_s"] and k in b["jct_s"]]
+            if same:
+                v.append(sum(a["jct_s"][k] for k in same) / sum(b["jct_s"][k] for k in same))
+                cnt.append(len(same))
+        out[f"{n}/fifo"] = {"mean": float(np.mean(v)), "per_seed": v, "jobs": cnt} if v else None
     return out
 
 
@@ -103,16 +140,19 @@ def main(argv: list[str] | None = None) -> int:
     if min(a.servers, a.jobs, a.seeds, a.workers, a.max_iterations) < 1 or a.time_scale <= 0 or a.slot <= 0:
         ap.error("--servers, --jobs, --seeds, --workers, --max-iterations must be >= 1; --time-scale, --slot > 0")
     from hostctl.errors import ConfigError
-    from hostctl_lab.sim.run import SweepSpec, summarize, sweep
+    from hostctl_lab.sim.run import SweepSpec, check, summarize
 
     spec = SweepSpec(topology="mlcc-tree", servers=a.servers, jobs=a.jobs, time_scale=a.time_scale,
                      max_iterations=a.max_iterations, networks=NETWORKS, seeds=tuple(range(a.seeds)), slot_s=a.slot)
     t0 = time.monotonic()
     try:
-        runs = sweep(spec, a.workers)
+        check(spec)
     except ConfigError as e:
         print(f"sim_mlcc: {e}", file=sys.stderr)
         return 2
+    d = asdict(spec)
+    with ProcessPoolExecutor(max_workers=a.workers) as ex:
+        runs = list(ex.map(run_placed, [d] * len(spec.combos()), spec.combos()))
     wall = time.monotonic() - t0
     rows = summarize(runs)
     rat = ratios(runs)
@@ -131,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         if rat.get(k):
             print(f"{k:18} {rat[k]['mean']:.3f} ({(rat[k]['mean'] - 1) * 100:+.1f}%)  per seed "
                   + " ".join(f"{x:.3f}" for x in rat[k]["per_seed"]))
+    pair = paired(runs)
+    for k, v in pair.items():
+        if v:
+            print(f"{k:18} on jobs placed alike: {v['mean']:.3f} ({(v['mean'] - 1) * 100:+.1f}%), per seed "
+                  + " ".join(f"{x:.3f}" for x in v["per_seed"]) + f", jobs {v['jobs']}")
     sp = []
     if a.speed_until > 0:
         for n in ("fifo", "mlcc", "mlcc-switch"):
@@ -148,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dump({"command": " ".join(["python benchmarks/sim_mlcc.py"] + (argv or sys.argv[1:])),
                    "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
-                   "spec": asdict(spec), "wall_s": wall, "summary": rows, "ratios": rat, "speed": sp, "runs": runs},
+                   "spec": asdict(spec), "wall_s": wall, "summary": rows, "ratios": rat, "paired_vs_fifo": pair, "speed": sp, "runs": runs},
                   f, indent=1)
     plot(runs, os.path.join(a.out, "sim_mlcc.png"),
          f"mlcc-tree {a.servers} servers, {a.jobs} Philly jobs (time scale {a.time_scale:g}), {a.seeds} seeds")

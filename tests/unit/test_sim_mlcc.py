@@ -168,3 +168,28 @@ def test_local_one_connection_shortcut_is_what_plan_slot_decides(size, moving):
     d = plan_slot([size if moving else 0.0], [C], [0.0], [0], np.zeros((1, 1), dtype=np.int64),
                   FabricView.empty(cap, 1, 10), moving=[moving], params=MlccParams(slot_s=SLOT))
     assert d.applied_Bps[0] == pytest.approx(C, rel=1e-12)
+
+
+@pytest.mark.parametrize("net", ["mlcc", "mcs", "ccml"])
+def test_fast_forward_of_lone_jobs_changes_nothing_under_the_new_policies(net):
+    # jobs alone on their links are fast-forwarded (one event to their end) also under these policies:
+    # alone, MLCC's local plan is the whole NIC, MCS's MADD gives the whole port, CCML has no one to wait
+    # for. The same run simulated iteration by iteration gives the same JCTs. (mlcc-switch does not
+    # fast-forward: a lone job's exchanges set its place in the table's arrival order.) Racks of 2 on a 10 Gbit/s NIC /
+    # 20 Gbit/s uplink tree: a, b alone in their racks; c, d share host 4 and its rack's uplink
+    fab = mlcc_tree(8, per_tor=2, tors_per_edge=2)
+    jobs = [JobSpec("a", 0.0, 1, "m", int(4e8), 0.05, 6, "ring", hosts=(0, 1)),
+            JobSpec("b", 0.2, 1, "m", int(3e8), 0.07, 5, "ring", hosts=(2, 3)),
+            JobSpec("c", 0.1, 1, "m", int(5e8), 0.05, 4, "ring", hosts=(4, 6)),
+            JobSpec("d", 0.3, 1, "m", int(2e8), 0.08, 6, "ring", hosts=(4, 5, 7))]
+    on = simulate(fab, jobs, network=net)
+    off = simulate(fab, jobs, network=net, fast_forward=False)
+    assert on["stats"]["fast_forwards"] >= 2
+    assert off["stats"]["fast_forwards"] == 0
+    for k in "abcd":
+        assert on["jct_s"][k] == pytest.approx(off["jct_s"][k], rel=1e-9), k
+
+
+def test_mlcc_switch_does_not_fast_forward():
+    r = simulate(single_switch(2), [job("a", 16, iters=3)], network="mlcc-switch")
+    assert r["stats"]["fast_forwards"] == 0 and r["stats"]["ticks"] > 0

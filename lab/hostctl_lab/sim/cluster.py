@@ -206,6 +206,8 @@ class ClusterSim:
                                      link_rate_bps=int(fabric.capacity.max() * 8))
         # mlcc, mlcc-switch, mcs, ccml: hooks into the policy object (hostctl_lab.sim.mlccnet)
         self.netpol = mlccnet.make(network, self, slot_s)
+        if self.netpol is not None and not self.netpol.fast_forward_ok:
+            self.fast_forward = False
 
     # ---------------------------------------------------------------- events
     def push(self, t: float, kind: int, a: int = 0, b: int = 0) -> None:

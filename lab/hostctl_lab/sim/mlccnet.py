@@ -53,6 +53,7 @@ class NetPolicy:
     """The hooks ClusterSim calls (defaults: no effect)."""
 
     tick_s: float | None = None  # period of tick() (None: no tick)
+    fast_forward_ok = True  # a job alone on its links may be fast-forwarded (ClusterSim.try_fast_forward)
 
     def __init__(self, sim) -> None:
         self.sim = sim
@@ -120,6 +121,9 @@ class Mlcc(NetPolicy):
         self.params = MlccParams(slot_s=slot_s, K=K)
         self.floor = wait_floor_Bps(slot_s)
         self.table = ScheduleTable(K) if switch else None
+        # switch view: a job alone on its links still publishes, and the arrival order the table keeps
+        # depends on when its exchanges were busy: no fast-forward (exact, slower)
+        self.fast_forward_ok = not switch
         self.deps = switch  # the daemon runs Algorithm 2 in switch mode (deps=True by default)
         self.conns: dict[int, dict[tuple, Conn]] = {}  # host -> its connections (of running jobs)
         self.key: dict[tuple, tuple] = {}  # (job, src, last link of the path) -> connection

@@ -176,6 +176,8 @@ class Mlcc(NetPolicy):
                     d.pop(k, None)
             if not hc:
                 del self.conns[s]
+        for k in [k for k in self.key if k[0] == i]:
+            del self.key[k]
 
     def conn_of(self, f) -> tuple:
         return self.key[(f.job, f.src, int(f.path[-1]))]
@@ -396,6 +398,8 @@ class Mcs(NetPolicy):
 
     def job_finished(self, i: int) -> None:
         self.pending.add(i)
+        for k in [k for k in self.dst if k[0] == i]:
+            del self.dst[k]
 
     def flow_started(self, f) -> None:
         self.pending.add(f.job)

@@ -2,16 +2,18 @@
 simulator on MLCC's tree (docs/sim-mlcc.md).
 
     python benchmarks/sim_mlcc.py [--servers 100] [--jobs 40] [--time-scale 0.0001] [--max-iterations 200]
-        [--seeds 2] [--workers 2] [--speed-until 20] [--out docs/results/sim/mlcc]
+        [--seeds 2] [--workers 2] [--speed-until 180] [--out docs/results/sim/mlcc]
 
 Part 1: the first ``--jobs`` multi-GPU Philly jobs on ``--servers`` servers of MLCC's tree (10 per ToR,
 10 ToRs per edge switch, 10/20/40 Gbit/s), ``ff`` placement, fifo queue, every network of NETWORKS, every
 seed; prints average JCT per network, its ratio to fifo, and MLCC's ratios to MCS and CCML (the paper:
 -33.6% and -23.3% at 1000 servers), each a mean over seeds of per-seed ratios; and each network against
-fifo on the multi-server jobs that got the same servers in both runs (the network's effect alone). Part 2 (``--speed-until``
-> 0): speed at the target's scale: 1000 servers, benchmarks/sim_scale.py's dense case (the first 250
-multi-GPU Philly jobs arriving over 3 simulated minutes), fifo, mlcc and mlcc-switch for the first
-``--speed-until`` simulated seconds: wall time, and wall minutes per simulated hour at that density. Writes OUT/sim_mlcc.json and OUT/sim_mlcc.png.
+fifo on the multi-server jobs that got the same servers in both runs (the network's effect alone).
+
+Part 2 (``--speed-until`` > 0): speed at the target's scale: 1000 servers, benchmarks/sim_scale.py's
+dense case (the first 250 multi-GPU Philly jobs arriving over 3 simulated minutes), fifo, mlcc and
+mlcc-switch for the first ``--speed-until`` simulated seconds: wall time, and wall minutes per simulated
+hour at that density. Writes OUT/sim_mlcc.json and OUT/sim_mlcc.png.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--slot", type=float, default=0.06)
-    ap.add_argument("--speed-until", type=float, default=10.0, help="0: skip the 1000-server speed runs")
+    ap.add_argument("--speed-until", type=float, default=180.0, help="0: skip the 1000-server speed runs")
     ap.add_argument("--out", default="docs/results/sim/mlcc")
     a = ap.parse_args(argv)
     if min(a.servers, a.jobs, a.seeds, a.workers, a.max_iterations) < 1 or a.time_scale <= 0 or a.slot <= 0:
@@ -181,10 +183,11 @@ def main(argv: list[str] | None = None) -> int:
         for n in ("fifo", "mlcc", "mlcc-switch"):
             sp.append(speed(a.speed_until, n))
             x = sp[-1]
-            print(f"speed {n:12}: 1000 servers, {x['jobs']} Philly jobs arriving over {x['arrivals_span_s']:g} s: first "
-                  f"{a.speed_until:g} simulated s in {x['wall_s']:.1f} s wall ({x['wall_s_per_sim_hour'] / 60:.0f} wall "
-                  f"min per simulated hour at this density; {x['started_multi_server_jobs']} networked jobs started, "
-                  f"{x['stats']['solves']} solves, {x['stats']['ticks']} slots)")
+            print(f"speed {n:12}: 1000 servers, {x['jobs']} Philly jobs arriving over {x['arrivals_span_s']:g} s: "
+                  f"first {a.speed_until:g} simulated s in {x['wall_s']:.1f} s wall "
+                  f"({x['wall_s_per_sim_hour'] / 60:.0f} wall min per simulated hour at this density; "
+                  f"{x['started_multi_server_jobs']} networked jobs started, {x['stats']['solves']} solves, "
+                  f"{x['stats']['ticks']} slots)")
     os.makedirs(a.out, exist_ok=True)
     for r in runs:
         r["jct_s"] = {k: round(v, 4) for k, v in r["jct_s"].items()}
@@ -193,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         json.dump({"command": " ".join(["python benchmarks/sim_mlcc.py"] + (argv or sys.argv[1:])),
                    "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
-                   "spec": asdict(spec), "wall_s": wall, "summary": rows, "ratios": rat, "paired_vs_fifo": pair, "speed": sp, "runs": runs},
+                   "spec": asdict(spec), "wall_s": wall, "summary": rows, "ratios": rat, "paired_vs_fifo": pair,
+                   "speed": sp, "runs": runs},
                   f, indent=1)
     plot(runs, os.path.join(a.out, "sim_mlcc.png"),
          f"mlcc-tree {a.servers} servers, {a.jobs} Philly jobs (time scale {a.time_scale:g}), {a.seeds} seeds")

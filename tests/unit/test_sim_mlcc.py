@@ -193,3 +193,30 @@ def test_fast_forward_of_lone_jobs_changes_nothing_under_the_new_policies(net):
 def test_mlcc_switch_does_not_fast_forward():
     r = simulate(single_switch(2), [job("a", 16, iters=3)], network="mlcc-switch")
     assert r["stats"]["fast_forwards"] == 0 and r["stats"]["ticks"] > 0
+
+
+def test_schedule_table_views_by_arrival_shifted_one_slot():
+    from hostctl_lab.mlcctable import ScheduleTable
+
+    t = ScheduleTable(K=3)
+    r = lambda *x: np.array(x, dtype=float)  # noqa: E731
+    # slot 1: job "a" (host 0) books link 7; job "b" (host 1) publishes nothing yet
+    t.publish([("a", 0, [7], r(5, 4, 3)), ("b", 1, [7, 8], r(0, 0, 0))])
+    assert t.arrival == {"a": 0}
+    # slot 2: b sends too (arrives second); a's second flow, from host 2, shares link 7
+    t.publish([("a", 0, [7], r(5, 4, 3)), ("b", 1, [7, 8], r(2, 2, 0)), ("a", 2, [7], r(1, 1, 1))])
+    assert t.arrival == {"a": 0, "b": 1}
+    assert t.wave(["b", "a", "c"]).tolist() == [1, 0, 2]
+    # host 1 plans b around a (arrived first), its own link columns [8, 7]; rows one slot on, the last
+    # slot repeated
+    v = t.view(1, ["b"], [8, 7], np.array([10.0, 10.0]))
+    assert v.other_Bps[0].tolist() == [[0, 0, 0], [4 + 1, 3 + 1, 3 + 1]]
+    assert v.same_Bps[0].tolist() == [[0, 0, 0], [0, 0, 0]] and v.busy0_Bps.tolist() == [0, 5]
+    # host 0 plans a: b arrived after a, so not around it; a's flow from host 2 is the same job
+    v = t.view(0, ["a"], [7], np.array([10.0]))
+    assert v.other_Bps[0].tolist() == [[0, 0, 0]]
+    assert v.same_Bps[0].tolist() == [[1, 1, 1]] and v.same_flows[0].tolist() == [[1, 1, 1]]
+    assert v.busy0_Bps.tolist() == [2 + 1]
+    # slot 3: a computes (publishes zeros): it is forgotten, b keeps its place
+    t.publish([("a", 0, [7], r(0, 0, 0)), ("b", 1, [7, 8], r(2, 0, 0))])
+    assert t.arrival == {"b": 1}

@@ -256,10 +256,11 @@ def sim(
     synthetic: Optional[int] = typer.Option(None, "--synthetic", help="N seeded synthetic jobs (paper 000's mix) "
                                             "instead of the trace."),
     jobs: int = typer.Option(100, "--jobs", help="The first N multi-GPU jobs of the trace."),
-    placement: str = typer.Option("ff", "--placement", help="Comma list: ff, pack, ls, rand."),
-    order: str = typer.Option("fifo", "--order", help="Comma list: fifo, srsf."),
-    network: str = typer.Option("fifo", "--network", help="Comma list: fifo, one, rr, cap, prio-every-link, mlcc, "
-                                "mlcc-switch, mcs, ccml."),
+    placement: str = typer.Option("ff", "--placement", help="Comma list: ff, pack, ls, rand, lwf<k> (e.g. lwf1), sjfbco."),
+    order: str = typer.Option("fifo", "--order", help="Comma list: fifo, srsf, ada-srsf."),
+    network: str = typer.Option("fifo", "--network", help="Comma list: fifo, one, rr, cap, "
+                                 "prio-every-link, adadual, srsf<n> (admission, e.g. srsf1), mlcc, mlcc-switch, "
+                                 "mcs, ccml."),
     seed: int = typer.Option(0, "--seed", help="First seed."),
     repeat: int = typer.Option(1, "--repeat", help="Seeds seed..seed+R-1."),
     until: Optional[float] = typer.Option(None, "--until", help="Stop at this simulated time (s)."),
@@ -269,6 +270,8 @@ def sim(
     bands: int = typer.Option(6, "--bands", help="Bands of one and rr."),
     rr_interval: float = typer.Option(2.0, "--rr-interval", help="rr's rotation period (s)."),
     jitter: float = typer.Option(0.0, "--jitter", help="Each iteration's compute x U(1-J, 1+J), seeded."),
+    steady: int = typer.Option(0, "--steady", help="Extrapolate jobs that share links at their mean iteration "
+                               "time measured over N iterations (0: exact; docs/simulator.md, \"Speed\")."),
     slot: float = typer.Option(0.06, "--slot", help="mlcc, mlcc-switch: the planner's slot (s)."),
     workers: int = typer.Option(1, "--workers", help="Runs in parallel (processes)."),
     out: str = typer.Option("results/sim", "--out", help="Folder for sim.json and the JCT CDF plot."),
@@ -281,17 +284,18 @@ def sim(
     from hostctl.core.units import parse_rate_bps
     from hostctl.errors import ConfigError
     from hostctl_lab.sim import run as simrun
-    from hostctl_lab.sim.cluster import NETWORKS, ORDERS, PLACEMENTS
+    from hostctl_lab.sim.cluster import ORDERS
 
     if repeat < 1 or workers < 1 or jobs < 1:
         raise ConfigError("--repeat, --workers and --jobs must be at least 1")
     spec = simrun.SweepSpec(
         topology=topology, servers=servers, oversub=oversub, trace=trace, synthetic=synthetic, jobs=jobs,
-        placements=simrun.parse_list(placement, PLACEMENTS, "placement"),
-        orders=simrun.parse_list(order, ORDERS, "order"), networks=simrun.parse_list(network, NETWORKS, "network"),
+        # lwf<k> and srsf<n> are families: names are checked by simrun.check (ClusterSim's one-line errors)
+        placements=simrun.parse_list(placement, None, "placement"),
+        orders=simrun.parse_list(order, ORDERS, "order"), networks=simrun.parse_list(network, None, "network"),
         seeds=tuple(range(seed, seed + repeat)), until_s=until, time_scale=time_scale,
         max_iterations=max_iterations, bands=bands, rr_interval_s=rr_interval,
-        cap_bps=parse_rate_bps(cap) if cap else None, jitter=jitter, slot_s=slot)
+        cap_bps=parse_rate_bps(cap) if cap else None, jitter=jitter, steady=steady, slot_s=slot)
     simrun.check(spec)
     con = Console(stderr=True)
     n = len(spec.combos())

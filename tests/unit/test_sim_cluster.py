@@ -147,3 +147,51 @@ def test_jitter_is_seeded_and_off_by_default():
     assert a["stats"]["fast_forwards"] == 0
     with pytest.raises(ConfigError, match="jitter"):
         ClusterSim(single_switch(2), jobs, jitter=1.5)
+
+
+def _mix(seed, n=8, iters=(200, 600)):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [job(f"j{k}", int(rng.choice([2, 3, 4])), size=float(rng.uniform(2e8, 2e9)),
+                compute=float(rng.uniform(0.05, 0.3)), iters=int(rng.integers(*iters)),
+                arrival=float(rng.uniform(0, 10)), kind=str(rng.choice(["ring", "ps"]))) for k in range(n)]
+
+
+@pytest.mark.parametrize("network", ["fifo", "one", "cap"])
+def test_parking_a_repeating_component_changes_no_result(network):
+    """Identical jobs on the same servers iterate in lock-step: their component's state repeats, so
+    it is parked for whole periods (taken off the fabric, its jobs moved on); a third job arriving
+    later brings it back. The same JCTs as simulating every flow."""
+    # ls spreads each 2-GPU job over both servers: a and b ring between the same two NICs
+    jobs = [job("a", 2, iters=400), job("b", 2, iters=500), job("c", 2, size=3e8, iters=60, arrival=30.0)]
+    kw = dict(gpus_per_server=3, placement="ls", network=network, cap_bps=6 * GB)
+    fab = single_switch(2)
+    parked = simulate(fab, jobs, **kw)
+    exact = simulate(fab, jobs, park=False, **kw)
+    assert parked["stats"]["parks"] > 0 and parked["stats"]["steady_parks"] == 0
+    assert exact["stats"]["parks"] == 0
+    assert parked["jct_s"] == pytest.approx(exact["jct_s"], rel=1e-9)
+    assert parked["events"] < exact["events"] / 3
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_steady_extrapolation_is_close_to_exact(seed):
+    """--steady N: components whose state does not repeat are extrapolated at each job's mean
+    iteration time over N iterations. Checked against the exact run (every flow simulated): average
+    JCT within 1%, every job within 3%."""
+    jobs = _mix(seed)
+    fab = mlcc_tree(8, per_tor=4, tors_per_edge=2)
+    kw = dict(gpus_per_server=2, placement="ls", network="fifo", seed=seed)
+    approx = simulate(fab, jobs, steady=20, **kw)
+    exact = simulate(fab, jobs, park=False, **kw)
+    assert approx["stats"]["steady_parks"] > 0
+    assert approx["events"] < exact["events"]
+    assert approx["avg_jct_s"] == pytest.approx(exact["avg_jct_s"], rel=0.01)
+    for name, t in exact["jct_s"].items():
+        assert approx["jct_s"][name] == pytest.approx(t, rel=0.03)
+
+
+def test_steady_must_be_a_count():
+    with pytest.raises(ConfigError, match="--steady"):
+        ClusterSim(single_switch(2), [job("a", 2)], steady=-1)

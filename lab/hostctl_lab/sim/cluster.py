@@ -50,23 +50,27 @@ import numpy as np
 
 from hostctl.core.pace import job_caps_Bps
 from hostctl.errors import ConfigError
-from hostctl_lab.sim import kernel, mlccnet
+from hostctl_lab.sim import kernel, mlccnet, sched
+from hostctl_lab.sim import placement as gpu_placement
 from hostctl_lab.sim.topo import Fabric
 from hostctl_lab.sim.workload import JobSpec
 
-ARRIVAL, COMPUTE_END, FLOW_END, LOCAL_END, TICK, FF_END = range(6)
+ARRIVAL, COMPUTE_END, FLOW_END, LOCAL_END, TICK, FF_END, PARK_END = range(7)
 DONE_BYTES = 1e-3  # a flow with this little left is done
-NETWORKS = ("fifo", "one", "rr", "cap", "prio-every-link") + mlccnet.POLICIES
-ORDERS = ("fifo", "srsf")
-PLACEMENTS = ("ff", "pack", "ls", "rand")
+NETWORKS = ("fifo", "one", "rr", "cap", "prio-every-link", "adadual", "srsf1", "srsf2", "srsf3") + mlccnet.POLICIES  # + srsf<n>
+ORDERS = sched.ORDERS  # fifo, srsf, ada-srsf
+PLACEMENTS = ("ff", "pack", "ls", "rand", "lwf1", "lwf2", "sjfbco")  # + lwf<k> (hostctl_lab.sim.placement)
 DEFAULT_CLASS = 99  # a flow of a job without a band (a host with one job): below every band
+PARK_MAX_JOBS = 32  # components up to this many jobs are watched for a repeating state (parking)
+PARK_HISTORY = 8  # states kept per (component, job, shape)
+PARK_MIN_PERIODS = 2  # park only when at least this many whole periods fit
 
 
 class Flow:
-    __slots__ = ("fid", "job", "src", "path", "left", "rate", "t", "cap", "prio")
+    __slots__ = ("fid", "job", "src", "dst", "path", "left", "rate", "t", "cap", "prio")
 
-    def __init__(self, fid: int, job: int, src: int, path: np.ndarray, size: float, t: float) -> None:
-        self.fid, self.job, self.src, self.path = fid, job, src, path
+    def __init__(self, fid: int, job: int, src: int, dst: int, path: np.ndarray, size: float, t: float) -> None:
+        self.fid, self.job, self.src, self.dst, self.path = fid, job, src, dst, path
         self.left, self.rate, self.t, self.cap, self.prio = float(size), 0.0, t, math.inf, 0
 
 
@@ -84,51 +88,21 @@ class JobState:
     open_flows: int = 0
     ff: tuple | None = None  # fast-forward: (anchor time, iterations done then, period, phase durations, rates)
     ff_ver: int = 0
+    ff_end: float = math.inf  # when a fast-forwarded job ends
+    ce_at: float = math.inf  # its pending compute end
+    ce_ver: int = 0  # COMPUTE_END events carry it: a parked job's pending one is void
+    parked_until: float | None = None  # parked with its component until then
 
 
-def place(name: str, free: np.ndarray, n: int, rng: np.random.Generator) -> list[tuple[int, int]] | None:
+def place(name: str, free: np.ndarray, n: int, rng: np.random.Generator,
+          server_load: np.ndarray | None = None, gpus_per_server: int | None = None) -> list[tuple[int, int]] | None:
     """(server, GPUs) for a job of ``n`` GPUs on servers with ``free`` GPUs each, or None if it does
-    not fit. ff: servers in index order; pack: the fewest servers (one that fits alone, the fullest
-    such; else the emptiest first); ls: one GPU at a time on the server with the most free GPUs
-    (spreads); rand: random free GPUs."""
-    if free.sum() < n:
-        return None
-    if name == "ff":
-        out, need = [], n
-        for s in np.flatnonzero(free):
-            k = min(int(free[s]), need)
-            out.append((int(s), k))
-            need -= k
-            if need == 0:
-                return out
-        return None
-    if name == "pack":
-        fits = np.flatnonzero(free >= n)
-        if len(fits):
-            s = fits[np.argmin(free[fits])]
-            return [(int(s), n)]
-        out, need = [], n
-        for s in np.argsort(-free, kind="stable"):
-            if free[s] == 0 or need == 0:
-                break
-            k = min(int(free[s]), need)
-            out.append((int(s), k))
-            need -= k
-        return out if need == 0 else None
-    if name == "ls":
-        f = free.astype(np.int64).copy()
-        got: dict[int, int] = {}
-        for _ in range(n):
-            s = int(np.argmax(f))
-            f[s] -= 1
-            got[s] = got.get(s, 0) + 1
-        return sorted(got.items())
-    if name == "rand":
-        slots = np.repeat(np.arange(len(free)), free.astype(np.int64))
-        pick = rng.choice(slots, size=n, replace=False)
-        s, c = np.unique(pick, return_counts=True)
-        return [(int(a), int(b)) for a, b in zip(s, c)]
-    raise ConfigError(f"unknown placement {name!r}: choose {', '.join(PLACEMENTS)}")
+    not fit: hostctl_lab.sim.placement.place_free (ff, pack, ls, rand, lwf<k>; the one placement
+    module of the lab)."""
+    err = gpu_placement.exclusive_name(name)
+    if err or name == "sjfbco":
+        raise ConfigError(err or "sjfbco is a batch placement: ClusterSim runs it over the whole queue")
+    return gpu_placement.place_free(name, free, n, rng, gpus_per_server, server_load)
 
 
 def exchange(spec: JobSpec, servers: list[int]) -> list[list[tuple[int, int, float]]]:
@@ -151,11 +125,14 @@ class ClusterSim:
     def __init__(self, fabric: Fabric, jobs: list[JobSpec], *, placement: str = "ff", order: str = "fifo",
                  network: str = "fifo", seed: int = 0, gpus_per_server: int = 8, until_s: float | None = None,
                  bands: int = 6, rr_interval_s: float = 2.0, cap_bps: int | None = None,
-                 backfill: bool = True, fast_forward: bool = True, jitter: float = 0.0, slot_s: float = 0.06) -> None:
-        for what, v, ok in (("placement", placement, PLACEMENTS), ("order", order, ORDERS),
-                            ("network", network, NETWORKS)):
-            if v not in ok:
+                 backfill: bool = True, fast_forward: bool = True, park: bool = True, steady: int = 0,
+                 jitter: float = 0.0, adadual_eta: float | None = None, slot_s: float = 0.06) -> None:
+        for what, v, ok in (("order", order, ORDERS), ("network", network, NETWORKS)):
+            if v not in ok and not (what == "network" and sched.is_admission(v)):
                 raise ConfigError(f"unknown {what} {v!r}: choose {', '.join(ok)}")
+        err = gpu_placement.exclusive_name(placement)
+        if err:
+            raise ConfigError(err)
         if network == "cap" and not cap_bps:
             raise ConfigError("network cap needs a cap: --cap RATE (e.g. 5gbit)")
         big = [j.name for j in jobs if j.gpus > gpus_per_server * fabric.n_hosts and not j.hosts]
@@ -168,6 +145,19 @@ class ClusterSim:
             raise ConfigError(f"--jitter must be in [0, 1), got {jitter}")
         self.gps, self.until, self.backfill = gpus_per_server, until_s, backfill
         self.fast_forward = fast_forward and jitter == 0  # jittered iterations do not repeat
+        self.parking = park and self.fast_forward
+        if not isinstance(steady, int) or steady < 0:
+            raise ConfigError(f"--steady must be a whole number of iterations >= 0 (0 = exact), got {steady}")
+        self.steady = steady if self.parking else 0
+        self.steady_obs: dict[tuple, dict] = {}  # component -> iteration ends, then mean iteration times
+        self.comp_key: dict[int, tuple] = {}
+        self.park_hist: dict[tuple, list] = {}  # (component, job, shape) -> [(time, floats, iterations done)]
+        self.parked: dict[int, tuple] = {}  # park id -> (component's jobs, the job whose exchange waits, saved)
+        self.next_park = 0
+        self.local_ends: list[tuple[float, int]] = []  # (end, job) of running one-server jobs (a heap)
+        self.next_arrival = 0  # index into self.jobs (sorted by arrival) of the next arrival
+        self.parked_links: set[int] = set()
+        self.next_tick = math.inf
         self.jitter = jitter
         self.jrng = np.random.default_rng([seed, 7])
         self.reserved: dict[int, int] = {}  # link -> the fast-forwarded job that has it
@@ -190,7 +180,15 @@ class ClusterSim:
         self.job_tok: dict[int, int] = {}
         self.running_net: set[int] = set()  # running jobs on more than one server
         self.stats = {"events": 0, "solves": 0, "full_solves": 0, "solved_flows": 0, "max_active_flows": 0,
-                      "ticks": 0, "fast_forwards": 0, "resumes": 0}
+                      "ticks": 0, "fast_forwards": 0, "resumes": 0, "parks": 0, "steady_parks": 0, "parked_s": 0.0}
+        # communication admission (--network adadual / srsf<n>: hostctl_lab.sim.sched.Admission)
+        # (adadual_eta: the rule's eta in s/byte, None: hostctl.core.adadual's; 0 gives the threshold 0.5
+        # at which start-now and wait tie in this engine's fluid sharing, which has no contention loss)
+        self.adm = (sched.Admission(self, network, **({} if adadual_eta is None else {"eta": adadual_eta}))
+                    if sched.is_admission(network) else None)
+        if self.adm is not None:  # waiting exchanges are state that parking does not save
+            self.parking = False
+            self.steady = 0
         # policy state
         self.driver = None
         self.host_jobs: dict[int, set[int]] = {}
@@ -206,8 +204,11 @@ class ClusterSim:
                                      link_rate_bps=int(fabric.capacity.max() * 8))
         # mlcc, mlcc-switch, mcs, ccml: hooks into the policy object (hostctl_lab.sim.mlccnet)
         self.netpol = mlccnet.make(network, self, slot_s)
-        if self.netpol is not None and not self.netpol.fast_forward_ok:
-            self.fast_forward = False
+        if self.netpol is not None:  # per-slot caps, stage caps, held exchanges: state parking does not save
+            self.parking = False
+            self.steady = 0
+            if not self.netpol.fast_forward_ok:
+                self.fast_forward = False
 
     # ---------------------------------------------------------------- events
     def push(self, t: float, kind: int, a: int = 0, b: int = 0) -> None:
@@ -219,6 +220,7 @@ class ClusterSim:
         for i, j in enumerate(self.jobs):
             self.push(j.spec.arrival_s, ARRIVAL, i)
         if self.network == "rr":
+            self.next_tick = self.rr_interval_s
             self.push(self.rr_interval_s, TICK)
         if self.netpol is not None and self.netpol.tick_s:
             self.push(self.netpol.tick_s, TICK, 1)
@@ -230,10 +232,14 @@ class ClusterSim:
             self.now = t
             self.stats["events"] += 1
             if kind == ARRIVAL:
+                self.next_arrival = a + 1
                 self.queue.append(a)
                 self.schedule()
             elif kind == COMPUTE_END:
-                self.start_exchange(a)
+                if self.jobs[a].ce_ver == b and not (self.parking and self.try_park(a)):
+                    self.start_exchange(a)
+            elif kind == PARK_END:
+                self.unpark(a)
             elif kind == FLOW_END:  # the first flow of a component's last solve ends
                 if self.job_tok.get(a) == b:
                     self.settle(a)
@@ -254,7 +260,8 @@ class ClusterSim:
                 self.stats["ticks"] += 1
                 self.tick()
                 if self.finished < len(self.jobs):
-                    self.push(self.now + self.rr_interval_s, TICK)
+                    self.next_tick = self.now + self.rr_interval_s
+                    self.push(self.next_tick, TICK)
             if not self.heap or self.heap[0][0] > self.now:
                 self.resolve()
             if self.finished == len(self.jobs):
@@ -269,6 +276,12 @@ class ClusterSim:
     def schedule(self) -> None:
         if self.order == "srsf":
             self.queue.sort(key=lambda i: (self.remaining_service(i), self.jobs[i].spec.arrival_s, i))
+        elif self.order == "ada-srsf":
+            self.queue.sort(key=lambda i: (sched.ada_key(self, i), self.jobs[i].spec.arrival_s, i))
+        if self.placement == "sjfbco":  # a batch rule over the whole queue (hostctl_lab.sim.sched)
+            batch = [i for i in self.queue if not self.jobs[i].spec.hosts]
+            plan = dict(sched.sjfbco_starts(self, batch))
+        loads = sched.server_loads(self) if self.placement.startswith("lwf") else None
         started = []
         for i in self.queue:
             spec = self.jobs[i].spec
@@ -276,13 +289,19 @@ class ClusterSim:
                 started.append(i)
                 self.start_job(i, [(h, 0) for h in dict.fromkeys(spec.hosts + spec.ps_hosts)])
                 continue
-            p = place(self.placement, self.free, spec.gpus, self.rng)
+            if self.placement == "sjfbco":
+                p = plan.get(i)
+            else:
+                p = place(self.placement, self.free, spec.gpus, self.rng, loads, self.gps)
             if p is None:
                 if not self.backfill:
                     break
                 continue
             started.append(i)
             self.start_job(i, p)
+            if loads is not None:  # LWF's L_S counts the job just placed (paper 000, Algorithm 3)
+                for s, k in p:
+                    loads[s] += sched.remaining_s(self, i) * k
         if started:
             s = set(started)
             self.queue = [i for i in self.queue if i not in s]
@@ -295,13 +314,17 @@ class ClusterSim:
             self.free[s] -= k
         j.start_s = self.now
         if len(j.servers) == 1:
-            self.push(self.now + j.spec.iterations * j.spec.compute_s, LOCAL_END, i)
+            end = self.now + j.spec.iterations * j.spec.compute_s
+            self.push(end, LOCAL_END, i)
+            heapq.heappush(self.local_ends, (end, i))
             return
         for s in j.servers:
             self.host_jobs.setdefault(s, set()).add(i)
         j.phases = (self.netpol and self.netpol.exchange(j.spec, j.servers)) or exchange(j.spec, j.servers)
         j.links = tuple(sorted({int(ln) for ph in j.phases for a, b, _ in ph for ln in self.fab.path(a, b)}))
         for ln in j.links:  # a fast-forwarded job on these links comes back: it has company now
+            if ln in self.parked_links:  # try_park's horizon rules this out
+                raise RuntimeError(f"internal: job {j.spec.name} starts on link {ln} of a parked component")
             self.link_users[ln] += 1
             other = self.reserved.get(ln)
             if other is not None:
@@ -311,7 +334,7 @@ class ClusterSim:
         self.hosts_changed(j.servers)
         if self.netpol is not None:
             self.netpol.job_started(i)
-        self.push(self.now + self.compute_s(j), COMPUTE_END, i)
+        self.compute_until(i, self.now + self.compute_s(j))
 
     def finish_job(self, i: int) -> None:
         j = self.jobs[i]
@@ -344,6 +367,8 @@ class ClusterSim:
             return
         if self.fast_forward and self.try_fast_forward(i):
             return
+        if self.adm is not None and not self.adm.request(i):
+            return  # waits: asked again when an exchange ends (Admission.release)
         j.phase = 0
         self.add_flows(i, j.phases[0])
 
@@ -353,11 +378,23 @@ class ClusterSim:
             j.phase += 1
             self.add_flows(i, j.phases[j.phase])
             return
+        if self.adm is not None:
+            self.adm.release(i)
         j.done_iters += 1
+        if self.steady:
+            ob = self.steady_obs.get(self.comp_key.get(self.comp_of.get(i)))
+            if ob is not None and ob["T"] is None:
+                ob["ends"].setdefault(i, []).append(self.now)
         if j.done_iters >= j.spec.iterations:
             self.finish_job(i)
         else:
-            self.push(self.now + self.compute_s(j), COMPUTE_END, i)
+            self.compute_until(i, self.now + self.compute_s(j))
+
+    def compute_until(self, i: int, t: float) -> None:
+        j = self.jobs[i]
+        j.ce_at = t
+        j.ce_ver += 1
+        self.push(t, COMPUTE_END, i, j.ce_ver)
 
     # ---------------------------------------------------------------- fast-forward
     def try_fast_forward(self, i: int) -> bool:
@@ -386,7 +423,8 @@ class ClusterSim:
         for ln in j.links:
             self.reserved[ln] = i
         left = j.spec.iterations - j.done_iters
-        self.push(self.now + (left - 1) * period + sum(durs), FF_END, i, j.ff_ver)
+        j.ff_end = self.now + (left - 1) * period + sum(durs)
+        self.push(j.ff_end, FF_END, i, j.ff_ver)
         self.stats["fast_forwards"] += 1
         return True
 
@@ -394,6 +432,7 @@ class ClusterSim:
         j = self.jobs[i]
         j.ff = None
         j.ff_ver += 1
+        j.ff_end = math.inf
         for ln in j.links:
             if self.reserved.get(ln) == i:
                 del self.reserved[ln]
@@ -422,14 +461,178 @@ class ClusterSim:
         if j.done_iters >= j.spec.iterations:
             self.finish_job(i)
         else:
-            self.push(self.now + max(0.0, j.spec.compute_s - w), COMPUTE_END, i)
+            self.compute_until(i, self.now + max(0.0, j.spec.compute_s - w))
+
+    # ---------------------------------------------------------------- parking
+    def comp_state(self, jobs: tuple, a: int) -> tuple[tuple, list[float]]:
+        """A component's state now, as its shape (each job's phase and open flows, or computing) and
+        its numbers (bytes left per flow, compute left per job)."""
+        shape, vals = [a, self.epoch], []
+        for k in jobs:
+            fids = self.job_flows.get(k)
+            if fids:
+                fl = [self.flows[x] for x in sorted(fids)]
+                shape.append((self.jobs[k].phase, tuple((f.src, f.dst) for f in fl)))
+                vals.extend(f.left - f.rate * (self.now - f.t) for f in fl)
+            else:
+                shape.append(None)
+                vals.append(self.jobs[k].ce_at - self.now)
+        return tuple(shape), vals
+
+    def horizon(self, jobs: set, ticks: bool) -> float:
+        """Until when nothing outside the component ``jobs`` can change it: no job can start on its
+        links (arrivals; ends of other jobs, bounded below by their iterations left x compute) and no
+        policy tick."""
+        t = math.inf if self.until is None else self.until
+        if self.next_arrival < len(self.jobs):
+            t = min(t, self.jobs[self.next_arrival].spec.arrival_s)
+        while self.local_ends and self.jobs[self.local_ends[0][1]].end_s is not None:
+            heapq.heappop(self.local_ends)
+        if self.local_ends:
+            t = min(t, self.local_ends[0][0])
+        if ticks:
+            t = min(t, self.next_tick)
+        for i in self.running_net:
+            if i in jobs:
+                continue
+            j = self.jobs[i]
+            if j.ff is not None:
+                t = min(t, j.ff_end)
+            else:
+                base = self.now if j.parked_until is None else j.parked_until
+                t = min(t, base + max(0, j.spec.iterations - j.done_iters - 1) * j.spec.compute_s)
+        return t
+
+    def try_park(self, a: int) -> bool:
+        """At job a's compute end: park its component if its iterations repeat (exactly: a state seen
+        before) or, with ``steady``, at their measured mean rates (see the module docstring)."""
+        c = self.comp_of.get(a)
+        if c is None or len(self.comps[c]) < 2:
+            return False
+        jobs = self.comp_key[c]
+        if len(jobs) <= PARK_MAX_JOBS and self.park_repeat(jobs, a):
+            return True
+        return bool(self.steady) and self.park_steady(jobs, a)
+
+    def park_repeat(self, jobs: tuple, a: int) -> bool:
+        shape, vals = self.comp_state(jobs, a)
+        key = (jobs, shape)
+        done = [self.jobs[k].done_iters for k in jobs]
+        hist = self.park_hist.setdefault(key, [])
+        for t0, v0, d0 in reversed(hist):
+            if len(v0) == len(vals) and all(abs(x - y) <= 1e-7 + 1e-12 * abs(x) for x, y in zip(vals, v0)):
+                break
+        else:
+            hist.append((self.now, vals, done))
+            del hist[:-PARK_HISTORY]
+            return False
+        period = self.now - t0
+        dn = [x - y for x, y in zip(done, d0)]
+        until = self.horizon(set(jobs), ticks=True)
+        k = int(min((until - self.now) / period, 1e15)) if until < math.inf else 10**15
+        while k > 0 and self.now + k * period >= until:
+            k -= 1
+        for i, d in zip(jobs, dn):
+            if d > 0:
+                k = min(k, (self.jobs[i].spec.iterations - self.jobs[i].done_iters - 1) // d - 1)
+        if k < PARK_MIN_PERIODS:
+            hist.append((self.now, vals, done))
+            del hist[:-PARK_HISTORY]
+            return False
+        self.park(jobs, a, self.now + k * period, [k * d for d in dn], (key, vals))
+        return True
+
+    def park_steady(self, jobs: tuple, a: int) -> bool:
+        """Extrapolate the component at each job's mean iteration time, measured over ``steady``
+        iterations (after a warm-up of steady // 5, at least 2) since its jobs last changed."""
+        ob = self.steady_obs.get(jobs)
+        if ob is None:
+            return False
+        if ob["T"] is None:
+            warm = max(2, self.steady // 5)
+            ends = ob["ends"]
+            if any(len(ends.get(i, ())) < warm + self.steady + 1 for i in jobs):
+                return False
+            ob["T"] = {i: (ends[i][-1] - ends[i][warm]) / (len(ends[i]) - 1 - warm) for i in jobs}
+            ob["ends"] = None
+        T, carry = ob["T"], ob["carry"]
+        span = self.horizon(set(jobs), ticks=False) - self.now
+        for i in jobs:
+            j = self.jobs[i]
+            span = min(span, (j.spec.iterations - j.done_iters - 2) * T[i])
+        span *= 1 - 1e-9
+        if span < PARK_MIN_PERIODS * max(T.values()):
+            return False
+        adv = []
+        for i in jobs:
+            x = carry.get(i, 0.0) + span / T[i]  # rounded, the remainder carried: unbiased
+            adv.append(math.floor(x + 0.5))
+            carry[i] = x - adv[-1]
+        self.park(jobs, a, self.now + span, adv, None)
+        self.stats["steady_parks"] += 1
+        return True
+
+    def park(self, jobs: tuple, a: int, end: float, adv: list[int], state) -> None:
+        """Take the component off the fabric until ``end``: its flows (bytes left as now) and compute
+        times are saved, its pending events voided, its jobs ``adv`` iterations further on."""
+        saved = []
+        self.tok += 1  # voids the component's pending FLOW_END
+        for i, d in zip(jobs, adv):
+            j = self.jobs[i]
+            fids = self.job_flows.get(i)
+            if fids:
+                fl = [self.flows.pop(x) for x in sorted(fids)]
+                fids.clear()
+                for f in fl:
+                    f.left -= f.rate * (self.now - f.t)
+                    f.t = self.now
+                    for ln in f.path:
+                        self.link_flows[ln].discard(f.fid)
+                saved.append((i, fl, 0.0))
+            else:
+                saved.append((i, None, j.ce_at - self.now))
+                j.ce_ver += 1  # voids its pending COMPUTE_END
+            j.done_iters += d
+            j.parked_until = end
+            self.job_tok[i] = self.tok
+            self.parked_links.update(j.links)
+            self.dirty.discard(i)
+        pid = self.next_park
+        self.next_park += 1
+        self.parked[pid] = (jobs, a, saved, state)
+        self.push(end, PARK_END, pid)
+        self.stats["parks"] += 1
+        self.stats["parked_s"] += end - self.now
+
+    def unpark(self, pid: int) -> None:
+        jobs, a, saved, state = self.parked.pop(pid)
+        for i, fl, rel in saved:
+            j = self.jobs[i]
+            j.parked_until = None
+            self.parked_links.difference_update(j.links)
+            if fl:
+                for f in fl:
+                    f.t = self.now
+                    if self.driver is not None:  # a rotation may have moved the job's band
+                        f.prio = self.assign.get(f.src, {}).get(j.spec.name, DEFAULT_CLASS)
+                    self.flows[f.fid] = f
+                    self.job_flows[i].add(f.fid)
+                    for ln in f.path:
+                        self.link_flows[ln].add(f.fid)
+                self.dirty.add(i)
+            elif i != a:
+                self.compute_until(i, self.now + rel)
+        if state is not None:  # the state is the one matched: a period from now it will match again
+            key, vals = state
+            self.park_hist[key] = [(self.now, vals, [self.jobs[k].done_iters for k in jobs])]
+        self.start_exchange(a)
 
     # ---------------------------------------------------------------- flows
     def add_flows(self, i: int, pairs) -> None:
         # (no fast-forwarded job holds these links: start_job resumed any that shared one)
         fl = self.job_flows.setdefault(i, set())
         for src, dst, nbytes in pairs:
-            f = Flow(self.next_fid, i, src, self.fab.path(src, dst), nbytes, self.now)
+            f = Flow(self.next_fid, i, src, dst, self.fab.path(src, dst), nbytes, self.now)
             self.next_fid += 1
             self.flows[f.fid] = f
             fl.add(f.fid)
@@ -438,6 +641,8 @@ class ClusterSim:
             self.set_policy(f)
         self.dirty.add(i)
         self.jobs[i].open_flows += len(pairs)
+        if self.adm is not None:
+            self.adm.mark(i)
         self.stats["max_active_flows"] = max(self.stats["max_active_flows"], len(self.flows))
 
     def remove_flow(self, f: Flow) -> None:
@@ -476,8 +681,17 @@ class ClusterSim:
                         parent[ra] = rb
         self.comp_of = {i: find(i) for i in self.running_net}
         self.comps = {}
-        for i, c in self.comp_of.items():
+        for i, c in sorted(self.comp_of.items()):
             self.comps.setdefault(c, []).append(i)
+        self.comp_key = {c: tuple(v) for c, v in self.comps.items()}
+        now = set(self.comp_key.values())
+        if self.park_hist:  # states of components that no longer exist
+            self.park_hist = {k: v for k, v in self.park_hist.items() if k[0] in now}
+        if self.steady:
+            self.steady_obs = {k: v for k, v in self.steady_obs.items() if k in now}
+            for k in now:
+                if len(k) > 1 and k not in self.steady_obs:
+                    self.steady_obs[k] = {"ends": {}, "T": None, "carry": {}}
         self.dirty.update(i for i in self.running_net if self.job_flows.get(i))
 
     def comp_flows(self, jobs) -> list[Flow]:
@@ -491,7 +705,8 @@ class ClusterSim:
         for f in self.comp_flows([i]):
             f.left -= f.rate * (self.now - f.t)
             f.t = self.now
-            if f.left <= DONE_BYTES:
+            # done: nothing left, or so little that its end is this instant (a late clock's resolution)
+            if f.left <= DONE_BYTES or (f.rate > 0 and self.now + f.left / f.rate <= self.now):
                 done.append(f)
         self.dirty.add(i)
         for f in sorted(done, key=lambda f: f.fid):
@@ -613,7 +828,7 @@ class ClusterSim:
             "sim_s": self.now, "wall_s": wall_s, "events": self.stats["events"],
             "events_per_s": self.stats["events"] / wall_s if wall_s > 0 else None,
             "multi_server_jobs": sum(1 for j in self.jobs if len(j.servers) > 1),
-            "stats": dict(self.stats),
+            "stats": {**self.stats, **(self.adm.stats if self.adm is not None else {})},
             "jct_s": {j.spec.name: j.end_s - j.spec.arrival_s for j in done},
         }
 

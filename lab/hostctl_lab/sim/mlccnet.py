@@ -492,7 +492,5 @@ class Ccml(NetPolicy):
         self.waited[i] = j.done_iters
         self.stats["holds"] += 1
         self.stats["held_s"] += t - now
-        from hostctl_lab.sim.cluster import COMPUTE_END
-
-        sim.push(t, COMPUTE_END, i)
+        sim.compute_until(i, t)
         return True

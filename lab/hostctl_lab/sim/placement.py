@@ -15,6 +15,11 @@ changing nothing, if there are not enough such GPUs. ``rng`` (a numpy Generator)
 
 Ties: least-loaded choices break ties by GPU id (so by server, then GPU index), server orders by
 server id: runs are reproducible and the first servers fill first when all are idle.
+
+The cluster engine (hostctl_lab.sim.cluster) places through this module too: ``place_free`` runs the
+same ``ff``, ``rand`` and ``lwf<k>`` on an exclusive view of its servers (a GPU holds one job), plus
+the exclusive-only ``pack`` and ``ls`` and the batch rule ``sjfbco_batch`` (paper 001); see the
+section "The exclusive-GPU model" below.
 """
 
 from __future__ import annotations
@@ -180,3 +185,139 @@ def get_placement(name: str) -> Placement:
     if m and int(m.group(1)) >= 1:
         return lwf(int(m.group(1)), strict=bool(m.group(2)))
     raise ValueError(f"unknown placement {name!r}: use ff, ls, rand, lwf<k> or lwf<k>-strict (k >= 1, e.g. lwf1)")
+
+
+# ---------------------------------------------------------------------------------------------------
+# The exclusive-GPU model: the cluster engine (hostctl_lab.sim.cluster): a GPU holds at most one job,
+# so the state is each server's free GPU count, and a placement is [(server, GPUs), ...].
+#
+# The same rules as above run on an exclusive view of that state (``exclusive_view``: a GpuCluster in
+# which every job books a whole GPU's memory): ``ff``, ``rand`` and ``lwf<k>`` are the functions above,
+# unchanged. ``pack`` and ``ls`` exist only in this model: with exclusive GPUs every free GPU carries no
+# queued work (L_g = 0), so paper 000's GPU-level LS (``ls`` above) picks the first free GPUs by id and
+# is exactly ``ff`` (tests/unit/test_sim_sched.py checks it); the engine's ``ls`` is list scheduling
+# one level up: each GPU in turn on the server with the most free GPUs (it spreads, which is the
+# behaviour paper 000 attributes to LS). ``sjfbco`` is a batch rule (``sjfbco_batch``), not a
+# per-job one.
+# ---------------------------------------------------------------------------------------------------
+EXCLUSIVE = ("ff", "pack", "ls", "rand")  # plus lwf<k> and sjfbco (parametric or batch)
+
+
+def exclusive_name(name: str) -> str | None:
+    """None if ``name`` is a placement of the engine (``EXCLUSIVE``, ``lwf<k>``, ``sjfbco``), else the
+    one-line error."""
+    if name in EXCLUSIVE or name == "sjfbco":
+        return None
+    m = re.fullmatch(r"lwf(\d+)", name)
+    if m and int(m.group(1)) >= 1:
+        return None
+    return f"unknown placement {name!r}: choose {', '.join(EXCLUSIVE)}, lwf<k> (k >= 1, e.g. lwf1) or sjfbco"
+
+
+def exclusive_view(free: np.ndarray, gpus_per_server: int, server_load: np.ndarray | None = None) -> GpuCluster:
+    """A GpuCluster for the exclusive model: memory 1 per GPU, every job books 1 (so a GPU holds one
+    job). Server s has ``free[s]`` free GPUs (its last ones; which GPUs of a server are free changes
+    no rule's per-server counts) and its busy GPUs share ``server_load[s]`` (L_S) equally; free GPUs
+    have L_g = 0."""
+    free = np.asarray(free, dtype=np.int64)
+    st = GpuCluster.empty(len(free), gpus_per_server, mem_mb=1.0)
+    busy = gpus_per_server - free
+    idx = np.arange(st.n_gpus) % gpus_per_server
+    taken = idx < busy[st.server]
+    st.free_mem[taken] = 0.0
+    if server_load is not None:
+        per = np.where(busy > 0, np.asarray(server_load, dtype=float) / np.maximum(busy, 1), 0.0)
+        st.load[taken] = per[st.server[taken]]
+    return st
+
+
+def _counts(state: GpuCluster, chosen: np.ndarray) -> list[tuple[int, int]]:
+    s, c = np.unique(state.server[chosen], return_counts=True)
+    return [(int(a), int(b)) for a, b in zip(s, c)]
+
+
+def place_free(name: str, free: np.ndarray, n: int, rng: np.random.Generator,
+               gpus_per_server: int | None = None, server_load: np.ndarray | None = None
+               ) -> list[tuple[int, int]] | None:
+    """(server, GPUs) for a job of ``n`` exclusive GPUs on servers with ``free`` GPUs each, or None if
+    it does not fit. ``ff``: servers in index order; ``pack``: the fewest servers (one that fits alone,
+    the fullest such; else the emptiest first); ``ls``: one GPU at a time on the server with the most
+    free GPUs (spreads); ``rand``: random free GPUs; ``lwf<k>``: LWF-k on the servers' loads
+    ``server_load`` (L_S, GPU-seconds; None: all 0). ``gpus_per_server`` defaults to max(free)."""
+    free = np.asarray(free)
+    if free.sum() < n:
+        return None
+    if name == "pack":
+        fits = np.flatnonzero(free >= n)
+        if len(fits):
+            s = fits[np.argmin(free[fits])]
+            return [(int(s), n)]
+        out, need = [], n
+        for s in np.argsort(-free, kind="stable"):
+            if free[s] == 0 or need == 0:
+                break
+            k = min(int(free[s]), need)
+            out.append((int(s), k))
+            need -= k
+        return out if need == 0 else None
+    if name == "ls":
+        f = free.astype(np.int64).copy()
+        got: dict[int, int] = {}
+        for _ in range(n):
+            s = int(np.argmax(f))
+            f[s] -= 1
+            got[s] = got.get(s, 0) + 1
+        return sorted(got.items())
+    if name in ("ff", "rand") or name.startswith("lwf"):
+        err = exclusive_name(name)
+        if err:
+            raise ValueError(err)
+        gps = int(gpus_per_server or max(1, int(free.max())))
+        st = exclusive_view(free, gps, server_load)
+        chosen = get_placement(name)(st, n, 1.0, 0.0, rng)
+        return None if chosen is None else _counts(st, chosen)
+    raise ValueError(exclusive_name(name) or f"placement {name!r} is a batch rule: use sjfbco_batch")
+
+
+def sjfbco_batch(G, F, compute, size_s, rho_hat, free: np.ndarray, gpus_per_server: int,
+                 busy_until: np.ndarray, *, alpha: float | None = None, kappa="distinct", lam: float = 1.0,
+                 u: float = 1.0, ffp: str = "literal", bisection: str = "literal") -> list[tuple[int, list[tuple[int, int]]]]:
+    """SJF-BCO (paper 001, Algorithm 1, ``hostctl_lab.sim.sjfbco.search``) over the waiting jobs as a
+    batch, on the exclusive model at this instant; returns the jobs its plan starts now, as
+    (index into the inputs, [(server, GPUs)]). The others wait for the next call.
+
+    Inputs per waiting job: GPUs ``G``, iterations ``F``, compute per iteration ``compute`` (s),
+    ``size_s`` (its model update over one NIC alone, s: the data unit of paper 001's Eq. (8) is one
+    NIC-second) and ``rho_hat`` (its estimated run time, s; slots are seconds). A busy GPU (server
+    s's first ``gpus_per_server - free[s]``) stays held until ``busy_until`` (per GPU, server-major,
+    seconds from now, >= 1) and that time is booked in U, as ``sjfbco.run_online`` does. Eq. (8) with
+    NVLink free (b_i and C huge), xi2 = 0 and f = k + alpha(k-1) (alpha default eta/b of paper 000).
+    The horizon T is a serial schedule of everything, doubled until the search finds a plan."""
+    from hostctl_lab.sim import sjfbco
+
+    n_srv = len(free)
+    model = sjfbco.Model(b_e=1.0, b_i=1e12, C=1e12, xi1=1.0, xi2=0.0,
+                         f=sjfbco.LinearDegradation(sjfbco.ALPHA_R if alpha is None else alpha))
+    jobs = [sjfbco.Job(G=int(g), F=int(f), compute=float(c), m=float(m), rho_hat=float(max(r, 1e-9)))
+            for g, f, c, m, r in zip(G, F, compute, size_s, rho_hat)]
+    if not jobs:
+        return []
+    inst = sjfbco.instance(jobs, [gpus_per_server] * n_srv, model)
+    busy = np.ceil(np.asarray(busy_until, dtype=float)).astype(np.int64)
+    # the longest a job can take in the model: every other job's GPUs split, k = jobs + 1
+    worst = inst.F * sjfbco.tau(inst.G, inst.m, inst.compute, np.minimum(inst.G, n_srv),
+                                np.full(inst.n_jobs, inst.n_jobs + 1), model)
+    T = int(busy.max(initial=0) + np.ceil(worst).sum() + 2)
+    for _ in range(6):
+        plan = sjfbco.search(inst, "sjf-bco", kappa=kappa, lam=lam, u=u, T=T, bisection=bisection, ffp=ffp,
+                             busy0=busy).plan
+        if plan is not None:
+            break
+        T *= 4
+    else:
+        raise ValueError("sjfbco: no plan for the waiting jobs (horizon too short); this is a bug")
+    out = []
+    for k in plan.order:
+        if plan.start[k] == 0:
+            out.append((int(k), [(int(s), int(plan.Y[k, s])) for s in np.flatnonzero(plan.Y[k])]))
+    return out

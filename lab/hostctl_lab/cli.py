@@ -259,7 +259,8 @@ def sim(
     placement: str = typer.Option("ff", "--placement", help="Comma list: ff, pack, ls, rand, lwf<k> (e.g. lwf1), sjfbco."),
     order: str = typer.Option("fifo", "--order", help="Comma list: fifo, srsf, ada-srsf."),
     network: str = typer.Option("fifo", "--network", help="Comma list: fifo, one, rr, cap, "
-                                 "prio-every-link, adadual, srsf<n> (admission, e.g. srsf1)."),
+                                 "prio-every-link, adadual, srsf<n> (admission, e.g. srsf1), mlcc, mlcc-switch, "
+                                 "mcs, ccml."),
     seed: int = typer.Option(0, "--seed", help="First seed."),
     repeat: int = typer.Option(1, "--repeat", help="Seeds seed..seed+R-1."),
     until: Optional[float] = typer.Option(None, "--until", help="Stop at this simulated time (s)."),
@@ -271,6 +272,7 @@ def sim(
     jitter: float = typer.Option(0.0, "--jitter", help="Each iteration's compute x U(1-J, 1+J), seeded."),
     steady: int = typer.Option(0, "--steady", help="Extrapolate jobs that share links at their mean iteration "
                                "time measured over N iterations (0: exact; docs/simulator.md, \"Speed\")."),
+    slot: float = typer.Option(0.06, "--slot", help="mlcc, mlcc-switch: the planner's slot (s)."),
     workers: int = typer.Option(1, "--workers", help="Runs in parallel (processes)."),
     out: str = typer.Option("results/sim", "--out", help="Folder for sim.json and the JCT CDF plot."),
     plots: bool = typer.Option(True, "--plots/--no-plots"),
@@ -293,7 +295,7 @@ def sim(
         orders=simrun.parse_list(order, ORDERS, "order"), networks=simrun.parse_list(network, None, "network"),
         seeds=tuple(range(seed, seed + repeat)), until_s=until, time_scale=time_scale,
         max_iterations=max_iterations, bands=bands, rr_interval_s=rr_interval,
-        cap_bps=parse_rate_bps(cap) if cap else None, jitter=jitter, steady=steady)
+        cap_bps=parse_rate_bps(cap) if cap else None, jitter=jitter, steady=steady, slot_s=slot)
     simrun.check(spec)
     con = Console(stderr=True)
     n = len(spec.combos())

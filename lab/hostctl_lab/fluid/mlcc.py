@@ -49,6 +49,7 @@ from hostctl.core.mlcc import MlccParams
 from hostctl.core.mlcchost import wait_floor_Bps
 from hostctl.core.mlccplan import FabricView, plan_slot
 from hostctl_lab.bench.results import write_results
+from hostctl_lab.mlcctable import ScheduleTable
 
 HOSTS = sorted({ps for _, ps in JOBS if ps} | set(WORKERS))
 LINKS = [f"{h}:{d}" for h in HOSTS for d in ("up", "down")]
@@ -86,9 +87,7 @@ class HostPlanner:
         self.floor = wait_floor_Bps(slot_s) if floor_Bps is None else floor_Bps
         self.cap = np.full(len(LINKS), CAP_BPS)
         self.conns: dict[str, set] = {}  # host -> its connections seen so far (DL only)
-        self.pub: dict = {}  # conn -> (path columns, published K-slot rates) of the last slot
-        self.arrival: dict = {}  # job -> when its schedules arrived in the (model) switch's table
-        self.arrivals = 0
+        self.table = ScheduleTable(K, self.rank)  # the schedules of the last slot, the jobs' arrival order
         self.slots = 0
         self.cpu_s = 0.0
 
@@ -98,25 +97,11 @@ class HostPlanner:
 
     def view(self, host: str, jobs: list[int]) -> FabricView:
         """Each of the host's jobs' view (core.mlccplan.FabricView) of the other hosts' schedules published
-        in the slot before, shifted by one slot, as switchemu answers the daemon: other jobs (under an
-        order, those ranked up to the job's rank) and the job's own flows with their count per slot."""
-        J, L, K = len(jobs), len(LINKS), self.K
-        other, same, nsame = np.zeros((J, L, K)), np.zeros((J, L, K)), np.zeros((J, L, K))
-        busy0 = np.zeros(L)  # the others' whole booking now (slot 0 is planned within what is free)
+        in the slot before, as switchemu answers the daemon (hostctl_lab.mlcctable.ScheduleTable)."""
         if self.mode == "switch":
-            for c, (cols, r) in self.pub.items():
-                if c[1] == host:
-                    continue
-                row = np.append(r[1:], r[-1])  # one slot on; a schedule still sending goes on at its last rate
-                busy0[cols] += row[0]
-                for i, j in enumerate(jobs):
-                    if c[0] == j:
-                        same[i][cols] += row
-                        nsame[i][cols] += row > 0
-                    elif (self.rank[c[0]] <= self.rank[j]) if self.rank is not None else \
-                            self.arrival.get(c[0], math.inf) < self.arrival.get(j, math.inf):
-                        other[i][cols] += row
-        return FabricView(self.cap, self.cap.copy(), other, same, nsame, busy0 if self.mode == "switch" else None)
+            return self.table.view(host, jobs, range(len(LINKS)), self.cap)
+        z = np.zeros((len(jobs), len(LINKS), self.K))
+        return FabricView(self.cap, self.cap.copy(), z, z, z, None)
 
     def tick(self) -> None:
         sim = self.sim
@@ -138,7 +123,7 @@ class HostPlanner:
             if self.rank is not None:
                 wave = fj
             elif self.mode == "switch":  # arrival order, as the daemon without a job order
-                wave = np.array([self.arrival.get(c[0], self.arrivals) for c in conns], dtype=np.int64)
+                wave = self.table.wave([c[0] for c in conns])
             elif self.by_job:  # waves by bytes left on this host, fewest first
                 left = {j: sum(g for g, c in zip(G, conns) if c[0] == j) for j in jobs}
                 w = {j: i for i, j in enumerate(sorted(jobs, key=lambda j: (left[j], j)))}
@@ -149,14 +134,7 @@ class HostPlanner:
             for i, c in enumerate(conns):
                 sim.caps[c] = float(d.applied_Bps[i])
                 pub[c] = (paths[i], np.maximum(d.slot.rates_Bps[i], 0.0))
-        self.pub = pub
-        busy = {c[0] for c, (_, r) in pub.items() if r.any()}
-        for j in [j for j in self.arrival if j not in busy]:
-            del self.arrival[j]
-        for c, (_, r) in pub.items():  # in publishing order, as the switch records them
-            if c[0] in busy and c[0] not in self.arrival:
-                self.arrival[c[0]] = self.arrivals
-                self.arrivals += 1
+        self.table.publish((c[0], c[1], cols, r) for c, (cols, r) in pub.items())
         self.slots += 1
         self.cpu_s += time.process_time() - t0
         sim.after(self.slot_s, self.tick)

@@ -61,14 +61,14 @@ import numpy as np
 
 from hostctl.core.pace import job_caps_Bps
 from hostctl.errors import ConfigError
-from hostctl_lab.sim import kernel, sched
+from hostctl_lab.sim import kernel, mlccnet, sched
 from hostctl_lab.sim import placement as gpu_placement
 from hostctl_lab.sim.topo import Fabric
 from hostctl_lab.sim.workload import JobSpec
 
 ARRIVAL, COMPUTE_END, FLOW_END, LOCAL_END, TICK, FF_END, PARK_END = range(7)
 DONE_BYTES = 1e-3  # a flow with this little left is done
-NETWORKS = ("fifo", "one", "rr", "cap", "prio-every-link", "adadual", "srsf1", "srsf2", "srsf3")  # + srsf<n>
+NETWORKS = ("fifo", "one", "rr", "cap", "prio-every-link", "adadual", "srsf1", "srsf2", "srsf3") + mlccnet.POLICIES  # + srsf<n>
 ORDERS = sched.ORDERS  # fifo, srsf, ada-srsf
 PLACEMENTS = ("ff", "pack", "ls", "rand", "lwf1", "lwf2", "sjfbco")  # + lwf<k> (hostctl_lab.sim.placement)
 DEFAULT_CLASS = 99  # a flow of a job without a band (a host with one job): below every band
@@ -139,7 +139,7 @@ class ClusterSim:
                  network: str = "fifo", seed: int = 0, gpus_per_server: int = 8, until_s: float | None = None,
                  bands: int = 6, rr_interval_s: float = 2.0, cap_bps: int | None = None,
                  backfill: bool = True, fast_forward: bool = True, park: bool = True, steady: int = 0,
-                 jitter: float = 0.0, adadual_eta: float | None = None) -> None:
+                 jitter: float = 0.0, adadual_eta: float | None = None, slot_s: float = 0.06) -> None:
         for what, v, ok in (("order", order, ORDERS), ("network", network, NETWORKS)):
             if v not in ok and not (what == "network" and sched.is_admission(v)):
                 raise ConfigError(f"unknown {what} {v!r}: choose {', '.join(ok)}")
@@ -217,6 +217,13 @@ class ClusterSim:
             pol = "one" if network == "prio-every-link" else network
             self.driver = HostDriver(Config(policy=pol, bands=bands, rr_interval_s=rr_interval_s), None,
                                      link_rate_bps=int(fabric.capacity.max() * 8))
+        # mlcc, mlcc-switch, mcs, ccml: hooks into the policy object (hostctl_lab.sim.mlccnet)
+        self.netpol = mlccnet.make(network, self, slot_s)
+        if self.netpol is not None:  # per-slot caps, stage caps, held exchanges: state parking does not save
+            self.parking = False
+            self.steady = 0
+            if not self.netpol.fast_forward_ok:
+                self.fast_forward = False
 
     # ---------------------------------------------------------------- events
     def push(self, t: float, kind: int, a: int = 0, b: int = 0) -> None:
@@ -232,6 +239,8 @@ class ClusterSim:
         if self.network == "rr":
             self.next_tick = self.rr_interval_s
             self.push(self.rr_interval_s, TICK)
+        if self.netpol is not None and self.netpol.tick_s:
+            self.push(self.netpol.tick_s, TICK, 1)
         while self.heap:
             t, _, kind, a, b = heapq.heappop(self.heap)
             if self.until is not None and t > self.until:
@@ -259,6 +268,11 @@ class ClusterSim:
                     self.release(a)
                     j.done_iters = j.spec.iterations
                     self.finish_job(a)
+            elif kind == TICK and a == 1:  # the network policy's period (mlccnet)
+                self.stats["ticks"] += 1
+                self.dirty |= self.netpol.tick()
+                if self.finished < len(self.jobs):
+                    self.push(self.now + self.netpol.tick_s, TICK, 1)
             elif kind == TICK:
                 self.stats["ticks"] += 1
                 self.tick()
@@ -326,7 +340,7 @@ class ClusterSim:
             return
         for s in j.servers:
             self.host_jobs.setdefault(s, set()).add(i)
-        j.phases = exchange(j.spec, j.servers)
+        j.phases = (self.netpol and self.netpol.exchange(j.spec, j.servers)) or exchange(j.spec, j.servers)
         j.links = tuple(sorted({int(ln) for ph in j.phases for a, b, _ in ph for ln in self.fab.path(a, b)}))
         for ln in j.links:  # a fast-forwarded job on these links comes back: it has company now
             if ln in self.parked_links:  # try_park's horizon rules this out
@@ -338,6 +352,8 @@ class ClusterSim:
         self.running_net.add(i)
         self.rebuild_components(i)
         self.hosts_changed(j.servers)
+        if self.netpol is not None:
+            self.netpol.job_started(i)
         self.compute_until(i, self.now + self.compute_s(j))
 
     def finish_job(self, i: int) -> None:
@@ -355,6 +371,8 @@ class ClusterSim:
             self.job_tok.pop(i, None)
             self.rebuild_components(i)
             self.hosts_changed(j.servers)
+            if self.netpol is not None:
+                self.netpol.job_finished(i)
         self.schedule()
 
     def compute_s(self, j: JobState) -> float:
@@ -365,6 +383,8 @@ class ClusterSim:
     # ---------------------------------------------------------------- iterations
     def start_exchange(self, i: int) -> None:
         j = self.jobs[i]
+        if self.netpol is not None and self.netpol.hold(i):
+            return
         if self.fast_forward and self.try_fast_forward(i):
             return
         if self.adm is not None and not self.adm.request(i):
@@ -660,6 +680,8 @@ class ClusterSim:
         for ln in f.path:
             self.link_flows[ln].discard(f.fid)
         self.dirty.add(f.job)
+        if self.netpol is not None:
+            self.netpol.flow_ended(f)
         j = self.jobs[f.job]
         j.open_flows -= 1
         if j.open_flows == 0:
@@ -729,6 +751,8 @@ class ClusterSim:
                 self.remove_flow(f)
 
     def resolve(self) -> None:
+        if self.netpol is not None:
+            self.netpol.before_resolve()
         if not self.dirty:
             return
         jobs = set(self.dirty)
@@ -777,7 +801,9 @@ class ClusterSim:
 
     # ---------------------------------------------------------------- policy
     def set_policy(self, f: Flow) -> None:
-        if self.driver is not None:
+        if self.netpol is not None:
+            self.netpol.flow_started(f)
+        elif self.driver is not None:
             f.prio = self.assign.get(f.src, {}).get(self.jobs[f.job].spec.name, DEFAULT_CLASS)
         elif self.network == "cap":
             mine = [self.flows[fid] for fid in self.job_flows.get(f.job, ()) if self.flows[fid].src == f.src]

@@ -42,6 +42,7 @@ class SweepSpec:
     cap_bps: int | None = None
     jitter: float = 0.0
     steady: int = 0
+    slot_s: float = 0.06  # mlcc, mlcc-switch: the planner's slot (hostctl_lab.sim.mlccnet)
     extra: dict = field(default_factory=dict)
 
     def combos(self) -> list[dict]:
@@ -86,7 +87,8 @@ def run_one(spec: dict, combo: dict) -> dict:
     jobs = list(load_jobs(sp, combo["seed"]))
     r = simulate(fab, jobs, placement=combo["placement"], order=combo["order"], network=combo["network"],
                  seed=combo["seed"], gpus_per_server=sp.gpus_per_server, until_s=sp.until_s, bands=sp.bands,
-                 rr_interval_s=sp.rr_interval_s, cap_bps=sp.cap_bps, jitter=sp.jitter, steady=sp.steady)
+                 rr_interval_s=sp.rr_interval_s, cap_bps=sp.cap_bps, jitter=sp.jitter, steady=sp.steady,
+                 slot_s=sp.slot_s)
     return {**combo, **r}
 
 
@@ -100,7 +102,7 @@ def check(spec: SweepSpec) -> None:
     for p, o, n in itertools.product(spec.placements, spec.orders, spec.networks):
         ClusterSim(fab, jobs, placement=p, order=o, network=n,
                    gpus_per_server=spec.gpus_per_server, bands=spec.bands, rr_interval_s=spec.rr_interval_s,
-                   cap_bps=spec.cap_bps, jitter=spec.jitter, steady=spec.steady)
+                   cap_bps=spec.cap_bps, jitter=spec.jitter, steady=spec.steady, slot_s=spec.slot_s)
 
 
 def _die_with_parent() -> None:

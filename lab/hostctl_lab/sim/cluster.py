@@ -75,7 +75,6 @@ DEFAULT_CLASS = 99  # a flow of a job without a band (a host with one job): belo
 PARK_MAX_JOBS = 32  # components up to this many jobs are watched for a repeating state (parking)
 PARK_HISTORY = 8  # states kept per (component, job, shape)
 PARK_MIN_PERIODS = 2  # park only when at least this many whole periods fit
-STEADY_REACH = 2  # --steady: a job that starts or ends makes the jobs this many shared links away measure again
 STEADY_AGREE = 0.01  # --steady: the two halves of a job's window agree on its mean iteration time to 1%
 
 
@@ -564,23 +563,24 @@ class ClusterSim:
         """Extrapolate the component at each job's mean iteration time over its last ``steady``
         iterations (after a warm-up of steady // 5, at least 2, since its jobs last changed), once the
         two halves of every job's window agree to STEADY_AGREE."""
-        n, warm, h = self.steady, max(2, self.steady // 5), self.steady // 2
+        n, warm = self.steady, max(2, self.steady // 5)
         ready = True
         for i in jobs:
             if i in self.job_T:
                 continue
             e = self.job_ends.get(i, ())
-            if len(e) < warm + n + 1:
+            m = len(e) - 1 - warm  # iterations measured since the warm-up
+            if m < n:
                 ready = False
                 continue
-            # its last n iterations in two halves: their means must agree (a slow beat between jobs
-            # shows as halves that differ); else it measures on
-            m1, m2 = (e[-h - 1] - e[-n - 1]) / (n - h), (e[-1] - e[-h - 1]) / h
+            # the two halves of the window must agree (a slow beat between jobs shows as halves that
+            # differ); else the window grows, and its halves converge
+            h = warm + m // 2
+            m1, m2 = (e[h] - e[warm]) / (h - warm), (e[-1] - e[h]) / (len(e) - 1 - h)
             if abs(m1 - m2) > STEADY_AGREE * max(m1, m2):
-                del e[:-n - 1]
                 ready = False
                 continue
-            self.job_T[i] = (e[-1] - e[-n - 1]) / n
+            self.job_T[i] = (e[-1] - e[warm]) / m
             del self.job_ends[i]
         if not ready:
             return False
@@ -690,7 +690,7 @@ class ClusterSim:
     def rebuild_components(self, changed: int) -> None:
         """Jobs joined by shared links (union-find over the running networked jobs' exchange links);
         rebuilt when a networked job (``changed``) starts or ends. Every job with flows is re-solved
-        after. With --steady, the jobs within STEADY_REACH shared links of it measure again."""
+        after. With --steady, the jobs of its component (or of the ones it leaves) measure again."""
         parent: dict[int, int] = {}
 
         def find(x: int) -> int:
@@ -722,10 +722,9 @@ class ClusterSim:
             for i in self.running_net:
                 for ln in self.jobs[i].links:
                     users.setdefault(ln, []).append(i)
-            near, edge = {changed}, {changed}
-            for _ in range(STEADY_REACH):
-                edge = {k for x in edge for ln in self.jobs[x].links for k in users.get(ln, ())} - near
-                near |= edge
+            # the component it joined, or the ones it leaves behind (those of its former neighbours)
+            touch = {changed} | {k for ln in self.jobs[changed].links for k in users.get(ln, ())}
+            near = {k for x in touch if x in self.comp_of for k in self.comps[self.comp_of[x]]} | {changed}
             for k in near:
                 self.job_T.pop(k, None)
                 self.job_ends.pop(k, None)

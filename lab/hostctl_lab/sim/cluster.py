@@ -76,6 +76,7 @@ PARK_MAX_JOBS = 32  # components up to this many jobs are watched for a repeatin
 PARK_HISTORY = 8  # states kept per (component, job, shape)
 PARK_MIN_PERIODS = 2  # park only when at least this many whole periods fit
 STEADY_AGREE = 0.01  # --steady: the two halves of a job's window agree on its mean iteration time to 1%
+STEADY_MAX_WINDOW = 20  # ... or the window has grown to this many times N: its mean is taken as it is
 
 
 class Flow:
@@ -577,7 +578,7 @@ class ClusterSim:
             # differ); else the window grows, and its halves converge
             h = warm + m // 2
             m1, m2 = (e[h] - e[warm]) / (h - warm), (e[-1] - e[h]) / (len(e) - 1 - h)
-            if abs(m1 - m2) > STEADY_AGREE * max(m1, m2):
+            if abs(m1 - m2) > STEADY_AGREE * max(m1, m2) and m < STEADY_MAX_WINDOW * n:
                 ready = False
                 continue
             self.job_T[i] = (e[-1] - e[warm]) / m

@@ -196,7 +196,8 @@ def _plot(res: dict, a, path: str) -> None:
     ax.set_ylabel("simulated hours")
     ax.set_title(f"Philly, {a.jobs} jobs at their own arrivals, {a.servers} servers")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if res["trace"]:
+        ax.legend(fontsize=8)
     ax = axes[1]
     for s in sorted({g["servers"] for g in res["growth"]}):
         gs = [g for g in res["growth"] if g["servers"] == s]

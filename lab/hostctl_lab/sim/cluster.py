@@ -74,6 +74,7 @@ PLACEMENTS = ("ff", "pack", "ls", "rand", "lwf1", "lwf2", "sjfbco")  # + lwf<k> 
 DEFAULT_CLASS = 99  # a flow of a job without a band (a host with one job): below every band
 PARK_MAX_JOBS = 32  # components up to this many jobs are watched for a repeating state (parking)
 PARK_HISTORY = 8  # states kept per (component, job, shape)
+PARK_KEYS = 4096  # (component, job, shape) keys kept at most
 PARK_MIN_PERIODS = 2  # park only when at least this many whole periods fit
 STEADY_AGREE = 0.01  # --steady: the two halves of a job's window agree on its mean iteration time to 1%
 STEADY_MAX_WINDOW = 20  # ... or the window has grown to this many times N: its mean is taken as it is
@@ -536,6 +537,8 @@ class ClusterSim:
         shape, vals = self.comp_state(jobs, a)
         key = (jobs, shape)
         done = [self.jobs[k].done_iters for k in jobs]
+        if key not in self.park_hist and len(self.park_hist) >= PARK_KEYS:
+            self.park_hist.clear()  # many shapes, none repeating: memory stays bounded
         hist = self.park_hist.setdefault(key, [])
         for t0, v0, d0 in reversed(hist):
             if len(v0) == len(vals) and all(abs(x - y) <= 1e-7 + 1e-12 * abs(x) for x, y in zip(vals, v0)):

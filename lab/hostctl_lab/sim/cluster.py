@@ -32,9 +32,9 @@ it had at the same job's earlier compute end, it repeats with that period. It is
 leave the fabric, its pending events are voided, and its jobs move on by the iterations of the whole
 periods that end before anything outside could change it (``horizon``: the next arrival, the earliest
 end of any other job, rr's next rotation); then it resumes from the saved state. With ``steady=N``
-(approximate), a component that does not repeat is parked the same way once every job has done N
-iterations (after a warm-up) since its members last changed, each job moved on by the span over its
-mean iteration time (rounded, the remainder carried). Nothing starts on a parked component's links
+(approximate), a component that does not repeat is parked the same way once every job has a steady
+mean iteration time (at least N iterations after a warm-up since its members last changed, the
+window's halves agreeing), each job moved on by the span over its mean (rounded, the remainder carried). Nothing starts on a parked component's links
 before it resumes (start_job checks it).
 
 Network policies (the policy code the daemon runs, driven by the simulated clock):
@@ -166,7 +166,6 @@ class ClusterSim:
         self.job_T: dict[int, float] = {}  # --steady: a job's measured mean iteration time
         self.job_ends: dict[int, list[float]] = {}  # its iteration ends while it is measured
         self.job_carry: dict[int, float] = {}  # the fraction of an iteration its parks rounded away
-        self.comp_key: dict[int, tuple] = {}
         self.park_hist: dict[tuple, list] = {}  # (component, job, shape) -> [(time, floats, iterations done)]
         self.parked: dict[int, tuple] = {}  # park id -> (component's jobs, the job whose exchange waits, saved)
         self.next_park = 0
@@ -191,7 +190,7 @@ class ClusterSim:
         self.job_flows: dict[int, set[int]] = {}
         self.dirty: set[int] = set()  # jobs whose component must be re-solved
         self.comp_of: dict[int, int] = {}  # running networked job -> its component (jobs joined by shared links)
-        self.comps: dict[int, list[int]] = {}  # component -> its jobs
+        self.comps: dict[int, tuple[int, ...]] = {}  # component -> its jobs, in index order
         self.tok = 0  # the last re-solve's token (FLOW_END events carry it)
         self.job_tok: dict[int, int] = {}
         self.running_net: set[int] = set()  # running jobs on more than one server
@@ -202,9 +201,6 @@ class ClusterSim:
         # at which start-now and wait tie in this engine's fluid sharing, which has no contention loss)
         self.adm = (sched.Admission(self, network, **({} if adadual_eta is None else {"eta": adadual_eta}))
                     if sched.is_admission(network) else None)
-        if self.adm is not None:  # waiting exchanges are state that parking does not save
-            self.parking = False
-            self.steady = 0
         # policy state
         self.driver = None
         self.host_jobs: dict[int, set[int]] = {}
@@ -220,11 +216,12 @@ class ClusterSim:
                                      link_rate_bps=int(fabric.capacity.max() * 8))
         # mlcc, mlcc-switch, mcs, ccml: hooks into the policy object (hostctl_lab.sim.mlccnet)
         self.netpol = mlccnet.make(network, self, slot_s)
-        if self.netpol is not None:  # per-slot caps, stage caps, held exchanges: state parking does not save
+        if self.netpol is not None and not self.netpol.fast_forward_ok:
+            self.fast_forward = False
+        if self.adm is not None or self.netpol is not None:
+            # waiting exchanges, per-slot caps, stage caps, held exchanges: state a park does not save
             self.parking = False
             self.steady = 0
-            if not self.netpol.fast_forward_ok:
-                self.fast_forward = False
 
     # ---------------------------------------------------------------- events
     def push(self, t: float, kind: int, a: int = 0, b: int = 0) -> None:
@@ -528,7 +525,7 @@ class ClusterSim:
         c = self.comp_of.get(a)
         if c is None or len(self.comps[c]) < 2:
             return False
-        jobs = self.comp_key[c]
+        jobs = self.comps[c]
         if len(jobs) <= PARK_MAX_JOBS and self.park_repeat(jobs, a):
             return True
         return bool(self.steady) and self.park_steady(jobs, a)
@@ -564,9 +561,9 @@ class ClusterSim:
         return True
 
     def park_steady(self, jobs: tuple, a: int) -> bool:
-        """Extrapolate the component at each job's mean iteration time over its last ``steady``
-        iterations (after a warm-up of steady // 5, at least 2, since its jobs last changed), once the
-        two halves of every job's window agree to STEADY_AGREE."""
+        """Extrapolate the component at each job's mean iteration time since its jobs last changed
+        (after a warm-up of steady // 5, at least 2): a window of at least ``steady`` iterations whose
+        two halves agree to STEADY_AGREE, or that has grown to STEADY_MAX_WINDOW x steady."""
         n, warm = self.steady, max(2, self.steady // 5)
         ready = True
         for i in jobs:
@@ -703,29 +700,26 @@ class ClusterSim:
                 x = parent[x]
             return x
 
-        owner: dict[int, int] = {}
+        users: dict[int, list[int]] = {}  # link -> the running jobs whose exchange uses it
         for i in self.running_net:
             parent[i] = i
         for i in self.running_net:
             for ln in self.jobs[i].links:
-                o = owner.setdefault(ln, i)
-                if o != i:
-                    ra, rb = find(i), find(o)
+                u = users.setdefault(ln, [])
+                if u:
+                    ra, rb = find(i), find(u[0])
                     if ra != rb:
                         parent[ra] = rb
+                u.append(i)
         self.comp_of = {i: find(i) for i in self.running_net}
-        self.comps = {}
+        comps: dict[int, list[int]] = {}
         for i, c in sorted(self.comp_of.items()):
-            self.comps.setdefault(c, []).append(i)
-        self.comp_key = {c: tuple(v) for c, v in self.comps.items()}
-        now = set(self.comp_key.values())
+            comps.setdefault(c, []).append(i)
+        self.comps = {c: tuple(v) for c, v in comps.items()}
         if self.park_hist:  # states of components that no longer exist
+            now = set(self.comps.values())
             self.park_hist = {k: v for k, v in self.park_hist.items() if k[0] in now}
         if self.steady:
-            users: dict[int, list[int]] = {}
-            for i in self.running_net:
-                for ln in self.jobs[i].links:
-                    users.setdefault(ln, []).append(i)
             # the component it joined, or the ones it leaves behind (those of its former neighbours)
             touch = {changed} | {k for ln in self.jobs[changed].links for k in users.get(ln, ())}
             near = {k for x in touch if x in self.comp_of for k in self.comps[self.comp_of[x]]} | {changed}

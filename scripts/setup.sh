@@ -50,11 +50,12 @@ fi
 # The torch extra (a real PyTorch workload for the testbed) only where pip finds the
 # CPU build of torch 2.13.0 on local disk: elsewhere PyPI's torch is a CUDA build of
 # several GB. HOSTCTL_TORCH=0 skips it, HOSTCTL_TORCH=1 insists. Without it, the
-# PyTorch tests are skipped with a reason.
-lab=./lab
+# PyTorch tests are skipped with a reason. The fast extra (numba: the cluster simulator's compiled
+# rate kernel) always.
+lab="./lab[fast]"
 torch_wheel=$(ls ${PIP_FIND_LINKS:-/opt/wheels}/torch-2.13.0+cpu-*.whl 2>/dev/null | head -n 1 || true)
 if [ "${HOSTCTL_TORCH:-auto}" = 1 ] || { [ "${HOSTCTL_TORCH:-auto}" = auto ] && [ -n "$torch_wheel" ]; }; then
-  lab="./lab[torch]"
+  lab="./lab[torch,fast]"
 fi
 stamp=.venv/.hostctl-installed
 want="$(sha256sum pyproject.toml lab/pyproject.toml | cut -d' ' -f1 | tr '\n' ' ')$lab"

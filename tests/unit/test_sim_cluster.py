@@ -195,3 +195,34 @@ def test_steady_extrapolation_is_close_to_exact(seed):
 def test_steady_must_be_a_count():
     with pytest.raises(ConfigError, match="--steady"):
         ClusterSim(single_switch(2), [job("a", 2)], steady=-1)
+
+
+def test_steady_measures_iterations_done_across_an_exact_park():
+    """A job iterates every 1.7 s; an exact park in its window moves it 100 iterations (170 s) on
+    with no iteration end recorded in between: the mean is still 1.7 s (counting ends, not iterations
+    done, gave 170 s / 1 end)."""
+    from hostctl_lab.sim.cluster import mean_iteration
+
+    e = [(1.7 * k, k) for k in range(12)] + [(1.7 * k, k) for k in range(112, 130)]
+    assert mean_iteration(e, 2, 20) == pytest.approx(1.7, rel=1e-12)
+    assert mean_iteration(e[:20], 2, 20) is None  # too few ends yet
+    # from iteration 120 on it slows to 2.0 s: the halves disagree (1.7 vs ~1.85 s): not yet
+    slow = [(1.7 * min(k, 120) + 2.0 * max(0, k - 120), k) for _, k in e]
+    assert mean_iteration(slow, 2, 20) is None
+    assert mean_iteration(slow, 2, 5) == pytest.approx((slow[-1][0] - slow[2][0]) / 127)  # grown to 20 x 5
+
+
+@pytest.mark.parametrize("arrival", [300.0, 1500.0])
+def test_a_start_interrupts_a_steady_park(arrival):
+    """--steady parks a component until its first job's end; a job that starts on its links before
+    that brings it back to now (each job moved on at its measured rate) and joins it. Against the
+    exact run: every job within 1%."""
+    jobs = [job("a", 2, size=1.03e9, compute=0.1137, iters=2000), job("b", 2, size=6.1e8, compute=0.1731, iters=2500),
+            job("c", 2, size=3e8, compute=0.05, iters=300, arrival=arrival)]
+    kw = dict(gpus_per_server=3, placement="ls", network="fifo")  # ls: all three ring between the 2 NICs
+    approx = simulate(single_switch(2), jobs, steady=20, **kw)
+    exact = simulate(single_switch(2), jobs, park=False, **kw)
+    assert approx["stats"]["interrupted_parks"] == 1
+    assert approx["events"] < exact["events"] / 10
+    for name, t in exact["jct_s"].items():
+        assert approx["jct_s"][name] == pytest.approx(t, rel=0.01)

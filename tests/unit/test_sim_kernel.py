@@ -125,3 +125,40 @@ def test_a_fifo_switch_port_ignores_the_hosts_bands():
     nic = np.array([True, True, False])
     r = rates(*csr(paths), [100.0, 100.0, 10.0], prio=[0, 1, 0, 1], prio_links=nic)
     assert r == pytest.approx([2.5] * 4)
+
+
+def test_the_compiled_kernel_is_in_use_where_numba_is_installed():
+    import importlib.util
+    import os
+
+    from hostctl_lab.sim import kernel
+
+    want = importlib.util.find_spec("numba") is not None and os.environ.get("HOSTCTL_SIM_NUMBA", "1") != "0"
+    assert kernel.COMPILED == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_compiled_and_numpy_paths_agree(data):
+    """Random fabrics with up to 60 flows, caps, one class / classes at every link / bands at hosts:
+    the numba progressive filling gives the NumPy path's rates (the same algorithm)."""
+    from hostctl_lab.sim import kernel
+
+    if kernel._kernel_nb is None:
+        pytest.fail("numba is not installed: setup installs it (lab extra)")
+    L = data.draw(st.integers(1, 12))
+    n = data.draw(st.integers(1, 60))
+    cap = [data.draw(st.sampled_from([1.0, 2.5, 5.0, 10.0, 40.0])) for _ in range(L)]
+    paths = [sorted(set(data.draw(st.lists(st.integers(0, L - 1), min_size=0, max_size=4)))) for _ in range(n)]
+    caps = [data.draw(st.sampled_from([np.inf, np.inf, 0.3, 2.0, 7.0])) for _ in range(n)]
+    mode = data.draw(st.sampled_from(["fair", "every", "host"]))
+    prio = None if mode == "fair" else [data.draw(st.integers(0, 2)) for _ in range(n)]
+    plinks = np.array([i % 3 == 0 for i in range(L)]) if mode == "host" else None
+    got = {}
+    for compiled in (True, False):
+        kernel.COMPILED = compiled
+        try:
+            got[compiled] = rates(*csr(paths), cap, caps=caps, prio=prio, prio_links=plinks)
+        finally:
+            kernel.COMPILED = True
+    np.testing.assert_allclose(got[True], got[False], rtol=1e-12, atol=1e-12)

@@ -106,6 +106,7 @@ class JobState:
     ce_at: float = math.inf  # its pending compute end
     ce_ver: int = 0  # COMPUTE_END events carry it: a parked job's pending one is void
     parked_until: float | None = None  # parked with its component until then
+    park_steady: bool = False  # ... by --steady (a start on its links interrupts it)
 
 
 def place(name: str, free: np.ndarray, n: int, rng: np.random.Generator,
@@ -133,6 +134,23 @@ def exchange(spec: JobSpec, servers: list[int]) -> list[list[tuple[int, int, flo
     ring = list(dict.fromkeys(spec.hosts)) if spec.hosts else servers
     n = len(ring)
     return [[(ring[k], ring[(k + 1) % n], 2 * (n - 1) / n * size) for k in range(n)]]
+
+
+def mean_iteration(e, warm: int, n: int) -> float | None:
+    """--steady's measure of a job's mean iteration time from its iteration ends ``e`` ((time,
+    iterations done) pairs): over the window after ``warm`` ends, once it has at least ``n`` ends and
+    its two halves agree to STEADY_AGREE (a slow beat between jobs shows as halves that differ; the
+    window grows and its halves converge), or it has grown to STEADY_MAX_WINDOW x n iterations. None:
+    not yet. Iterations, not ends, are counted: an exact park in the window moves both on together."""
+    if len(e) - 1 - warm < n:
+        return None
+    m = e[-1][1] - e[warm][1]
+    h = (warm + len(e) - 1) // 2
+    m1 = (e[h][0] - e[warm][0]) / (e[h][1] - e[warm][1])
+    m2 = (e[-1][0] - e[h][0]) / (e[-1][1] - e[h][1])
+    if abs(m1 - m2) > STEADY_AGREE * max(m1, m2) and m < STEADY_MAX_WINDOW * n:
+        return None
+    return (e[-1][0] - e[warm][0]) / m
 
 
 class ClusterSim:
@@ -164,14 +182,16 @@ class ClusterSim:
             raise ConfigError(f"--steady must be a whole number of iterations >= 0 (0 = exact), got {steady}")
         self.steady = steady if self.parking else 0
         self.job_T: dict[int, float] = {}  # --steady: a job's measured mean iteration time
-        self.job_ends: dict[int, list[float]] = {}  # its iteration ends while it is measured
+        # its iteration ends while it is measured: (time, iterations done); an exact park in the window
+        # moves both on together
+        self.job_ends: dict[int, list[tuple[float, int]]] = {}
         self.job_carry: dict[int, float] = {}  # the fraction of an iteration its parks rounded away
         self.park_hist: dict[tuple, list] = {}  # (component, job, shape) -> [(time, floats, iterations done)]
         self.parked: dict[int, tuple] = {}  # park id -> (component's jobs, the job whose exchange waits, saved)
         self.next_park = 0
         self.local_ends: list[tuple[float, int]] = []  # (end, job) of running one-server jobs (a heap)
         self.next_arrival = 0  # index into self.jobs (sorted by arrival) of the next arrival
-        self.parked_links: set[int] = set()
+        self.parked_links: dict[int, int] = {}  # link -> the park that holds it
         self.next_tick = math.inf
         self.jitter = jitter
         self.jrng = np.random.default_rng([seed, 7])
@@ -182,6 +202,7 @@ class ClusterSim:
         self.queue: list[int] = []
         self.finished = 0
         self.now = 0.0
+        self.started = False
         self.heap: list = []
         self.seq = 0
         self.flows: dict[int, Flow] = {}
@@ -195,7 +216,8 @@ class ClusterSim:
         self.job_tok: dict[int, int] = {}
         self.running_net: set[int] = set()  # running jobs on more than one server
         self.stats = {"events": 0, "solves": 0, "full_solves": 0, "solved_flows": 0, "max_active_flows": 0,
-                      "ticks": 0, "fast_forwards": 0, "resumes": 0, "parks": 0, "steady_parks": 0, "parked_s": 0.0}
+                      "ticks": 0, "fast_forwards": 0, "resumes": 0, "parks": 0, "steady_parks": 0,
+                      "interrupted_parks": 0, "parked_s": 0.0}
         # communication admission (--network adadual / srsf<n>: hostctl_lab.sim.sched.Admission)
         # (adadual_eta: the rule's eta in s/byte, None: hostctl.core.adadual's; 0 gives the threshold 0.5
         # at which start-now and wait tie in this engine's fluid sharing, which has no contention loss)
@@ -232,18 +254,20 @@ class ClusterSim:
         """Simulate to the end (or ``until_s``). ``progress(sim)`` is called every ``every`` events; it
         returns True to stop the run there (a wall-clock limit, say)."""
         wall0 = time.perf_counter()
-        for i, j in enumerate(self.jobs):
-            self.push(j.spec.arrival_s, ARRIVAL, i)
-        if self.network == "rr":
-            self.next_tick = self.rr_interval_s
-            self.push(self.rr_interval_s, TICK)
-        if self.netpol is not None and self.netpol.tick_s:
-            self.push(self.netpol.tick_s, TICK, 1)
+        if not self.started:  # a second run() (after a stop, or on an unpickled sim) goes on from now
+            self.started = True
+            for i, j in enumerate(self.jobs):
+                self.push(j.spec.arrival_s, ARRIVAL, i)
+            if self.network == "rr":
+                self.next_tick = self.rr_interval_s
+                self.push(self.rr_interval_s, TICK)
+            if self.netpol is not None and self.netpol.tick_s:
+                self.push(self.netpol.tick_s, TICK, 1)
         while self.heap:
-            t, _, kind, a, b = heapq.heappop(self.heap)
-            if self.until is not None and t > self.until:
+            if self.until is not None and self.heap[0][0] > self.until:  # left on the heap: run() goes on
                 self.now = self.until
                 break
+            t, _, kind, a, b = heapq.heappop(self.heap)
             self.now = t
             self.stats["events"] += 1
             if kind == ARRIVAL:
@@ -254,7 +278,8 @@ class ClusterSim:
                 if self.jobs[a].ce_ver == b and not (self.parking and self.try_park(a)):
                     self.start_exchange(a)
             elif kind == PARK_END:
-                self.unpark(a)
+                if a in self.parked:  # (not a steady park that a start interrupted)
+                    self.unpark(a)
             elif kind == FLOW_END:  # the first flow of a component's last solve ends
                 if self.job_tok.get(a) == b:
                     self.settle(a)
@@ -340,9 +365,13 @@ class ClusterSim:
             self.host_jobs.setdefault(s, set()).add(i)
         j.phases = (self.netpol and self.netpol.exchange(j.spec, j.servers)) or exchange(j.spec, j.servers)
         j.links = tuple(sorted({int(ln) for ph in j.phases for a, b, _ in ph for ln in self.fab.path(a, b)}))
+        for ln in j.links:  # a steady park on these links comes back to now (an exact one cannot be here)
+            pid = self.parked_links.get(ln)
+            if pid is not None:
+                if self.parked[pid][4] is None:  # try_park's horizon rules this out
+                    raise RuntimeError(f"internal: job {j.spec.name} starts on link {ln} of a parked component")
+                self.interrupt(pid)
         for ln in j.links:  # a fast-forwarded job on these links comes back: it has company now
-            if ln in self.parked_links:  # try_park's horizon rules this out
-                raise RuntimeError(f"internal: job {j.spec.name} starts on link {ln} of a parked component")
             self.link_users[ln] += 1
             other = self.reserved.get(ln)
             if other is not None:
@@ -400,7 +429,7 @@ class ClusterSim:
             self.adm.release(i)
         j.done_iters += 1
         if self.steady and i not in self.job_T:
-            self.job_ends.setdefault(i, []).append(self.now)
+            self.job_ends.setdefault(i, []).append((self.now, j.done_iters))
         if j.done_iters >= j.spec.iterations:
             self.finish_job(i)
         else:
@@ -514,8 +543,8 @@ class ClusterSim:
             j = self.jobs[i]
             if j.ff is not None:
                 t = min(t, j.ff_end)
-            else:
-                base = self.now if j.parked_until is None else j.parked_until
+            else:  # (a steady park may be interrupted: its jobs may end from now on)
+                base = self.now if j.parked_until is None or j.park_steady else j.parked_until
                 t = min(t, base + max(0, j.spec.iterations - j.done_iters - 1) * j.spec.compute_s)
         return t
 
@@ -569,40 +598,35 @@ class ClusterSim:
         for i in jobs:
             if i in self.job_T:
                 continue
-            e = self.job_ends.get(i, ())
-            m = len(e) - 1 - warm  # iterations measured since the warm-up
-            if m < n:
+            T = mean_iteration(self.job_ends.get(i, ()), warm, n)
+            if T is None:
                 ready = False
                 continue
-            # the two halves of the window must agree (a slow beat between jobs shows as halves that
-            # differ); else the window grows, and its halves converge
-            h = warm + m // 2
-            m1, m2 = (e[h] - e[warm]) / (h - warm), (e[-1] - e[h]) / (len(e) - 1 - h)
-            if abs(m1 - m2) > STEADY_AGREE * max(m1, m2) and m < STEADY_MAX_WINDOW * n:
-                ready = False
-                continue
-            self.job_T[i] = (e[-1] - e[warm]) / m
+            self.job_T[i] = T
             del self.job_ends[i]
         if not ready:
             return False
         T, carry = self.job_T, self.job_carry
-        span = self.horizon(set(jobs), ticks=False) - self.now
+        # until its first job's end: a job that starts on its links before interrupts it (start_job)
+        span = (math.inf if self.until is None else self.until) - self.now
         for i in jobs:
             j = self.jobs[i]
             span = min(span, (j.spec.iterations - j.done_iters - 2) * T[i])
         span *= 1 - 1e-9
         if span < PARK_MIN_PERIODS * max(T[i] for i in jobs):
             return False
-        adv = []
+        adv, info = [], []
         for i in jobs:
-            x = carry.get(i, 0.0) + span / T[i]  # rounded, the remainder carried: unbiased
+            c0 = carry.get(i, 0.0)
+            x = c0 + span / T[i]  # rounded, the remainder carried: unbiased
             adv.append(math.floor(x + 0.5))
             carry[i] = x - adv[-1]
-        self.park(jobs, a, self.now + span, adv, None)
+            info.append((c0, T[i]))
+        self.park(jobs, a, self.now + span, adv, None, (self.now, info))
         self.stats["steady_parks"] += 1
         return True
 
-    def park(self, jobs: tuple, a: int, end: float, adv: list[int], state) -> None:
+    def park(self, jobs: tuple, a: int, end: float, adv: list[int], state, steady=None) -> None:
         """Take the component off the fabric until ``end``: its flows (bytes left as now) and compute
         times are saved, its pending events voided, its jobs ``adv`` iterations further on."""
         saved = []
@@ -624,22 +648,39 @@ class ClusterSim:
                 j.ce_ver += 1  # voids its pending COMPUTE_END
             j.done_iters += d
             j.parked_until = end
+            j.park_steady = steady is not None
             self.job_tok[i] = self.tok
-            self.parked_links.update(j.links)
             self.dirty.discard(i)
         pid = self.next_park
         self.next_park += 1
-        self.parked[pid] = (jobs, a, saved, state)
+        for i in jobs:
+            self.parked_links.update(dict.fromkeys(self.jobs[i].links, pid))
+        self.parked[pid] = (jobs, a, saved, state, None if steady is None else (steady, adv))
         self.push(end, PARK_END, pid)
         self.stats["parks"] += 1
         self.stats["parked_s"] += end - self.now
 
+    def interrupt(self, pid: int) -> None:
+        """A job starts on the links of steady park ``pid`` before its end: its jobs come back now,
+        each moved on by the iterations of the time parked so far at its measured rate (the rest of
+        the advance taken back, the remainder carried), then resume as at the park's end."""
+        jobs, _, _, _, ((t0, info), adv) = self.parked[pid]
+        self.stats["parked_s"] -= self.jobs[jobs[0]].parked_until - self.now
+        for i, (c0, T), d in zip(jobs, info, adv):
+            x = c0 + (self.now - t0) / T
+            k = math.floor(x + 0.5)
+            self.jobs[i].done_iters -= d - k
+            self.job_carry[i] = x - k
+        self.stats["interrupted_parks"] += 1
+        self.unpark(pid)
+
     def unpark(self, pid: int) -> None:
-        jobs, a, saved, state = self.parked.pop(pid)
+        jobs, a, saved, state, _ = self.parked.pop(pid)
         for i, fl, rel in saved:
             j = self.jobs[i]
             j.parked_until = None
-            self.parked_links.difference_update(j.links)
+            for ln in j.links:
+                self.parked_links.pop(ln, None)
             if fl:
                 for f in fl:
                     f.t = self.now

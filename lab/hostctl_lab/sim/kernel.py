@@ -29,11 +29,21 @@ stopped at the round limit without converging.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 EPS = 1e-9
 HOST_PRIO_ROUNDS = 30
 STATS = {"solves": 0, "rounds": 0, "host_prio_unconverged": 0}
+
+try:  # the compiled progressive filling (optional: numba); HOSTCTL_SIM_NUMBA=0 keeps the NumPy path
+    if os.environ.get("HOSTCTL_SIM_NUMBA", "1") == "0":
+        raise ImportError
+    from hostctl_lab.sim import _kernel_nb
+except ImportError:  # numba missing (or turned off): the NumPy path, same results
+    _kernel_nb = None
+COMPILED = _kernel_nb is not None  # tests switch it to compare both paths
 
 
 def _maxmin(ptr: np.ndarray, links: np.ndarray, resid: np.ndarray, caps: np.ndarray,
@@ -41,6 +51,10 @@ def _maxmin(ptr: np.ndarray, links: np.ndarray, resid: np.ndarray, caps: np.ndar
     """Max-min fair rates of ``flows`` (indices into ptr) under ``caps`` on residual capacities
     ``resid`` (modified: the flows' rates are taken off). Returns rates for those flows."""
     n = len(flows)
+    if COMPILED and n:
+        out, rounds = _kernel_nb.maxmin(ptr, links, resid, caps.astype(float), flows.astype(np.int64), EPS)
+        STATS["rounds"] += rounds
+        return out
     out = np.zeros(n)
     if n == 0:
         return out

@@ -1,0 +1,102 @@
+"""The rate kernel's max-min progressive filling, compiled with numba (optional).
+
+The same algorithm as :func:`hostctl_lab.sim.kernel._maxmin` (its docstring), loop by loop: per round
+each link's share, each unfrozen flow's smallest share on its path, the local bottlenecks, the freezes.
+Imported only when numba is installed; ``kernel.COMPILED`` says whether it is used, and
+tests/unit/test_sim_kernel.py compares it with the NumPy path on random cases.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True, nogil=True)
+def maxmin(ptr, links, resid, caps, flows, eps):  # pragma: no cover - compiled
+    """Max-min fair rates of ``flows`` under ``caps`` on ``resid`` (modified), as kernel._maxmin.
+    Returns (rates, rounds)."""
+    n = flows.shape[0]
+    out = np.zeros(n)
+    L = resid.shape[0]
+    live = np.ones(n, dtype=np.bool_)
+    nlive = 0
+    for k in range(n):
+        f = flows[k]
+        if ptr[f + 1] == ptr[f]:  # an empty path gets its cap
+            out[k] = caps[f]
+            live[k] = False
+        else:
+            nlive += 1
+    cnt = np.zeros(L, dtype=np.int64)
+    share = np.empty(L)
+    lmin = np.empty(L)
+    ready = np.zeros(L, dtype=np.bool_)
+    fmin = np.empty(n)
+    fshare = np.empty(n)
+    freeze = np.zeros(n, dtype=np.bool_)
+    rounds = 0
+    while nlive > 0:
+        rounds += 1
+        cnt[:] = 0
+        for k in range(n):
+            if live[k]:
+                f = flows[k]
+                for e in range(ptr[f], ptr[f + 1]):
+                    cnt[links[e]] += 1
+        for ln in range(L):
+            if cnt[ln] > 0:
+                r = resid[ln]
+                share[ln] = (r if r > 0.0 else 0.0) / cnt[ln]
+            else:
+                share[ln] = np.inf
+            lmin[ln] = np.inf
+        for k in range(n):
+            if live[k]:
+                f = flows[k]
+                m = np.inf
+                for e in range(ptr[f], ptr[f + 1]):
+                    s = share[links[e]]
+                    if s < m:
+                        m = s
+                fmin[k] = m
+                c = caps[f]
+                fs = c if c < m else m
+                fshare[k] = fs
+                for e in range(ptr[f], ptr[f + 1]):
+                    ln = links[e]
+                    if fs < lmin[ln]:
+                        lmin[ln] = fs
+        for ln in range(L):
+            ready[ln] = cnt[ln] > 0 and lmin[ln] >= share[ln] * (1 - eps)
+        anyf = False
+        for k in range(n):
+            freeze[k] = False
+            if live[k]:
+                f = flows[k]
+                fr = caps[f] <= fmin[k] * (1 + eps)
+                if not fr:
+                    for e in range(ptr[f], ptr[f + 1]):
+                        if ready[links[e]]:
+                            fr = True
+                            break
+                if fr:
+                    freeze[k] = True
+                    anyf = True
+        if not anyf:  # numerical corner: freeze the global minimum
+            m = np.inf
+            for k in range(n):
+                if live[k] and fshare[k] < m:
+                    m = fshare[k]
+            for k in range(n):
+                if live[k] and fshare[k] <= m * (1 + eps):
+                    freeze[k] = True
+        for k in range(n):
+            if freeze[k]:
+                f = flows[k]
+                out[k] = fshare[k]
+                live[k] = False
+                nlive -= 1
+                for e in range(ptr[f], ptr[f + 1]):
+                    resid[links[e]] -= out[k]
+    return out, rounds

@@ -80,12 +80,66 @@ STEADY_AGREE = 0.01  # --steady: the two halves of a job's window agree on its m
 STEADY_MAX_WINDOW = 20  # ... or the window has grown to this many times N: its mean is taken as it is
 
 
-class Flow:
-    __slots__ = ("fid", "job", "src", "dst", "path", "left", "rate", "t", "cap", "prio")
+class FlowTable:
+    """The numbers of the open flows (and the parked ones), one row (slot) per flow: bytes left at
+    time ``t``, rate, cap, class, and the path's links padded with -1. Solves and settles read and write
+    a component's rows at once; a freed slot is reused."""
 
-    def __init__(self, fid: int, job: int, src: int, dst: int, path: np.ndarray, size: float, t: float) -> None:
+    def __init__(self, width: int = 8) -> None:
+        n = 64
+        self.left, self.rate, self.t = np.zeros(n), np.zeros(n), np.zeros(n)
+        self.cap, self.prio = np.full(n, math.inf), np.zeros(n, dtype=np.int64)
+        self.fid = np.full(n, -1, dtype=np.int64)
+        self.paths = np.full((n, width), -1, dtype=np.int64)
+        self.free = list(range(n - 1, -1, -1))
+
+    def alloc(self, fid: int, path: np.ndarray, size: float, t: float) -> int:
+        if not self.free:
+            n = len(self.left)
+            for name in ("left", "rate", "t", "cap", "prio", "fid"):
+                a = getattr(self, name)
+                setattr(self, name, np.concatenate([a, np.zeros_like(a)]))
+            self.paths = np.concatenate([self.paths, np.full_like(self.paths, -1)])
+            self.free = list(range(2 * n - 1, n - 1, -1))
+        if len(path) > self.paths.shape[1]:
+            self.paths = np.concatenate([self.paths, np.full((len(self.paths), len(path)), -1, np.int64)], 1)
+        s = self.free.pop()
+        self.left[s], self.rate[s], self.t[s], self.cap[s], self.prio[s], self.fid[s] = size, 0.0, t, math.inf, 0, fid
+        self.paths[s, :] = -1
+        self.paths[s, :len(path)] = path
+        return s
+
+
+def _field(name: str):
+    def get(f):
+        return getattr(f.tab, name)[f.s].item() if f.s >= 0 else f.own[name]
+
+    def put(f, v):
+        if f.s >= 0:
+            getattr(f.tab, name)[f.s] = v
+        else:
+            f.own[name] = v
+    return property(get, put)
+
+
+class Flow:
+    """An open flow: who and where (attributes), and its numbers (properties over its FlowTable
+    row; a removed flow keeps a copy of them)."""
+    __slots__ = ("fid", "job", "src", "dst", "path", "tab", "s", "own")
+
+    def __init__(self, fid: int, job: int, src: int, dst: int, path: np.ndarray, size: float, t: float,
+                 tab: FlowTable) -> None:
         self.fid, self.job, self.src, self.dst, self.path = fid, job, src, dst, path
-        self.left, self.rate, self.t, self.cap, self.prio = float(size), 0.0, t, math.inf, 0
+        self.tab, self.s, self.own = tab, tab.alloc(fid, path, float(size), t), None
+
+    def detach(self) -> None:
+        """The flow is removed: keep its numbers, give its row back."""
+        self.own = {k: getattr(self, k) for k in ("left", "rate", "t", "cap", "prio")}
+        self.tab.fid[self.s] = -1
+        self.tab.free.append(self.s)
+        self.s = -1
+
+    left, rate, t, cap, prio = (_field(k) for k in ("left", "rate", "t", "cap", "prio"))
 
 
 @dataclass
@@ -206,9 +260,12 @@ class ClusterSim:
         self.heap: list = []
         self.seq = 0
         self.flows: dict[int, Flow] = {}
+        self.ft = FlowTable()  # their numbers (rows)
         self.next_fid = 0
         self.link_flows: list[set[int]] = [set() for _ in range(fabric.n_links)]
-        self.job_flows: dict[int, set[int]] = {}
+        # job -> its open flows: flow id -> row, in flow id order (flows are added in id order; a park
+        # empties it, its resume adds them back sorted)
+        self.job_flows: dict[int, dict[int, int]] = {}
         self.dirty: set[int] = set()  # jobs whose component must be re-solved
         self.comp_of: dict[int, int] = {}  # running networked job -> its component (jobs joined by shared links)
         self.comps: dict[int, tuple[int, ...]] = {}  # component -> its jobs, in index order
@@ -687,7 +744,7 @@ class ClusterSim:
                     if self.driver is not None:  # a rotation may have moved the job's band
                         f.prio = self.assign.get(f.src, {}).get(j.spec.name, DEFAULT_CLASS)
                     self.flows[f.fid] = f
-                    self.job_flows[i].add(f.fid)
+                    self.job_flows[i][f.fid] = f.s
                     for ln in f.path:
                         self.link_flows[ln].add(f.fid)
                 self.dirty.add(i)
@@ -701,12 +758,12 @@ class ClusterSim:
     # ---------------------------------------------------------------- flows
     def add_flows(self, i: int, pairs) -> None:
         # (no fast-forwarded job holds these links: start_job resumed any that shared one)
-        fl = self.job_flows.setdefault(i, set())
+        fl = self.job_flows.setdefault(i, {})
         for src, dst, nbytes in pairs:
-            f = Flow(self.next_fid, i, src, dst, self.fab.path(src, dst), nbytes, self.now)
+            f = Flow(self.next_fid, i, src, dst, self.fab.path(src, dst), nbytes, self.now, self.ft)
             self.next_fid += 1
             self.flows[f.fid] = f
-            fl.add(f.fid)
+            fl[f.fid] = f.s
             for ln in f.path:
                 self.link_flows[ln].add(f.fid)
             self.set_policy(f)
@@ -718,12 +775,13 @@ class ClusterSim:
 
     def remove_flow(self, f: Flow) -> None:
         del self.flows[f.fid]
-        self.job_flows[f.job].discard(f.fid)
+        self.job_flows[f.job].pop(f.fid, None)
         for ln in f.path:
             self.link_flows[ln].discard(f.fid)
         self.dirty.add(f.job)
         if self.netpol is not None:
             self.netpol.flow_ended(f)
+        f.detach()
         j = self.jobs[f.job]
         j.open_flows -= 1
         if j.open_flows == 0:
@@ -773,20 +831,37 @@ class ClusterSim:
         comps = {self.comp_of[i] for i in jobs if i in self.comp_of}
         return [self.flows[fid] for c in comps for i in self.comps[c] for fid in self.job_flows.get(i, ())]
 
+    def comp_fids(self, c: int) -> list[int]:
+        """The open flows of component c, job by job (index order), each job's by flow id."""
+        jf = self.job_flows
+        return [fid for j in self.comps[c] for fid in jf.get(j, ())]
+
+    def comp_rows(self, c: int) -> np.ndarray:
+        """Their rows in the flow table, in the same order."""
+        jf = self.job_flows
+        return np.array([s for j in self.comps[c] for s in jf.get(j, {}).values()], dtype=np.int64)
+
     def settle(self, i: int) -> None:
         """A flow of job i's component ends: bring the component's bytes up to now, end every flow with
         nothing left."""
-        done = []
-        for f in self.comp_flows([i]):
-            f.left -= f.rate * (self.now - f.t)
-            f.t = self.now
-            # done: nothing left, or so little that its end is this instant (a late clock's resolution)
-            if f.left <= DONE_BYTES or (f.rate > 0 and self.now + f.left / f.rate <= self.now):
-                done.append(f)
+        c = self.comp_of.get(i)
         self.dirty.add(i)
-        for f in sorted(done, key=lambda f: f.fid):
-            if f.fid in self.flows:
-                self.remove_flow(f)
+        if c is None:
+            return
+        fids = self.comp_fids(c)
+        if not fids:
+            return
+        ft, idx, now = self.ft, self.comp_rows(c), self.now
+        rate = ft.rate[idx]
+        left = ft.left[idx] - rate * (now - ft.t[idx])
+        ft.left[idx] = left
+        ft.t[idx] = now
+        # done: nothing left, or so little that its end is this instant (a late clock's resolution)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            done = (left <= DONE_BYTES) | ((rate > 0) & (now + left / rate <= now))
+        for fid in sorted(fids[k] for k in np.flatnonzero(done)):
+            if fid in self.flows:
+                self.remove_flow(self.flows[fid])
 
     def resolve(self) -> None:
         if self.netpol is not None:
@@ -795,47 +870,52 @@ class ClusterSim:
             return
         jobs = set(self.dirty)
         self.dirty.clear()
-        by_comp: dict[int, list[Flow]] = {}
+        by_comp: dict[int, list[int]] = {}
         for c in {self.comp_of[i] for i in jobs if i in self.comp_of}:
-            fl = [self.flows[fid] for j in self.comps[c] for fid in sorted(self.job_flows.get(j, ()))]
-            if fl:
-                by_comp[c] = fl
-        for c, fl in by_comp.items():
-            self.solve(c, fl)
+            fids = self.comp_fids(c)
+            if fids:
+                by_comp[c] = fids
+        for c, fids in by_comp.items():
+            self.solve(c, fids)
 
     def rates(self, paths: list[np.ndarray], caps, prio=None) -> np.ndarray:
         """The kernel on these paths (link indices of the fabric): classes ``prio`` (None: one class) at
         the hosts' NICs, or at every link under ``prio-every-link``."""
         ptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
-        uniq, local = np.unique(np.concatenate(paths), return_inverse=True)
+        return self.rates_csr(ptr, np.concatenate(paths), caps, prio)
+
+    def rates_csr(self, ptr: np.ndarray, links: np.ndarray, caps, prio=None) -> np.ndarray:
+        uniq, local = np.unique(links, return_inverse=True)
         if prio is None:
             return kernel.rates(ptr, local, self.fab.capacity[uniq], caps)
         plinks = None if self.network == "prio-every-link" else self.fab.nic[uniq]
         return kernel.rates(ptr, local, self.fab.capacity[uniq], caps, prio, plinks)
 
-    def solve(self, c: int, fl: list[Flow]) -> None:
-        for f in fl:
-            f.left -= f.rate * (self.now - f.t)
-            f.t = self.now
+    def solve(self, c: int, fids: list[int]) -> None:
+        ft, idx, now = self.ft, self.comp_rows(c), self.now
+        left = ft.left[idx] - ft.rate[idx] * (now - ft.t[idx])
+        ft.left[idx] = left
+        ft.t[idx] = now
         self.stats["solves"] += 1
-        self.stats["solved_flows"] += len(fl)
-        if len(fl) == len(self.flows):
+        self.stats["solved_flows"] += len(fids)
+        if len(fids) == len(self.flows):
             self.stats["full_solves"] += 1
-        caps = np.fromiter((f.cap for f in fl), dtype=float, count=len(fl))
-        prio = np.fromiter((f.prio for f in fl), dtype=np.int64, count=len(fl)) if self.driver is not None else None
-        r = self.rates([f.path for f in fl], caps, prio)
-        first = math.inf
-        for f, rate in zip(fl, r):
-            f.rate = float(rate)
-            if f.left <= DONE_BYTES:
-                first = self.now
-            elif rate > 0:
-                first = min(first, self.now + f.left / rate)
+        P = ft.paths[idx]
+        m = P >= 0
+        ptr = np.zeros(len(fids) + 1, dtype=np.int64)
+        np.cumsum(m.sum(1), out=ptr[1:])
+        r = self.rates_csr(ptr, P[m], ft.cap[idx], ft.prio[idx] if self.driver is not None else None)
+        ft.rate[idx] = r
+        if (left <= DONE_BYTES).any():
+            first = now
+        else:
+            pos = r > 0
+            first = float((now + left[pos] / r[pos]).min()) if pos.any() else math.inf
         self.tok += 1
         for i in self.comps[c]:
             self.job_tok[i] = self.tok
         if first < math.inf:
-            self.push(first, FLOW_END, fl[0].job, self.tok)
+            self.push(first, FLOW_END, self.flows[fids[0]].job, self.tok)
 
     # ---------------------------------------------------------------- policy
     def set_policy(self, f: Flow) -> None:

@@ -162,3 +162,18 @@ def test_compiled_and_numpy_paths_agree(data):
         finally:
             kernel.COMPILED = True
     np.testing.assert_allclose(got[True], got[False], rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=80))
+def test_compiled_remap_is_numpy_unique(links):
+    from hostctl_lab.sim import kernel
+
+    if kernel._kernel_nb is None:
+        pytest.fail("numba is not installed: setup installs it (lab extra)")
+    a = np.asarray(links, dtype=np.int64)
+    loc = np.full(41, -1, dtype=np.int64)
+    u, local = kernel._kernel_nb.remap(a, loc)
+    want_u, want_local = np.unique(a, return_inverse=True)
+    assert u.tolist() == want_u.tolist() and local.tolist() == want_local.tolist()
+    assert (loc == -1).all()  # the scratch is left as found

@@ -39,10 +39,10 @@ def _checked(sim: ClusterSim) -> dict:
     seen = {"solves": 0, "worst_link": 0.0, "worst_cap": 0.0}
     solve = sim.solve
 
-    def checked(c, fids):
-        solve(c, fids)
+    def checked(c, rows):
+        solve(c, rows)
         seen["solves"] += 1
-        fl = [sim.flows[x] for x in fids]
+        fl = [sim.flows[int(x)] for x in sim.ft.fid[rows]]
         rate = np.array([f.rate for f in fl])
         links = np.concatenate([f.path for f in fl])
         per = np.bincount(links, weights=np.repeat(rate, [len(f.path) for f in fl]), minlength=sim.fab.n_links)

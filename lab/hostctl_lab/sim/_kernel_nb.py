@@ -100,3 +100,27 @@ def maxmin(ptr, links, resid, caps, flows, eps):  # pragma: no cover - compiled
                 for e in range(ptr[f], ptr[f + 1]):
                     resid[links[e]] -= out[k]
     return out, rounds
+
+
+@numba.njit(cache=True, nogil=True)
+def remap(links, loc):  # pragma: no cover - compiled
+    """np.unique(links, return_inverse=True) for link ids below len(loc): ``loc`` is a scratch of -1s
+    (left as it was found)."""
+    n = links.shape[0]
+    u = np.empty(n, dtype=np.int64)
+    nu = 0
+    for e in range(n):
+        ln = links[e]
+        if loc[ln] < 0:
+            loc[ln] = 0
+            u[nu] = ln
+            nu += 1
+    u = np.sort(u[:nu])
+    for k in range(nu):
+        loc[u[k]] = k
+    local = np.empty(n, dtype=np.int64)
+    for e in range(n):
+        local[e] = loc[links[e]]
+    for k in range(nu):
+        loc[u[k]] = -1
+    return u, local

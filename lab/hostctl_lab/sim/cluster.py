@@ -261,6 +261,7 @@ class ClusterSim:
         self.seq = 0
         self.flows: dict[int, Flow] = {}
         self.ft = FlowTable()  # their numbers (rows)
+        self._loc = np.full(fabric.n_links, -1, dtype=np.int64)  # the compiled kernel's scratch
         self.next_fid = 0
         self.link_flows: list[set[int]] = [set() for _ in range(fabric.n_links)]
         # job -> its open flows: flow id -> row, in flow id order (flows are added in id order; a park
@@ -570,12 +571,14 @@ class ClusterSim:
         """A component's state now, as its shape (each job's phase and open flows, or computing) and
         its numbers (bytes left per flow, compute left per job)."""
         shape, vals = [a, self.epoch], []
+        ft = self.ft
         for k in jobs:
             fids = self.job_flows.get(k)
             if fids:
-                fl = [self.flows[x] for x in sorted(fids)]
+                fl = [self.flows[x] for x in fids]
                 shape.append((self.jobs[k].phase, tuple((f.src, f.dst) for f in fl)))
-                vals.extend(f.left - f.rate * (self.now - f.t) for f in fl)
+                r = list(fids.values())
+                vals.extend((ft.left[r] - ft.rate[r] * (self.now - ft.t[r])).tolist())
             else:
                 shape.append(None)
                 vals.append(self.jobs[k].ce_at - self.now)
@@ -848,10 +851,9 @@ class ClusterSim:
         self.dirty.add(i)
         if c is None:
             return
-        fids = self.comp_fids(c)
-        if not fids:
-            return
         ft, idx, now = self.ft, self.comp_rows(c), self.now
+        if not len(idx):
+            return
         rate = ft.rate[idx]
         left = ft.left[idx] - rate * (now - ft.t[idx])
         ft.left[idx] = left
@@ -859,7 +861,7 @@ class ClusterSim:
         # done: nothing left, or so little that its end is this instant (a late clock's resolution)
         with np.errstate(divide="ignore", invalid="ignore"):
             done = (left <= DONE_BYTES) | ((rate > 0) & (now + left / rate <= now))
-        for fid in sorted(fids[k] for k in np.flatnonzero(done)):
+        for fid in sorted(ft.fid[idx[done]].tolist()):
             if fid in self.flows:
                 self.remove_flow(self.flows[fid])
 
@@ -870,13 +872,13 @@ class ClusterSim:
             return
         jobs = set(self.dirty)
         self.dirty.clear()
-        by_comp: dict[int, list[int]] = {}
+        by_comp: dict[int, np.ndarray] = {}
         for c in {self.comp_of[i] for i in jobs if i in self.comp_of}:
-            fids = self.comp_fids(c)
-            if fids:
-                by_comp[c] = fids
-        for c, fids in by_comp.items():
-            self.solve(c, fids)
+            idx = self.comp_rows(c)
+            if len(idx):
+                by_comp[c] = idx
+        for c, idx in by_comp.items():
+            self.solve(c, idx)
 
     def rates(self, paths: list[np.ndarray], caps, prio=None) -> np.ndarray:
         """The kernel on these paths (link indices of the fabric): classes ``prio`` (None: one class) at
@@ -885,24 +887,28 @@ class ClusterSim:
         return self.rates_csr(ptr, np.concatenate(paths), caps, prio)
 
     def rates_csr(self, ptr: np.ndarray, links: np.ndarray, caps, prio=None) -> np.ndarray:
-        uniq, local = np.unique(links, return_inverse=True)
+        if kernel.COMPILED:  # the same as np.unique's, compiled
+            uniq, local = kernel._kernel_nb.remap(links.astype(np.int64), self._loc)
+        else:
+            uniq, local = np.unique(links, return_inverse=True)
         if prio is None:
             return kernel.rates(ptr, local, self.fab.capacity[uniq], caps)
         plinks = None if self.network == "prio-every-link" else self.fab.nic[uniq]
         return kernel.rates(ptr, local, self.fab.capacity[uniq], caps, prio, plinks)
 
-    def solve(self, c: int, fids: list[int]) -> None:
-        ft, idx, now = self.ft, self.comp_rows(c), self.now
+    def solve(self, c: int, idx: np.ndarray) -> None:
+        """Component c's rates from the kernel; ``idx``: its flows' rows (comp_rows)."""
+        ft, now = self.ft, self.now
         left = ft.left[idx] - ft.rate[idx] * (now - ft.t[idx])
         ft.left[idx] = left
         ft.t[idx] = now
         self.stats["solves"] += 1
-        self.stats["solved_flows"] += len(fids)
-        if len(fids) == len(self.flows):
+        self.stats["solved_flows"] += len(idx)
+        if len(idx) == len(self.flows):
             self.stats["full_solves"] += 1
         P = ft.paths[idx]
         m = P >= 0
-        ptr = np.zeros(len(fids) + 1, dtype=np.int64)
+        ptr = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(m.sum(1), out=ptr[1:])
         r = self.rates_csr(ptr, P[m], ft.cap[idx], ft.prio[idx] if self.driver is not None else None)
         ft.rate[idx] = r
@@ -915,7 +921,7 @@ class ClusterSim:
         for i in self.comps[c]:
             self.job_tok[i] = self.tok
         if first < math.inf:
-            self.push(first, FLOW_END, self.flows[fids[0]].job, self.tok)
+            self.push(first, FLOW_END, self.flows[int(ft.fid[idx[0]])].job, self.tok)
 
     # ---------------------------------------------------------------- policy
     def set_policy(self, f: Flow) -> None:

@@ -267,6 +267,7 @@ class ClusterSim:
         # job -> its open flows: flow id -> row, in flow id order (flows are added in id order; a park
         # empties it, its resume adds them back sorted)
         self.job_flows: dict[int, dict[int, int]] = {}
+        self.job_rows: dict[int, np.ndarray] = {}  # a job's rows as an array (dropped when its flows change)
         self.dirty: set[int] = set()  # jobs whose component must be re-solved
         self.comp_of: dict[int, int] = {}  # running networked job -> its component (jobs joined by shared links)
         self.comps: dict[int, tuple[int, ...]] = {}  # component -> its jobs, in index order
@@ -697,6 +698,7 @@ class ClusterSim:
             if fids:
                 fl = [self.flows.pop(x) for x in sorted(fids)]
                 fids.clear()
+                self.job_rows.pop(i, None)
                 for f in fl:
                     f.left -= f.rate * (self.now - f.t)
                     f.t = self.now
@@ -750,6 +752,7 @@ class ClusterSim:
                     self.job_flows[i][f.fid] = f.s
                     for ln in f.path:
                         self.link_flows[ln].add(f.fid)
+                self.job_rows.pop(i, None)
                 self.dirty.add(i)
             elif i != a:
                 self.compute_until(i, self.now + rel)
@@ -770,6 +773,7 @@ class ClusterSim:
             for ln in f.path:
                 self.link_flows[ln].add(f.fid)
             self.set_policy(f)
+        self.job_rows.pop(i, None)
         self.dirty.add(i)
         self.jobs[i].open_flows += len(pairs)
         if self.adm is not None:
@@ -779,6 +783,7 @@ class ClusterSim:
     def remove_flow(self, f: Flow) -> None:
         del self.flows[f.fid]
         self.job_flows[f.job].pop(f.fid, None)
+        self.job_rows.pop(f.job, None)
         for ln in f.path:
             self.link_flows[ln].discard(f.fid)
         self.dirty.add(f.job)
@@ -841,8 +846,15 @@ class ClusterSim:
 
     def comp_rows(self, c: int) -> np.ndarray:
         """Their rows in the flow table, in the same order."""
-        jf = self.job_flows
-        return np.array([s for j in self.comps[c] for s in jf.get(j, {}).values()], dtype=np.int64)
+        jf, jr, parts = self.job_flows, self.job_rows, []
+        for j in self.comps[c]:
+            a = jr.get(j)
+            if a is None:
+                d = jf.get(j, {})
+                a = jr[j] = np.fromiter(d.values(), dtype=np.int64, count=len(d))
+            if len(a):
+                parts.append(a)
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def settle(self, i: int) -> None:
         """A flow of job i's component ends: bring the component's bytes up to now, end every flow with

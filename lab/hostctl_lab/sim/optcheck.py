@@ -1,0 +1,109 @@
+"""The cluster engine against an independent optimum on small cases (docs/sim-mlcc.md, "The independent
+check"): the same jobs, hosts and capacities given to the engine (``ClusterSim`` with fixed placements)
+and to ``hostctl_lab.analysis.opt_cluster`` (its own fluid model, LP/MILP bounds and simulator, which
+imports nothing of the engine). Every engine JCT must be >= the optimum's lower bound; the gap between
+a policy and the optimum says how much room there is.
+
+The cases (``CASES``) are built around the mechanisms the MLCC paper credits: a short job behind a long
+one on the same hosts (planning around other jobs: shortest first), jobs whose compute can hide each
+other's exchange (interleaving), parameter servers (push/pull pipelining: in the engine's PS model no
+policy can pipeline; the bound is computed both ways), and a 2:1 oversubscribed rack uplink that the
+MCS logical switch does not see.
+"""
+
+from __future__ import annotations
+
+import time
+
+from hostctl_lab.analysis import opt_cluster as oc
+
+GBIT = 10**9
+C10 = 10 * GBIT / 8  # 10 Gbit/s in bytes/s
+MB = 10**6
+NETWORKS = ("fifo", "mlcc", "mlcc-switch", "mcs", "ccml")
+
+
+def _single(n: int) -> oc.Net:
+    return oc.Net(n, n, C10)
+
+
+CASES: dict[str, oc.Case] = {c.name: c for c in (
+    oc.Case("short-behind-long", _single(2), (
+        oc.Job("long", 0.0, 500 * MB, 0.09, 3, (0, 1)),
+        oc.Job("short", 0.05, 100 * MB, 0.06, 3, (0, 1))),
+        "a ResNet-sized ring arrives just after a VGG-sized one on the same two hosts: shortest first wins"),
+    oc.Case("interleave", _single(2), (
+        oc.Job("a", 0.0, 250 * MB, 0.2, 4, (0, 1)),
+        oc.Job("b", 0.0, 250 * MB, 0.2, 4, (0, 1))),
+        "two identical rings, compute = exchange alone: one's compute can hide the other's exchange"),
+    oc.Case("ps-pair", _single(4), (
+        oc.Job("ps-a", 0.0, 150 * MB, 0.06, 3, (0, 1, 2), "ps"),
+        oc.Job("ps-b", 0.02, 150 * MB, 0.06, 3, (0, 2, 3), "ps")),
+        "two PS jobs sharing the PS host 0 and worker host 2: push and pull use different links"),
+    oc.Case("rack-uplink", oc.Net(4, 2, C10, C10), (
+        oc.Job("x1", 0.0, 250 * MB, 0.06, 3, (0, 2)),
+        oc.Job("x2", 0.0, 250 * MB, 0.06, 3, (1, 3)),
+        oc.Job("in", 0.03, 100 * MB, 0.06, 3, (0, 1))),
+        "two cross-rack rings share a 10 Gbit/s rack uplink (2:1) that MCS's logical switch does not see"),
+    oc.Case("mixed", _single(4), (
+        oc.Job("ring-big", 0.0, 400 * MB, 0.09, 3, (0, 1, 2)),
+        oc.Job("ps", 0.05, 100 * MB, 0.06, 3, (1, 2, 3), "ps"),
+        oc.Job("ring-small", 0.1, 100 * MB, 0.06, 3, (2, 3)),
+        oc.Job("ps-2", 0.15, 200 * MB, 0.08, 2, (3, 0), "ps")),
+        "two rings and two PS jobs of different sizes, staggered arrivals, on four hosts"),
+)}
+
+
+def fabric(net: oc.Net):
+    """The engine's fabric of the same hosts, racks and capacities (hostctl_lab.sim.topo)."""
+    from hostctl_lab.sim.topo import mlcc_tree, single_switch
+
+    if net.racks == 1:
+        return single_switch(net.hosts, net.nic_Bps * 8)
+    return mlcc_tree(net.hosts, per_tor=net.per_rack, tors_per_edge=net.racks, nic_bps=net.nic_Bps * 8,
+                     tor_bps=net.uplink_Bps * 8)
+
+
+def engine_jobs(case: oc.Case) -> list:
+    from hostctl_lab.sim.workload import JobSpec
+
+    return [JobSpec(j.name, j.arrival, len(j.hosts), "m", int(j.size), j.compute, j.iterations, j.kind,
+                    hosts=tuple(j.hosts)) for j in case.jobs]
+
+
+def run_engine(case: oc.Case, network: str, slot_s: float = 0.06) -> dict:
+    """The engine's JCTs for the case under ``network`` (fixed placement, exact: no parking, no steady)."""
+    from hostctl_lab.sim.cluster import simulate
+
+    r = simulate(fabric(case.net), engine_jobs(case), network=network, slot_s=slot_s)
+    if r["finished"] != len(case.jobs):
+        raise RuntimeError(f"{case.name} under {network}: {r['finished']} of {len(case.jobs)} jobs finished")
+    return {"jct_s": r["jct_s"], "avg_jct_s": r["avg_jct_s"]}
+
+
+def compare(case: oc.Case, dt: float, *, networks=NETWORKS, time_limit: float = 60.0, slot_s: float = 0.06,
+            ps_modes: tuple[str, ...] | None = None) -> dict:
+    """The bounds of the case and every network's engine run, with the checks: engine >= lower bound
+    (each job's JCT >= its own lower bound too: its critical path), fifo = the independent fifo."""
+    t0 = time.perf_counter()
+    if ps_modes is None:
+        ps_modes = ("barrier", "pipelined") if any(j.kind == "ps" for j in case.jobs) else ("barrier",)
+    b = oc.bounds(case, dt, ps_modes=ps_modes, time_limit=time_limit)
+    lo = b["barrier"]["lower_avg_jct_s"]
+    hi = b["barrier"]["upper_avg_jct_s"]
+    eng = {}
+    for n in networks:
+        r = run_engine(case, n, slot_s)
+        r["gap_to_lower"] = r["avg_jct_s"] / lo - 1
+        r["gap_to_upper"] = r["avg_jct_s"] / hi - 1
+        r["below_lower_bound"] = r["avg_jct_s"] < lo * (1 - 1e-9)
+        r["job_below_critical_path"] = [j.name for j in case.jobs
+                                        if r["jct_s"][j.name] < oc.critical_path(case.net, j) - j.arrival - 1e-9]
+        eng[n] = r
+    fifo_diff = max(abs(eng["fifo"]["jct_s"][k] - v) for k, v in b["fifo"]["jct_s"].items()) if "fifo" in eng else None
+    return {"case": case.name, "what": case.what, "dt": dt, "slot_s": slot_s,
+            "jobs": [vars(j) for j in case.jobs],
+            "net": {"hosts": case.net.hosts, "per_rack": case.net.per_rack, "nic_Bps": case.net.nic_Bps,
+                    "uplink_Bps": case.net.uplink_Bps},
+            "bounds": b, "engine": eng, "fifo_vs_independent_fifo_max_abs_s": fifo_diff,
+            "wall_s": time.perf_counter() - t0}

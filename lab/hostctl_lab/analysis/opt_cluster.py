@@ -164,18 +164,22 @@ def critical_path(net: Net, job: Job, ps_mode: str = "barrier") -> float:
 
 
 # ------------------------------------------------------------------------------ 1. the simulator
-def _waterfill(paths: list[tuple[int, ...]], resid: np.ndarray, flows: list[int], rate: np.ndarray) -> None:
-    """Max-min fair rates of ``flows`` on residual capacities ``resid`` (both modified): the classic
-    water-filling, one bottleneck level at a time."""
+def _waterfill(paths: list[tuple[int, ...]], resid: np.ndarray, flows: list[int], rate: np.ndarray,
+               caps: np.ndarray | None = None) -> None:
+    """Max-min fair rates of ``flows`` under per-flow ``caps`` on residual capacities ``resid`` (both
+    modified): the classic water-filling, one level at a time (a flow stops at its cap or at a full link)."""
     live = set(flows)
     while live:
         cnt: dict[int, int] = {}
         for f in live:
             for ln in paths[f]:
                 cnt[ln] = cnt.get(ln, 0) + 1
-        level = min(max(resid[ln], 0.0) / n for ln, n in cnt.items())
+        level = min((max(resid[ln], 0.0) / n for ln, n in cnt.items()), default=math.inf)
+        if caps is not None:
+            level = min(level, min(caps[f] for f in live))
         full = {ln for ln, n in cnt.items() if max(resid[ln], 0.0) / n <= level * (1 + 1e-12) + 1e-12}
-        hit = [f for f in live if any(ln in full for ln in paths[f])]
+        hit = [f for f in live if any(ln in full for ln in paths[f])
+               or (caps is not None and caps[f] <= level * (1 + 1e-12))]
         for f in hit:
             rate[f] = level
             for ln in paths[f]:
@@ -183,68 +187,103 @@ def _waterfill(paths: list[tuple[int, ...]], resid: np.ndarray, flows: list[int]
             live.discard(f)
 
 
-def simulate(case: Case, order: list[int] | None = None) -> dict:
-    """Event-driven fluid run of the case's barrier model: fifo (``order=None``) or strict priority of
-    the jobs in ``order`` at every link. Returns JCTs (name -> s), their mean and sum of ends."""
+def simulate(case: Case, order: list[int] | None = None, ps_mode: str = "barrier") -> dict:
+    """Event-driven fluid run of the case: fifo (``order=None``: one class) or strict priority of the
+    jobs in ``order`` at every link (a class per job), max-min fair within a class, work-conserving.
+
+    ``ps_mode="pipelined"``: a PS job's push and pull start together; within its class the push flows
+    are served first and each pull flow is held to the pushes' progress (its fraction sent never ahead
+    of any push flow's: at equality it is capped at that push's rate). A feasible schedule of the
+    pipelined model (not an optimal one). Returns JCTs (name -> s), their mean and the sum of ends."""
     net, jobs = case.net, case.jobs
     cap = net.cap
     prio = {j: k for k, j in enumerate(order)} if order is not None else {j: 0 for j in range(len(jobs))}
     phases = [j.phases() for j in jobs]
-    # state: per job ("wait", arrival) | ("compute", end) | ("xfer", phase, left array) | ("done", end)
+    pipe = [j.kind == "ps" and ps_mode == "pipelined" for j in jobs]
+    # state: ("wait", t) | ("compute", end) | ("xfer", phase, left) | ("pipe", push left, pull left) | ("done", t)
     state: list = [("wait", j.arrival) for j in jobs]
     done_it = [0] * len(jobs)
     end = [math.nan] * len(jobs)
     now = 0.0
     for _ in range(10**6):
-        # instant transitions
         changed = True
-        while changed:
+        while changed:  # the transitions at this instant
             changed = False
             for k, j in enumerate(jobs):
                 s = state[k]
                 if s[0] == "wait" and s[1] <= now + EPS:
                     state[k] = ("compute", now + j.compute)
-                    changed = True
                 elif s[0] == "compute" and s[1] <= now + EPS:
-                    state[k] = ("xfer", 0, np.array([nb for _, _, nb in phases[k][0]], dtype=float))
-                    changed = True
-                elif s[0] == "xfer" and (s[2] <= DONE_BYTES).all():
-                    if s[1] + 1 < len(phases[k]):
-                        state[k] = ("xfer", s[1] + 1, np.array([nb for _, _, nb in phases[k][s[1] + 1]]))
+                    if pipe[k]:
+                        state[k] = ("pipe", *(np.array([nb for _, _, nb in ph]) for ph in phases[k]))
                     else:
-                        done_it[k] += 1
-                        if done_it[k] >= j.iterations:
-                            state[k] = ("done", now)
-                            end[k] = now
-                        else:
-                            state[k] = ("compute", now + j.compute)
-                    changed = True
+                        state[k] = ("xfer", 0, np.array([nb for _, _, nb in phases[k][0]], dtype=float))
+                elif s[0] == "xfer" and (s[2] <= DONE_BYTES).all() and s[1] + 1 < len(phases[k]):
+                    state[k] = ("xfer", s[1] + 1, np.array([nb for _, _, nb in phases[k][s[1] + 1]]))
+                elif (s[0] == "xfer" and (s[2] <= DONE_BYTES).all()) or (s[0] == "pipe" and (s[2] <= DONE_BYTES).all()):
+                    done_it[k] += 1
+                    if done_it[k] >= j.iterations:
+                        state[k] = ("done", now)
+                        end[k] = now
+                    else:
+                        state[k] = ("compute", now + j.compute)
+                else:
+                    continue
+                changed = True
         if all(s[0] == "done" for s in state):
             break
-        # rates of the open flows
-        fl = [(k, x) for k, s in enumerate(state) if s[0] == "xfer" for x in range(len(s[2])) if s[2][x] > DONE_BYTES]
-        paths = [net.path(*phases[k][state[k][1]][x][:2]) for k, x in fl]
+        # open flows: (job, group, index, bytes left array); group = phase (xfer) or 0 push / 1 pull (pipe)
+        fl = []
+        for k, s in enumerate(state):
+            if s[0] == "xfer":
+                fl += [(k, s[1], x, s[2]) for x in range(len(s[2])) if s[2][x] > DONE_BYTES]
+            elif s[0] == "pipe":
+                fl += [(k, g, x, s[1 + g]) for g in (0, 1) for x in range(len(s[1 + g])) if s[1 + g][x] > DONE_BYTES]
+        paths = [net.path(*phases[k][g][x][:2]) for k, g, x, _ in fl]
+        size = [phases[k][g][x][2] for k, g, x, _ in fl]
         rate = np.zeros(len(fl))
         resid = cap.copy()
-        for level in sorted({prio[k] for k, _ in fl}):
-            _waterfill(paths, resid, [f for f, (k, _) in enumerate(fl) if prio[k] == level], rate)
+        for level in sorted({prio[k] for k, *_ in fl}):
+            mine = [f for f, (k, *_) in enumerate(fl) if prio[k] == level]
+            first = [f for f in mine if not (pipe[fl[f][0]] and fl[f][1] == 1)]
+            _waterfill(paths, resid, first, rate)
+            pulls = [f for f in mine if pipe[fl[f][0]] and fl[f][1] == 1]
+            if pulls:
+                caps = np.full(len(fl), math.inf)
+                for f in pulls:
+                    k, _, x, left = fl[f]
+                    pf = 1 - left[x] / size[f]
+                    push = state[k][1]
+                    for y in range(len(push)):
+                        qf = 1 - push[y] / phases[k][0][y][2]
+                        if pf >= qf - 1e-9 and push[y] > DONE_BYTES:  # caught up: no faster than that push
+                            g = next(q for q, (kk, gg, xx, _) in enumerate(fl) if (kk, gg, xx) == (k, 0, y))
+                            caps[f] = min(caps[f], rate[g] / phases[k][0][y][2] * size[f])
+                _waterfill(paths, resid, pulls, rate, caps)
         nxt = math.inf
-        for k, s in enumerate(state):
+        for s in state:
             if s[0] in ("wait", "compute"):
                 nxt = min(nxt, s[1])
-        for f, (k, x) in enumerate(fl):
+        for f, (k, g, x, left) in enumerate(fl):
             if rate[f] > 0:
-                nxt = min(nxt, now + state[k][2][x] / rate[f])
+                nxt = min(nxt, now + left[x] / rate[f])
+            if pipe[k] and g == 1:  # a pull catching up with a push
+                pf, vp = 1 - left[x] / size[f], rate[f] / size[f]
+                for q, (kk, gg, y, pl) in enumerate(fl):
+                    if kk == k and gg == 0:
+                        qf, vq = 1 - pl[y] / size[q], rate[q] / size[q]
+                        if pf < qf - 1e-9 and vp > vq:
+                            nxt = min(nxt, now + (qf - pf) / (vp - vq))
         if nxt == math.inf:
             raise RuntimeError(f"{case.name}: no progress at t={now}")
-        for f, (k, x) in enumerate(fl):
-            state[k][2][x] = max(0.0, state[k][2][x] - rate[f] * (nxt - now))
+        for f, (k, g, x, left) in enumerate(fl):
+            left[x] = max(0.0, left[x] - rate[f] * (nxt - now))
         now = nxt
     jct = {j.name: end[k] - j.arrival for k, j in enumerate(jobs)}
     return {"jct_s": jct, "avg_jct_s": float(np.mean(list(jct.values()))), "sum_end_s": float(sum(end))}
 
 
-def best_order(case: Case, max_orders: int = 720) -> dict:
+def best_order(case: Case, max_orders: int = 720, ps_mode: str = "barrier") -> dict:
     """The best strict-priority order of the jobs (all orders up to ``max_orders``): a feasible
     schedule, so an upper bound on the optimum."""
     n = len(case.jobs)
@@ -252,7 +291,7 @@ def best_order(case: Case, max_orders: int = 720) -> dict:
     for k, o in enumerate(itertools.permutations(range(n))):
         if k >= max_orders:
             break
-        r = simulate(case, list(o))
+        r = simulate(case, list(o), ps_mode)
         if best is None or r["avg_jct_s"] < best["avg_jct_s"] - 1e-12:
             best = {**r, "order": [case.jobs[x].name for x in o]}
     return best
@@ -302,10 +341,10 @@ class _Builder:
         self.rhi.append(hi)
 
 
-def upper_sum(case: Case) -> tuple[float, dict]:
+def upper_sum(case: Case, ps_mode: str = "barrier") -> tuple[float, dict]:
     """A feasible schedule's sum of job ends: the better of fifo and the best strict-priority order."""
-    f = simulate(case)
-    b = best_order(case)
+    f = simulate(case, None, ps_mode)
+    b = best_order(case, ps_mode=ps_mode)
     return (min(f["sum_end_s"], b["sum_end_s"]), {"fifo": f, "best_order": b})
 
 
@@ -324,7 +363,7 @@ def milp(case: Case, dt: float, *, mode: str = "lower", ps_mode: str = "barrier"
     cap = net.cap
     low = mode == "lower"
     if ub_sum is None:
-        ub_sum = upper_sum(case)[0]
+        ub_sum = upper_sum(case, ps_mode)[0]
     cp = [critical_path(net, j, ps_mode) for j in jobs]
     U = float(cap.max()) * dt  # bytes are counted in units of the fastest link's slot (HiGHS's numerics)
     B = _Builder()
@@ -340,7 +379,8 @@ def milp(case: Case, dt: float, *, mode: str = "lower", ps_mode: str = "barrier"
         for i in range(j.iterations):
             for p, flows in enumerate(j.phases()):
                 ph = _Phase(k, i, p, flows, T=T)
-                pipelined_push = j.kind == "ps" and ps_mode == "pipelined" and p == 0
+                # a pipelined push has no barrier; its z (lower bound only) ties the pull's end to it
+                pipelined_push = j.kind == "ps" and ps_mode == "pipelined" and p == 0 and not low
                 s0 = est + (sum(ex[:p]) if j.kind != "ps" or ps_mode == "barrier" else 0.0)
                 e0 = s0 + ex[p]
                 ph.xs = max(0, int(math.floor(s0 / dt + 1e-9)))
@@ -395,6 +435,21 @@ def milp(case: Case, dt: float, *, mode: str = "lower", ps_mode: str = "barrier"
                     B.row(inc, hi=0.0)
                 else:
                     B.row(inc + [(dep.zcol + u - dep.zs, -M)], hi=0.0)
+                    # and its fraction sent by then is at most dep's z (0 or 1; tighter when fractional)
+                    B.row([(c + t - ph.xs, U / nb), (dep.zcol + u - dep.zs, -1.0)], hi=0.0)
+
+    def chain(ph: _Phase, dep: _Phase, wait: float) -> None:
+        """Lower bound only: ph ends at least wait + its shortest time alone after dep ends, so
+        z_ph[t] <= z_dep[t - floor((wait + shortest) / dt)]."""
+        h = int(math.floor((wait + phase_time_alone(net, ph.flows)) / dt + 1e-9))
+        for t in range(ph.zs, ph.T + 1):
+            u = t - h
+            if u >= dep.T:
+                continue
+            if u < dep.zs:
+                B.ub[ph.zcol + t - ph.zs] = 0.0
+            else:
+                B.row([(ph.zcol + t - ph.zs, 1.0), (dep.zcol + u - dep.zs, -1.0)], hi=0.0)
 
     def frac(ph: _Phase, x: int, t: int):
         """(column, 1/bytes) of flow x's cumulative fraction at the end of slot t, or None if 0 / 1."""
@@ -408,6 +463,8 @@ def milp(case: Case, dt: float, *, mode: str = "lower", ps_mode: str = "barrier"
         if ph.p == 0 and ph.it > 0:
             g = int(math.floor(j.compute / dt + 1e-9)) if low else 1 + int(math.ceil(j.compute / dt - 1e-9))
             gate(ph, by[(ph.job, ph.it - 1, last)], g)
+            if low:
+                chain(ph, by[(ph.job, ph.it - 1, last)], j.compute)
         elif ph.p == 0:  # the first exchange: after arrival + compute
             first = j.arrival + j.compute
             t0 = int(math.ceil(first / dt - 1e-9)) - 1 if low else int(math.ceil(first / dt - 1e-9))
@@ -416,8 +473,17 @@ def milp(case: Case, dt: float, *, mode: str = "lower", ps_mode: str = "barrier"
                     B.ub[c + t - ph.xs] = 0.0
         elif ps_mode == "barrier":
             gate(ph, by[(ph.job, ph.it, 0)], 0 if low else 1)
+            if low:
+                chain(ph, by[(ph.job, ph.it, 0)], 0.0)
         else:  # pipelined pull: every pull fraction <= every push fraction (a slot earlier, upper)
             push = by[(ph.job, ph.it, 0)]
+            if low:  # the pull is done only once the push is
+                for t in range(ph.zs, ph.T + 1):
+                    u = t
+                    if u < push.zs:
+                        B.ub[ph.zcol + t - ph.zs] = 0.0
+                    elif u < push.T:
+                        B.row([(ph.zcol + t - ph.zs, 1.0), (push.zcol + u - push.zs, -1.0)], hi=0.0)
             for x in range(len(ph.flows)):
                 for t in range(ph.xs, ph.T + 1):
                     for y in range(len(push.flows)):
@@ -446,11 +512,13 @@ def milp(case: Case, dt: float, *, mode: str = "lower", ps_mode: str = "barrier"
     out = {"mode": mode, "ps_mode": ps_mode, "dt": dt, "integral": integral, "status": int(res.status),
            "message": res.message, "wall_s": wall, "vars": B.n, "binaries": int(sum(B.integ)),
            "rows": len(B.rlo), "ub_sum_s": ub_sum}
-    if res.x is None:
-        out["avg_jct_s"] = None
+    dual = getattr(res, "mip_dual_bound", None)
+    if res.x is None:  # no schedule found in time: the lower bound is still HiGHS's dual bound
+        ok = low and integral and dual is not None and math.isfinite(dual)
+        out["avg_jct_s"] = out["dual_avg_jct_s"] = (float(dual) - arr) / len(jobs) if ok else None
+        out["optimal"] = False
         return out
     inc = (float(res.fun) - arr) / len(jobs)
-    dual = getattr(res, "mip_dual_bound", None)
     if integral and dual is not None and math.isfinite(dual):
         out["dual_avg_jct_s"] = (float(dual) - arr) / len(jobs)
     else:
@@ -541,14 +609,19 @@ def check_schedule(case: Case, sched: dict, dt: float, ps_mode: str = "barrier",
             "feasible": over <= 1e-6 and worst_dep <= 1e-6 and worst_frac <= 1e-6}
 
 
-def bounds(case: Case, dt: float, *, ps_modes=("barrier",), time_limit: float = 60.0) -> dict:
-    """Everything for one case: fifo and the best order (simulated here), and per PS mode the MILP's
-    lower bound and its conservative schedule (upper bound)."""
-    ub, sims = upper_sum(case)
-    out = {"case": case.name, "dt": dt, "fifo": sims["fifo"], "best_order": sims["best_order"]}
+def bounds(case: Case, dt: float, *, ps_modes=("barrier",), time_limit: float = 60.0,
+           upper_milp: bool = True) -> dict:
+    """Everything for one case, per PS mode: fifo and the best strict-priority order (simulated here:
+    feasible, so upper bounds), the MILP's lower bound and (``upper_milp``) its conservative schedule."""
+    out = {"case": case.name, "dt": dt}
     for m in ps_modes:
+        ub, sims = upper_sum(case, m)
         lo = milp(case, dt, mode="lower", ps_mode=m, time_limit=time_limit, ub_sum=ub)
-        up = milp(case, dt, mode="upper", ps_mode=m, time_limit=time_limit, ub_sum=ub)
-        best_ub = min(x for x in (up.get("avg_jct_s"), sims["best_order"]["avg_jct_s"]) if x is not None)
-        out[m] = {"lower": lo, "upper": up, "lower_avg_jct_s": lo["avg_jct_s"], "upper_avg_jct_s": best_ub}
+        up = milp(case, dt, mode="upper", ps_mode=m, time_limit=time_limit, ub_sum=ub) if upper_milp else {}
+        if up.get("check") and not up["check"]["feasible"]:
+            raise RuntimeError(f"{case.name}: the conservative MILP's schedule is not feasible: {up['check']}")
+        best_ub = min(x for x in (up.get("avg_jct_s"), sims["best_order"]["avg_jct_s"], sims["fifo"]["avg_jct_s"])
+                      if x is not None)
+        out[m] = {"fifo": sims["fifo"], "best_order": sims["best_order"], "lower": lo, "upper": up,
+                  "lower_avg_jct_s": lo["avg_jct_s"], "upper_avg_jct_s": best_ub}
     return out

@@ -82,13 +82,13 @@ def run_engine(case: oc.Case, network: str, slot_s: float = 0.06) -> dict:
 
 
 def compare(case: oc.Case, dt: float, *, networks=NETWORKS, time_limit: float = 60.0, slot_s: float = 0.06,
-            ps_modes: tuple[str, ...] | None = None) -> dict:
+            ps_modes: tuple[str, ...] | None = None, upper_milp: bool = True) -> dict:
     """The bounds of the case and every network's engine run, with the checks: engine >= lower bound
     (each job's JCT >= its own lower bound too: its critical path), fifo = the independent fifo."""
     t0 = time.perf_counter()
     if ps_modes is None:
         ps_modes = ("barrier", "pipelined") if any(j.kind == "ps" for j in case.jobs) else ("barrier",)
-    b = oc.bounds(case, dt, ps_modes=ps_modes, time_limit=time_limit)
+    b = oc.bounds(case, dt, ps_modes=ps_modes, time_limit=time_limit, upper_milp=upper_milp)
     lo = b["barrier"]["lower_avg_jct_s"]
     hi = b["barrier"]["upper_avg_jct_s"]
     eng = {}
@@ -100,7 +100,8 @@ def compare(case: oc.Case, dt: float, *, networks=NETWORKS, time_limit: float = 
         r["job_below_critical_path"] = [j.name for j in case.jobs
                                         if r["jct_s"][j.name] < oc.critical_path(case.net, j) - j.arrival - 1e-9]
         eng[n] = r
-    fifo_diff = max(abs(eng["fifo"]["jct_s"][k] - v) for k, v in b["fifo"]["jct_s"].items()) if "fifo" in eng else None
+    fifo_diff = (max(abs(eng["fifo"]["jct_s"][k] - v) for k, v in b["barrier"]["fifo"]["jct_s"].items())
+                 if "fifo" in eng else None)
     return {"case": case.name, "what": case.what, "dt": dt, "slot_s": slot_s,
             "jobs": [vars(j) for j in case.jobs],
             "net": {"hosts": case.net.hosts, "per_rack": case.net.per_rack, "nic_Bps": case.net.nic_Bps,

@@ -349,7 +349,7 @@ def upper_sum(case: Case, ps_mode: str = "barrier") -> tuple[float, dict]:
 
 
 def milp(case: Case, dt: float, *, mode: str = "lower", ps_mode: str = "barrier", time_limit: float = 60.0,
-         integral: bool = True, ub_sum: float | None = None, mip_gap: float = 1e-4) -> dict:
+         integral: bool = True, ub_sum: float | None = None, mip_gap: float = 1e-4, busy: bool = True) -> dict:
     """The time-indexed MILP (module docstring, 2 and 3). Returns the average JCT bound (``lower``: HiGHS's
     dual bound; ``upper``: the incumbent's, then replayed by check_schedule), status, and the solution."""
     from scipy.optimize import Bounds, LinearConstraint, milp as _milp
@@ -500,6 +500,39 @@ def milp(case: Case, dt: float, *, mode: str = "lower", ps_mode: str = "barrier"
         B.row([(ccol + k, 1.0)] + [(ph.zcol + t, dt) for t in range(n_z)], lo=const)
         if low:
             B.lb[ccol + k] = cp[k]
+    if low and busy:
+        # continuous start S and end E of every phase, tied to the slots by each flow's mean busy time M
+        # (M' with slot midpoints is within dt/2 of M): S <= M - b/2r and E >= M + b/2r (r: its path's
+        # slowest link); precedences in continuous time: S >= E(dep) + compute, E >= S + shortest alone.
+        # These remove the slot per dependency that the z chain alone loses.
+        se = {}
+        for ph in phases:
+            S, E = B.var(1), B.var(1)
+            se[(ph.job, ph.it, ph.p)] = (S, E)
+            B.row([(E, 1.0), (S, -1.0)], lo=phase_time_alone(net, ph.flows))
+            if ph.zcol is not None:  # E >= dt x (slots before z turns 1)
+                n_z = ph.T - ph.zs + 1
+                B.row([(E, 1.0)] + [(ph.zcol + t, dt) for t in range(n_z)], lo=dt * (ph.zs + n_z))
+            for (a, b, nb), c in zip(ph.flows, ph.ycol):
+                r = min(cap[ln] for ln in net.path(a, b))
+                sumy = [(c + t - ph.xs, dt * U / nb) for t in range(ph.xs, ph.T)]  # M' = dt(T+1/2) - these
+                mid = dt * (ph.T + 0.5)
+                B.row([(E, 1.0)] + sumy, lo=mid - dt / 2 + nb / (2 * r))
+                B.row([(S, 1.0)] + sumy, hi=mid + dt / 2 - nb / (2 * r))
+        for (k, i, p), (S, E) in se.items():
+            j = jobs[k]
+            last = len(j.phases()) - 1
+            if p == 0 and i > 0:
+                B.row([(S, 1.0), (se[(k, i - 1, last)][1], -1.0)], lo=j.compute)
+            elif p == 0:
+                B.lb[S] = j.arrival + j.compute
+            elif ps_mode == "barrier":
+                B.row([(S, 1.0), (se[(k, i, 0)][1], -1.0)], lo=0.0)
+            else:  # pipelined: the pull starts no earlier and ends no earlier than the push
+                B.row([(S, 1.0), (se[(k, i, 0)][0], -1.0)], lo=0.0)
+                B.row([(E, 1.0), (se[(k, i, 0)][1], -1.0)], lo=0.0)
+        for k, j in enumerate(jobs):
+            B.row([(ccol + k, 1.0), (se[(k, j.iterations - 1, len(j.phases()) - 1)][1], -1.0)], lo=0.0)
     cvec = np.zeros(B.n)
     cvec[ccol:ccol + len(jobs)] = 1.0
     A = coo_matrix((B.vals, (B.rows, B.cols)), shape=(len(B.rlo), B.n)).tocsr()

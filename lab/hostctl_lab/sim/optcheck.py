@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from hostctl_lab.analysis import opt_cluster as oc
 
 GBIT = 10**9
 C10 = 10 * GBIT / 8  # 10 Gbit/s in bytes/s
 MB = 10**6
 NETWORKS = ("fifo", "mlcc", "mlcc-switch", "mcs", "ccml")
+DT = {"ps-pair": 0.03, "mixed": 0.03}  # the MILP's slot per case (default 0.02 s): PS cases are harder
 
 
 def _single(n: int) -> oc.Net:
@@ -70,11 +73,30 @@ def engine_jobs(case: oc.Case) -> list:
                     hosts=tuple(j.hosts)) for j in case.jobs]
 
 
-def run_engine(case: oc.Case, network: str, slot_s: float = 0.06) -> dict:
-    """The engine's JCTs for the case under ``network`` (fixed placement, exact: no parking, no steady)."""
-    from hostctl_lab.sim.cluster import simulate
+WHATIF = ("mlcc-switch/smallest",)  # mlcc-switch under the daemon's --job-order smallest (not an engine flag)
 
-    r = simulate(fabric(case.net), engine_jobs(case), network=network, slot_s=slot_s)
+
+def run_engine(case: oc.Case, network: str, slot_s: float = 0.06) -> dict:
+    """The engine's JCTs for the case under ``network`` (fixed placement, exact: no parking, no steady).
+    ``mlcc-switch/smallest`` (a what-if, not an engine flag): mlcc-switch with the jobs ordered smaller
+    model first (ties by arrival) instead of by arrival, close to the daemon's ``--job-order smallest``:
+    the table's own ``rank`` (hostctl_lab.mlcctable.ScheduleTable) and each host's waves, set on the
+    engine's policy object (the daemon also plans without idle sharing under an order; this does not)."""
+    from hostctl_lab.sim.cluster import ClusterSim
+
+    jobs = engine_jobs(case)
+    base = network.split("/")[0]
+    sim = ClusterSim(fabric(case.net), jobs, network=base, slot_s=slot_s)
+    if network == "mlcc-switch/smallest":
+        order = sorted(range(len(sim.jobs)), key=lambda i: (sim.jobs[i].spec.size, sim.jobs[i].spec.arrival_s, i))
+        rank = {i: r for r, i in enumerate(order)}
+        sim.netpol.table.rank = rank  # other hosts' jobs: ranked up to this one are planned around
+        # this host's own jobs: planned in waves of that rank, as the daemon does under a job order
+        # (hostctl.policy.mlcc); the daemon also turns idle sharing off there, which this what-if does not
+        sim.netpol.table.wave = lambda js: np.array([rank[j] for j in js], dtype=np.int64)
+    elif network != base:
+        raise ValueError(f"unknown what-if network {network!r}: {', '.join(WHATIF)}")
+    r = sim.run()
     if r["finished"] != len(case.jobs):
         raise RuntimeError(f"{case.name} under {network}: {r['finished']} of {len(case.jobs)} jobs finished")
     return {"jct_s": r["jct_s"], "avg_jct_s": r["avg_jct_s"]}

@@ -1,0 +1,116 @@
+"""The cluster engine's MLCC, MCS, CCML and fifo against an independent optimum on small cases
+(docs/sim-mlcc.md, "The independent check").
+
+    python benchmarks/sim_mlccopt.py [--cases all] [--time-limit 60] [--slot 0.06] [--upper-milp]
+        [--out docs/results/sim/mlcc/opt]
+
+For every case of hostctl_lab.sim.optcheck.CASES: the lower bound on the average JCT of any schedule
+(hostctl_lab.analysis.opt_cluster's time-indexed MILP, HiGHS's dual bound), the best feasible schedule
+found (the better of that model's own fifo and best strict-priority order, and with --upper-milp the
+conservative MILP's replayed schedule), for the engine's PS model (barrier) and, for cases with PS jobs,
+for pipelined PS; and every network's engine run on the same jobs and hosts, plus the what-if
+``mlcc-switch/smallest`` (mlcc-switch with the jobs ordered smaller model first instead of by arrival). Checks that no engine JCT
+is below the bound and that the engine's fifo equals the model's own fifo. Writes OUT/<case>.json,
+OUT/summary.json and OUT/opt.png (every network's average JCT over the lower bound).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hostctl_lab.sim.optcheck import NETWORKS, WHATIF
+
+    NETWORKS = NETWORKS + WHATIF
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    w = 0.8 / len(NETWORKS)
+    for c, r in enumerate(rows):
+        lo = r["lower"]
+        for k, n in enumerate(NETWORKS):
+            ax.bar(c + (k - (len(NETWORKS) - 1) / 2) * w, r["engine"][n] / lo, w, color=f"C{k}",
+                   label=n if c == 0 else None)
+        ax.plot([c - 0.45, c + 0.45], [r["upper"] / lo] * 2, "k--", lw=1, label="best schedule found" if c == 0 else None)
+        if r.get("pipelined_upper"):
+            ax.plot([c - 0.45, c + 0.45], [r["pipelined_upper"] / lo] * 2, "m:", lw=1.5,
+                    label="pipelined PS: best schedule found" if c == 0 else None)
+    ax.axhline(1.0, color="k", lw=1)
+    ax.set_xticks(range(len(rows)), [r["case"] for r in rows])
+    ax.set_ylabel("average JCT / lower bound (engine's PS model)")
+    ax.set_ylim(0.6, max(max(r["engine"].values()) / r["lower"] for r in rows) * 1.05)
+    ax.legend(fontsize=7, ncol=3)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hostctl_lab.sim import optcheck
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", default="all", help="comma list of " + ", ".join(optcheck.CASES) + ", or all")
+    ap.add_argument("--time-limit", type=float, default=60.0, help="HiGHS's limit per MILP (s)")
+    ap.add_argument("--slot", type=float, default=0.06, help="MLCC's planning slot (s)")
+    ap.add_argument("--upper-milp", action="store_true", help="also solve the conservative MILP (slower)")
+    ap.add_argument("--out", default="docs/results/sim/mlcc/opt")
+    a = ap.parse_args(argv)
+    names = list(optcheck.CASES) if a.cases == "all" else [x.strip() for x in a.cases.split(",") if x.strip()]
+    bad = [n for n in names if n not in optcheck.CASES]
+    if bad or not names:
+        ap.error(f"unknown case {bad[0] if bad else '(none)'}: choose from {', '.join(optcheck.CASES)} or all")
+    if a.time_limit <= 0 or a.slot <= 0:
+        ap.error("--time-limit and --slot must be > 0")
+    os.makedirs(a.out, exist_ok=True)
+    t0 = time.monotonic()
+    rows = []
+    nets = optcheck.NETWORKS + optcheck.WHATIF
+    print(f"{'case':18} {'lower':>7} {'best':>7} " + " ".join(f"{n[-11:]:>11}" for n in nets)
+          + f" {'pipe lo':>8} {'pipe best':>9}  (average JCT, s; engine: x lower bound)")
+    for name in names:
+        case = optcheck.CASES[name]
+        r = optcheck.compare(case, optcheck.DT.get(name, 0.02), time_limit=a.time_limit, slot_s=a.slot,
+                             upper_milp=a.upper_milp, networks=nets)
+        b = r["bounds"]
+        lo, up = b["barrier"]["lower_avg_jct_s"], b["barrier"]["upper_avg_jct_s"]
+        row = {"case": name, "lower": lo, "upper": up, "lower_optimal": b["barrier"]["lower"].get("optimal"),
+               "engine": {n: e["avg_jct_s"] for n, e in r["engine"].items()},
+               "below_bound": [n for n, e in r["engine"].items() if e["below_lower_bound"]],
+               "fifo_vs_independent_fifo_max_abs_s": r["fifo_vs_independent_fifo_max_abs_s"],
+               "best_order": b["barrier"]["best_order"]["order"], "wall_s": r["wall_s"]}
+        if "pipelined" in b:
+            row["pipelined_lower"] = b["pipelined"]["lower_avg_jct_s"]
+            row["pipelined_upper"] = b["pipelined"]["upper_avg_jct_s"]
+            row["pipelined_lower_optimal"] = b["pipelined"]["lower"].get("optimal")
+        rows.append(row)
+        with open(os.path.join(a.out, f"{name}.json"), "w") as f:
+            json.dump(r, f, indent=1, default=float)
+        pl = f" {row['pipelined_lower']:8.3f} {row['pipelined_upper']:9.3f}" if "pipelined_lower" in row else " " * 19
+        print(f"{name:18} {lo:7.3f} {up:7.3f} " + " ".join(
+            f"{row['engine'][n]:6.3f} {row['engine'][n] / lo:4.2f}" for n in nets) + pl
+            + ("" if row["lower_optimal"] else "  (bound: time limit)"), flush=True)
+        if row["below_bound"]:
+            print(f"  !! below the lower bound: {', '.join(row['below_bound'])}")
+    wall = time.monotonic() - t0
+    with open(os.path.join(a.out, "summary.json"), "w") as f:
+        json.dump({"command": " ".join(["python benchmarks/sim_mlccopt.py"] + (argv if argv is not None else sys.argv[1:])),
+                   "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                   "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
+                   "wall_s": wall, "rows": rows}, f, indent=1, default=float)
+    plot(rows, os.path.join(a.out, "opt.png"))
+    print(f"wrote {a.out}/summary.json, <case>.json and opt.png ({wall:.0f} s)")
+    return 1 if any(r["below_bound"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,8 @@
 """The cluster engine's MLCC, MCS, CCML and fifo against an independent optimum on small cases
 (docs/sim-mlcc.md, "The independent check").
 
-    python benchmarks/sim_mlccopt.py [--cases all] [--time-limit 60] [--slot 0.06] [--upper-milp]
+    python benchmarks/sim_mlccopt.py [--parts bounds,slots] [--cases all] [--time-limit 60] [--slot 0.06]
+        [--upper-milp] [--trace-servers 100 --trace-jobs 40 --trace-seeds 1 --ps-fraction 0.5]
         [--out docs/results/sim/mlcc/opt]
 
 For every case of hostctl_lab.sim.optcheck.CASES: the lower bound on the average JCT of any schedule
@@ -12,6 +13,11 @@ for pipelined PS; and every network's engine run on the same jobs and hosts, plu
 ``mlcc-switch/smallest`` (mlcc-switch with the jobs ordered smaller model first instead of by arrival). Checks that no engine JCT
 is below the bound and that the engine's fifo equals the model's own fifo. Writes OUT/<case>.json,
 OUT/summary.json and OUT/opt.png (every network's average JCT over the lower bound).
+
+Part ``slots``: MLCC (mlcc, mlcc-switch, the what-if) on the same cases at 60, 20 and 10 ms slots
+(OUT/slots.json). Part ``trace`` (not in the default): the what-if on Philly jobs (benchmarks/sim_mlcc.py's
+setting: MLCC's tree, ff placement, fifo queue, ``--ps-fraction`` PS jobs), mcs, mlcc-switch and
+mlcc-switch/smallest at 60 ms and mlcc-switch/smallest at 20 ms (OUT/trace.json; minutes per seed).
 """
 
 from __future__ import annotations
@@ -42,8 +48,9 @@ def plot(rows: list[dict], path: str) -> None:
                    label=n if c == 0 else None)
         ax.plot([c - 0.45, c + 0.45], [r["upper"] / lo] * 2, "k--", lw=1, label="best schedule found" if c == 0 else None)
         if r.get("pipelined_upper"):
+            first = c == min(k for k, x in enumerate(rows) if x.get("pipelined_upper"))
             ax.plot([c - 0.45, c + 0.45], [r["pipelined_upper"] / lo] * 2, "m:", lw=1.5,
-                    label="pipelined PS: best schedule found" if c == 0 else None)
+                    label="pipelined PS: best schedule found" if first else None)
     ax.axhline(1.0, color="k", lw=1)
     ax.set_xticks(range(len(rows)), [r["case"] for r in rows])
     ax.set_ylabel("average JCT / lower bound (engine's PS model)")
@@ -63,8 +70,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=60.0, help="HiGHS's limit per MILP (s)")
     ap.add_argument("--slot", type=float, default=0.06, help="MLCC's planning slot (s)")
     ap.add_argument("--upper-milp", action="store_true", help="also solve the conservative MILP (slower)")
+    ap.add_argument("--parts", default="bounds,slots", help="comma list of bounds, slots, trace")
+    ap.add_argument("--trace-servers", type=int, default=100)
+    ap.add_argument("--trace-jobs", type=int, default=40)
+    ap.add_argument("--trace-seeds", type=int, default=1)
+    ap.add_argument("--ps-fraction", type=float, default=0.5)
     ap.add_argument("--out", default="docs/results/sim/mlcc/opt")
     a = ap.parse_args(argv)
+    parts = {x.strip() for x in a.parts.split(",") if x.strip()}
+    if not parts or parts - {"bounds", "slots", "trace"}:
+        ap.error("--parts is a comma list of bounds, slots, trace")
+    if min(a.trace_servers, a.trace_jobs, a.trace_seeds) < 1 or not 0 <= a.ps_fraction <= 1:
+        ap.error("--trace-servers, --trace-jobs, --trace-seeds must be >= 1 and --ps-fraction in [0, 1]")
     names = list(optcheck.CASES) if a.cases == "all" else [x.strip() for x in a.cases.split(",") if x.strip()]
     bad = [n for n in names if n not in optcheck.CASES]
     if bad or not names:
@@ -72,6 +89,49 @@ def main(argv: list[str] | None = None) -> int:
     if a.time_limit <= 0 or a.slot <= 0:
         ap.error("--time-limit and --slot must be > 0")
     os.makedirs(a.out, exist_ok=True)
+    cmd = " ".join(["python benchmarks/sim_mlccopt.py"] + (argv if argv is not None else sys.argv[1:]))
+    meta = {"command": cmd, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()}}
+    rc = bounds_part(a, names, meta) if "bounds" in parts else 0
+    if "slots" in parts:
+        t0 = time.monotonic()
+        sw = optcheck.slot_sweep(names)
+        print("MLCC at other slots (average JCT, s):")
+        for n in names:
+            print(f"  {n:18} " + "  ".join(f"{r['network']} {r['slot_s'] * 1e3:g} ms {r['avg_jct_s']:.3f}"
+                                          for r in sw if r["case"] == n))
+        with open(os.path.join(a.out, "slots.json"), "w") as f:
+            json.dump({**meta, "wall_s": time.monotonic() - t0, "runs": sw}, f, indent=1)
+    if "trace" in parts:
+        trace_part(a, meta)
+    return rc
+
+
+def trace_part(a, meta: dict) -> None:
+    from dataclasses import asdict
+
+    from hostctl_lab.sim import optcheck
+    from hostctl_lab.sim.run import SweepSpec
+
+    t0 = time.monotonic()
+    runs = []
+    for slot, nets in ((0.06, ("fifo", "mcs", "mlcc-switch", "mlcc-switch/smallest")), (0.02, ("mlcc-switch/smallest",))):
+        spec = SweepSpec(topology="mlcc-tree", servers=a.trace_servers, jobs=a.trace_jobs, time_scale=0.0001,
+                         max_iterations=200, seeds=tuple(range(a.trace_seeds)), slot_s=slot, ps_fraction=a.ps_fraction)
+        for seed in spec.seeds:
+            for n in nets:
+                r = optcheck.run_trace(asdict(spec), {"placement": "ff", "order": "fifo", "network": n, "seed": seed})
+                runs.append(r)
+                print(f"trace: seed {seed} {n:22} slot {slot * 1e3:g} ms: average JCT {r['avg_jct_s']:.2f} s "
+                      f"({r['finished']} jobs, {r['wall_s']:.0f} s wall)", flush=True)
+    with open(os.path.join(a.out, "trace.json"), "w") as f:
+        json.dump({**meta, "wall_s": time.monotonic() - t0, "servers": a.trace_servers, "jobs": a.trace_jobs,
+                   "ps_fraction": a.ps_fraction, "runs": runs}, f, indent=1)
+
+
+def bounds_part(a, names: list[str], meta: dict) -> int:
+    from hostctl_lab.sim import optcheck
+
     t0 = time.monotonic()
     rows = []
     nets = optcheck.NETWORKS + optcheck.WHATIF
@@ -103,10 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  !! below the lower bound: {', '.join(row['below_bound'])}")
     wall = time.monotonic() - t0
     with open(os.path.join(a.out, "summary.json"), "w") as f:
-        json.dump({"command": " ".join(["python benchmarks/sim_mlccopt.py"] + (argv if argv is not None else sys.argv[1:])),
-                   "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                   "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
-                   "wall_s": wall, "rows": rows}, f, indent=1, default=float)
+        json.dump({**meta, "wall_s": wall, "rows": rows}, f, indent=1, default=float)
     plot(rows, os.path.join(a.out, "opt.png"))
     print(f"wrote {a.out}/summary.json, <case>.json and opt.png ({wall:.0f} s)")
     return 1 if any(r["below_bound"] for r in rows) else 0

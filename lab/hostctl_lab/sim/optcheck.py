@@ -76,30 +76,53 @@ def engine_jobs(case: oc.Case) -> list:
 WHATIF = ("mlcc-switch/smallest",)  # mlcc-switch under the daemon's --job-order smallest (not an engine flag)
 
 
-def run_engine(case: oc.Case, network: str, slot_s: float = 0.06) -> dict:
-    """The engine's JCTs for the case under ``network`` (fixed placement, exact: no parking, no steady).
-    ``mlcc-switch/smallest`` (a what-if, not an engine flag): mlcc-switch with the jobs ordered smaller
-    model first (ties by arrival) instead of by arrival, close to the daemon's ``--job-order smallest``:
-    the table's own ``rank`` (hostctl_lab.mlcctable.ScheduleTable) and each host's waves, set on the
-    engine's policy object (the daemon also plans without idle sharing under an order; this does not)."""
+def make_sim(fab, jobs: list, network: str, **kw):
+    """A ClusterSim under ``network``, or under a what-if of WHATIF. ``mlcc-switch/smallest`` (not an
+    engine flag): mlcc-switch with the jobs ordered smaller model first (ties by arrival) instead of by
+    arrival, close to the daemon's ``--job-order smallest``: the switches' table's own ``rank``
+    (hostctl_lab.mlcctable.ScheduleTable) and each host's planning waves, set on the engine's policy
+    object (the daemon also plans without idle sharing under an order; this does not)."""
     from hostctl_lab.sim.cluster import ClusterSim
 
-    jobs = engine_jobs(case)
     base = network.split("/")[0]
-    sim = ClusterSim(fabric(case.net), jobs, network=base, slot_s=slot_s)
+    if network != base and network not in WHATIF:
+        raise ValueError(f"unknown what-if network {network!r}: {', '.join(WHATIF)}")
+    sim = ClusterSim(fab, jobs, network=base, **kw)
     if network == "mlcc-switch/smallest":
         order = sorted(range(len(sim.jobs)), key=lambda i: (sim.jobs[i].spec.size, sim.jobs[i].spec.arrival_s, i))
         rank = {i: r for r, i in enumerate(order)}
-        sim.netpol.table.rank = rank  # other hosts' jobs: ranked up to this one are planned around
+        sim.netpol.table.rank = rank  # other hosts' jobs: those ranked up to this one are planned around
         # this host's own jobs: planned in waves of that rank, as the daemon does under a job order
-        # (hostctl.policy.mlcc); the daemon also turns idle sharing off there, which this what-if does not
         sim.netpol.table.wave = lambda js: np.array([rank[j] for j in js], dtype=np.int64)
-    elif network != base:
-        raise ValueError(f"unknown what-if network {network!r}: {', '.join(WHATIF)}")
-    r = sim.run()
+    return sim
+
+
+def run_engine(case: oc.Case, network: str, slot_s: float = 0.06) -> dict:
+    """The engine's JCTs for the case under ``network`` (fixed placement, exact: no parking, no steady;
+    a what-if of WHATIF too)."""
+    r = make_sim(fabric(case.net), engine_jobs(case), network, slot_s=slot_s).run()
     if r["finished"] != len(case.jobs):
         raise RuntimeError(f"{case.name} under {network}: {r['finished']} of {len(case.jobs)} jobs finished")
     return {"jct_s": r["jct_s"], "avg_jct_s": r["avg_jct_s"]}
+
+
+def slot_sweep(names, slots=(0.06, 0.02, 0.01), networks=("mlcc", "mlcc-switch", "mlcc-switch/smallest")) -> list:
+    """MLCC's average JCT on the cases at other planning slots (engine only)."""
+    return [{"case": n, "slot_s": s, "network": net, "avg_jct_s": run_engine(CASES[n], net, s)["avg_jct_s"]}
+            for n in names for s in slots for net in networks]
+
+
+def run_trace(d: dict, combo: dict) -> dict:
+    """One run of a hostctl_lab.sim.run sweep (Philly jobs, the spec's placement), a what-if network too."""
+    from hostctl_lab.sim.run import SweepSpec, load_fabric, load_jobs
+
+    sp = SweepSpec(**d)
+    sim = make_sim(load_fabric(sp), list(load_jobs(sp, combo["seed"])), combo["network"],
+                   placement=combo["placement"], order=combo["order"], seed=combo["seed"],
+                   gpus_per_server=sp.gpus_per_server, slot_s=sp.slot_s)
+    r = sim.run()
+    return {**combo, "slot_s": sp.slot_s, "avg_jct_s": r["avg_jct_s"], "finished": r["finished"],
+            "wall_s": r["wall_s"], "jct_s": {k: round(v, 4) for k, v in r["jct_s"].items()}}
 
 
 def compare(case: oc.Case, dt: float, *, networks=NETWORKS, time_limit: float = 60.0, slot_s: float = 0.06,

@@ -120,3 +120,26 @@ def test_engine_ps_jobs_against_the_barrier_bound():
     lo = r["bounds"]["barrier"]["lower_avg_jct_s"]
     for n, e in r["engine"].items():
         assert e["avg_jct_s"] >= lo * (1 - 1e-9), n
+
+
+def test_ps_fraction_makes_ps_jobs_of_the_same_models():
+    from hostctl_lab.sim.run import SweepSpec, load_jobs
+
+    ring = load_jobs(SweepSpec(jobs=30, time_scale=0.0001, max_iterations=20), 0)
+    ps = load_jobs(SweepSpec(jobs=30, time_scale=0.0001, max_iterations=20, ps_fraction=0.5), 0)
+    kinds = [j.kind for j in ps]
+    assert 5 <= kinds.count("ps") <= 25 and all(j.kind == "ring" for j in ring)
+    assert [(j.model, j.iterations, j.arrival_s) for j in ring] == [(j.model, j.iterations, j.arrival_s) for j in ps]
+
+
+def test_a_bad_ps_fraction_is_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    hostctl = str(Path(sys.executable).with_name("hostctl"))
+    r = subprocess.run([hostctl, "sim", "--topology", "single-switch", "--jobs", "2", "--ps-fraction", "1.5"],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path, env={**os.environ, "NO_COLOR": "1"})
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip().splitlines() == ["hostctl: error: --ps-fraction must be in [0, 1], got 1.5"]

@@ -39,8 +39,13 @@ Three things, each independent of the others:
    the compute between) or at t (the PS push, barrier) or until every push fraction is at least the
    pull's (pipelined); the first exchange sends nothing in a slot that ends before arrival + compute;
    a job's completion C >= dt x (the slots before its last z turns 1), and C >= its critical path alone
-   (arrival + iterations x (compute + its exchange's shortest time alone)). Rounding loses at most a slot
-   per dependency, always downwards, so the bound is valid for any dt; a smaller dt makes it tighter.
+   (arrival + iterations x (compute + its exchange's shortest time alone)). Cuts, each also true of any
+   schedule: a phase's fraction sent by slot t <= the z it waits for; a phase is done no earlier than
+   the one it waits for + the wait + its shortest time alone (z chains); with ``busy=True``, continuous
+   start S and end E per phase, tied to the slots by each flow's mean busy time M (slot midpoints: within
+   dt/2): S <= M - b/2r, E >= M + b/2r (r: the flow's slowest link), S >= E(dep) + wait, E >= S + its
+   shortest time, C >= E. Rounding loses at most a slot per dependency, always downwards, so the bound is
+   valid for any dt; a smaller dt makes it tighter. ``bounds`` solves both variants and keeps the higher.
    Slots after each job's latest possible end in an optimal schedule (the upper bound's sum of
    completion times minus the other jobs' critical paths) are left out. HiGHS's dual bound is used
    (valid also when the time limit stops it before optimality).

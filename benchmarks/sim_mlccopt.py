@@ -1,7 +1,7 @@
 """The cluster engine's MLCC, MCS, CCML and fifo against an independent optimum on small cases
 (docs/sim-mlcc.md, "The independent check").
 
-    python benchmarks/sim_mlccopt.py [--parts bounds,slots] [--cases all] [--time-limit 60] [--slot 0.06]
+    python benchmarks/sim_mlccopt.py [--parts bounds,slots,random] [--cases all] [--random-seeds 8] [--time-limit 60] [--slot 0.06]
         [--upper-milp] [--trace-servers 100 --trace-jobs 40 --trace-seeds 1 --ps-fraction 0.5]
         [--out docs/results/sim/mlcc/opt]
 
@@ -15,7 +15,9 @@ is below the bound and that the engine's fifo equals the model's own fifo. Write
 OUT/summary.json and OUT/opt.png (every network's average JCT over the lower bound).
 
 Part ``slots``: MLCC (mlcc, mlcc-switch, the what-if) on the same cases at 60, 20 and 10 ms slots
-(OUT/slots.json). Part ``trace`` (not in the default): the what-if on Philly jobs (benchmarks/sim_mlcc.py's
+(OUT/slots.json). Part ``random``: the same check on ``--random-seeds`` seeded random small cases
+(hostctl_lab.sim.optcheck.random_case: 2-3 ring and PS jobs, 2 iterations, 4 hosts on one switch or in
+two racks; barrier PS; MILP slot 30 ms, 15 s per MILP; OUT/random.json). Part ``trace`` (not in the default): the what-if on Philly jobs (benchmarks/sim_mlcc.py's
 setting: MLCC's tree, ff placement, fifo queue, ``--ps-fraction`` PS jobs), mcs, mlcc-switch and
 mlcc-switch/smallest at 60 ms and mlcc-switch/smallest at 20 ms (OUT/trace.json; minutes per seed).
 """
@@ -70,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=60.0, help="HiGHS's limit per MILP (s)")
     ap.add_argument("--slot", type=float, default=0.06, help="MLCC's planning slot (s)")
     ap.add_argument("--upper-milp", action="store_true", help="also solve the conservative MILP (slower)")
-    ap.add_argument("--parts", default="bounds,slots", help="comma list of bounds, slots, trace")
+    ap.add_argument("--parts", default="bounds,slots,random", help="comma list of bounds, slots, random, trace")
+    ap.add_argument("--random-seeds", type=int, default=8)
     ap.add_argument("--trace-servers", type=int, default=100)
     ap.add_argument("--trace-jobs", type=int, default=40)
     ap.add_argument("--trace-seeds", type=int, default=1)
@@ -78,8 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="docs/results/sim/mlcc/opt")
     a = ap.parse_args(argv)
     parts = {x.strip() for x in a.parts.split(",") if x.strip()}
-    if not parts or parts - {"bounds", "slots", "trace"}:
-        ap.error("--parts is a comma list of bounds, slots, trace")
+    if not parts or parts - {"bounds", "slots", "random", "trace"}:
+        ap.error("--parts is a comma list of bounds, slots, random, trace")
+    if a.random_seeds < 1:
+        ap.error("--random-seeds must be >= 1")
     if min(a.trace_servers, a.trace_jobs, a.trace_seeds) < 1 or not 0 <= a.ps_fraction <= 1:
         ap.error("--trace-servers, --trace-jobs, --trace-seeds must be >= 1 and --ps-fraction in [0, 1]")
     names = list(optcheck.CASES) if a.cases == "all" else [x.strip() for x in a.cases.split(",") if x.strip()]
@@ -102,9 +107,36 @@ def main(argv: list[str] | None = None) -> int:
                                           for r in sw if r["case"] == n))
         with open(os.path.join(a.out, "slots.json"), "w") as f:
             json.dump({**meta, "wall_s": time.monotonic() - t0, "runs": sw}, f, indent=1)
+    if "random" in parts:
+        rc = random_part(a, meta) or rc
     if "trace" in parts:
         trace_part(a, meta)
     return rc
+
+
+def random_part(a, meta: dict) -> int:
+    import numpy as np
+
+    from hostctl_lab.sim import optcheck
+
+    t0 = time.monotonic()
+    rows = optcheck.random_check(range(a.random_seeds))
+    nets = list(rows[0]["engine"])
+    print("random cases (average JCT / lower bound):")
+    print(f"  {'seed':>4} {'racks':>5} {'jobs':>4} {'best':>6} " + " ".join(f"{n[-11:]:>11}" for n in nets))
+    for r in rows:
+        print(f"  {r['seed']:4d} {r['racks']:5d} {len(r['jobs']):4d} {r['best'] / r['lower']:6.3f} "
+              + " ".join(f"{r['engine'][n] / r['lower']:11.3f}" for n in nets)
+              + ("" if r["lower_optimal"] else "  (bound: time limit)")
+              + (f"  !! below the bound: {', '.join(r['below_bound'])}" if r["below_bound"] else ""))
+    summ = {n: {"mean_over_best": float(np.mean([r["engine"][n] / r["best"] for r in rows])),
+                "max_over_best": float(np.max([r["engine"][n] / r["best"] for r in rows]))} for n in nets}
+    for n, v in summ.items():
+        print(f"  {n:22} mean {v['mean_over_best']:.3f} x best schedule found, max {v['max_over_best']:.3f}")
+    with open(os.path.join(a.out, "random.json"), "w") as f:
+        json.dump({**meta, "wall_s": time.monotonic() - t0, "summary": summ, "cases": rows}, f, indent=1,
+                  default=float)
+    return 1 if any(r["below_bound"] for r in rows) else 0
 
 
 def trace_part(a, meta: dict) -> None:

@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                    "speed": sp, "runs": runs},
                   f, indent=1)
     plot(runs, os.path.join(a.out, "sim_mlcc.png"),
-         f"mlcc-tree {a.servers} servers, {a.jobs} Philly jobs (time scale {a.time_scale:g}), {a.seeds} seeds")
+         f"mlcc-tree {a.servers} servers, {a.jobs} Philly jobs (time scale {a.time_scale:g}, PS fraction "
+         f"{a.ps_fraction:g}), {a.seeds} seeds")
     print(f"wrote {path} and sim_mlcc.png")
     return 0
 

@@ -2,11 +2,12 @@
 simulator on MLCC's tree (docs/sim-mlcc.md).
 
     python benchmarks/sim_mlcc.py [--servers 100] [--jobs 40] [--time-scale 0.0001] [--max-iterations 200]
-        [--seeds 2] [--workers 2] [--speed-until 180] [--out docs/results/sim/mlcc]
+        [--seeds 2] [--workers 2] [--speed-until 180] [--ps-fraction 0] [--out docs/results/sim/mlcc]
 
 Part 1: the first ``--jobs`` multi-GPU Philly jobs on ``--servers`` servers of MLCC's tree (10 per ToR,
 10 ToRs per edge switch, 10/20/40 Gbit/s), ``ff`` placement, fifo queue, every network of NETWORKS, every
-seed; prints average JCT per network, its ratio to fifo, and MLCC's ratios to MCS and CCML (the paper:
+seed (``--ps-fraction F``: each job is a parameter-server job with probability F, seeded); prints
+average JCT per network, its ratio to fifo, and MLCC's ratios to MCS and CCML (the paper:
 -33.6% and -23.3% at 1000 servers), each a mean over seeds of per-seed ratios; and each network against
 fifo on the multi-server jobs that got the same servers in both runs (the network's effect alone).
 
@@ -137,15 +138,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--slot", type=float, default=0.06)
     ap.add_argument("--speed-until", type=float, default=180.0, help="0: skip the 1000-server speed runs")
+    ap.add_argument("--ps-fraction", type=float, default=0.0, help="each job is a PS job with this probability")
     ap.add_argument("--out", default="docs/results/sim/mlcc")
     a = ap.parse_args(argv)
     if min(a.servers, a.jobs, a.seeds, a.workers, a.max_iterations) < 1 or a.time_scale <= 0 or a.slot <= 0:
         ap.error("--servers, --jobs, --seeds, --workers, --max-iterations must be >= 1; --time-scale, --slot > 0")
+    if not 0 <= a.ps_fraction <= 1:
+        ap.error("--ps-fraction must be in [0, 1]")
     from hostctl.errors import ConfigError
     from hostctl_lab.sim.run import SweepSpec, check, summarize
 
     spec = SweepSpec(topology="mlcc-tree", servers=a.servers, jobs=a.jobs, time_scale=a.time_scale,
-                     max_iterations=a.max_iterations, networks=NETWORKS, seeds=tuple(range(a.seeds)), slot_s=a.slot)
+                     max_iterations=a.max_iterations, networks=NETWORKS, seeds=tuple(range(a.seeds)), slot_s=a.slot,
+                     ps_fraction=a.ps_fraction)
     t0 = time.monotonic()
     try:
         check(spec)
@@ -159,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = summarize(runs)
     rat = ratios(runs)
     print(f"MLCC vs MCS vs CCML vs fifo: mlcc-tree {a.servers} servers, {a.jobs} Philly jobs (time scale "
-          f"{a.time_scale:g}, <= {a.max_iterations} iterations), {a.seeds} seeds, slot {a.slot * 1e3:g} ms "
+          f"{a.time_scale:g}, <= {a.max_iterations} iterations, PS fraction {a.ps_fraction:g}), {a.seeds} seeds, "
+          f"slot {a.slot * 1e3:g} ms "
           f"({wall:.0f} s)")
     print(f"{'network':12} {'finished':>9} {'avg JCT':>9} {'p95 JCT':>9} {'vs fifo':>8} {'wall s':>7} "
           f"{'wall s / sim h':>15}")
@@ -200,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                    "speed": sp, "runs": runs},
                   f, indent=1)
     plot(runs, os.path.join(a.out, "sim_mlcc.png"),
-         f"mlcc-tree {a.servers} servers, {a.jobs} Philly jobs (time scale {a.time_scale:g}), {a.seeds} seeds")
+         f"mlcc-tree {a.servers} servers, {a.jobs} Philly jobs (time scale {a.time_scale:g}, PS fraction "
+         f"{a.ps_fraction:g}), {a.seeds} seeds")
     print(f"wrote {path} and sim_mlcc.png")
     return 0
 

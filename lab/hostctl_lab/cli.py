@@ -273,6 +273,8 @@ def sim(
     steady: int = typer.Option(0, "--steady", help="Extrapolate jobs that share links at their mean iteration "
                                "time measured over N iterations (0: exact; docs/simulator.md, \"Speed\")."),
     slot: float = typer.Option(0.06, "--slot", help="mlcc, mlcc-switch: the planner's slot (s)."),
+    ps_fraction: float = typer.Option(0.0, "--ps-fraction", help="Each job is a parameter-server job (the PS on "
+                                      "its first server) with this probability, seeded; the others are rings."),
     workers: int = typer.Option(1, "--workers", help="Runs in parallel (processes)."),
     out: str = typer.Option("results/sim", "--out", help="Folder for sim.json and the JCT CDF plot."),
     plots: bool = typer.Option(True, "--plots/--no-plots"),
@@ -295,7 +297,8 @@ def sim(
         orders=simrun.parse_list(order, ORDERS, "order"), networks=simrun.parse_list(network, None, "network"),
         seeds=tuple(range(seed, seed + repeat)), until_s=until, time_scale=time_scale,
         max_iterations=max_iterations, bands=bands, rr_interval_s=rr_interval,
-        cap_bps=parse_rate_bps(cap) if cap else None, jitter=jitter, steady=steady, slot_s=slot)
+        cap_bps=parse_rate_bps(cap) if cap else None, jitter=jitter, steady=steady, slot_s=slot,
+        ps_fraction=ps_fraction)
     simrun.check(spec)
     con = Console(stderr=True)
     n = len(spec.combos())

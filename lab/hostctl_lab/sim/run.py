@@ -43,6 +43,7 @@ class SweepSpec:
     jitter: float = 0.0
     steady: int = 0
     slot_s: float = 0.06  # mlcc, mlcc-switch: the planner's slot (hostctl_lab.sim.mlccnet)
+    ps_fraction: float = 0.0  # each trace or synthetic job is a parameter-server job with this probability
     extra: dict = field(default_factory=dict)
 
     def combos(self) -> list[dict]:
@@ -51,8 +52,10 @@ class SweepSpec:
 
 
 def load_jobs(spec: SweepSpec, seed: int):
+    if not 0.0 <= spec.ps_fraction <= 1.0:
+        raise ConfigError(f"--ps-fraction must be in [0, 1], got {spec.ps_fraction}")
     return _jobs(spec.trace, spec.synthetic, spec.jobs, seed, spec.time_scale, spec.max_iterations,
-                 spec.gpus_per_server)
+                 spec.gpus_per_server, spec.ps_fraction)
 
 
 def load_fabric(spec: SweepSpec):
@@ -62,13 +65,13 @@ def load_fabric(spec: SweepSpec):
 # A process runs many combinations of one sweep: the trace and the fabric are read and built once
 # per process (both are only read by a run: JobSpec is frozen, a Fabric only caches its paths).
 @functools.lru_cache(maxsize=8)
-def _jobs(trace, synthetic, n, seed, time_scale, max_iterations, gpus_per_server) -> tuple:
+def _jobs(trace, synthetic, n, seed, time_scale, max_iterations, gpus_per_server, ps_fraction=0.0) -> tuple:
     from hostctl_lab.sim import workload
 
     if synthetic:
-        return tuple(workload.synthetic(synthetic, seed=seed))
+        return tuple(workload.synthetic(synthetic, seed=seed, ps_fraction=ps_fraction))
     return tuple(workload.philly(trace, n, seed=seed, time_scale=time_scale, max_iterations=max_iterations,
-                                 gpus_per_server=gpus_per_server))
+                                 gpus_per_server=gpus_per_server, ps_fraction=ps_fraction))
 
 
 @functools.lru_cache(maxsize=4)

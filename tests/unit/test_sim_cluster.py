@@ -226,3 +226,26 @@ def test_a_start_interrupts_a_steady_park(arrival):
     assert approx["events"] < exact["events"] / 10
     for name, t in exact["jct_s"].items():
         assert approx["jct_s"][name] == pytest.approx(t, rel=0.01)
+
+
+def test_the_flow_table_rows_follow_open_flows_and_their_components():
+    """Every open flow has one row, tagged with its job's component; parked and ended flows have none
+    tagged (checked every 20 events of a run that parks, steady-parks and fast-forwards)."""
+    import numpy as np
+
+    jobs = _mix(3, n=10) + [job("late", 3, size=4e8, iters=50, arrival=60.0)]
+    sim = ClusterSim(mlcc_tree(8, per_tor=4, tors_per_edge=2), jobs, gpus_per_server=2, placement="ls",
+                     steady=10)
+    checks = []
+
+    def check(s):
+        ft = s.ft
+        tagged = set(np.flatnonzero(ft.comp >= 0).tolist())
+        assert tagged == {f.s for f in s.flows.values()}
+        for f in s.flows.values():
+            assert ft.comp[f.s] == s.comp_of[f.job] and ft.fid[f.s] == f.fid and ft.job[f.s] == f.job
+        checks.append(len(tagged))
+        return False
+
+    sim.run(progress=check, every=20)
+    assert sim.stats["parks"] > 0 and len(checks) > 20 and max(checks) > 0

@@ -90,21 +90,24 @@ class FlowTable:
         self.left, self.rate, self.t = np.zeros(n), np.zeros(n), np.zeros(n)
         self.cap, self.prio = np.full(n, math.inf), np.zeros(n, dtype=np.int64)
         self.fid = np.full(n, -1, dtype=np.int64)
+        self.job = np.full(n, -1, dtype=np.int64)
+        self.comp = np.full(n, -1, dtype=np.int64)  # the component of an open flow's job; -1: none (free, parked)
         self.paths = np.full((n, width), -1, dtype=np.int64)
         self.free = list(range(n - 1, -1, -1))
 
-    def alloc(self, fid: int, path: np.ndarray, size: float, t: float) -> int:
+    def alloc(self, fid: int, path: np.ndarray, size: float, t: float, job: int = -1, comp: int = -1) -> int:
         if not self.free:
             n = len(self.left)
-            for name in ("left", "rate", "t", "cap", "prio", "fid"):
+            for name in ("left", "rate", "t", "cap", "prio", "fid", "job", "comp"):
                 a = getattr(self, name)
-                setattr(self, name, np.concatenate([a, np.zeros_like(a)]))
+                setattr(self, name, np.concatenate([a, np.full_like(a, -1 if name in ("fid", "job", "comp") else 0)]))
             self.paths = np.concatenate([self.paths, np.full_like(self.paths, -1)])
             self.free = list(range(2 * n - 1, n - 1, -1))
         if len(path) > self.paths.shape[1]:
             self.paths = np.concatenate([self.paths, np.full((len(self.paths), len(path)), -1, np.int64)], 1)
         s = self.free.pop()
         self.left[s], self.rate[s], self.t[s], self.cap[s], self.prio[s], self.fid[s] = size, 0.0, t, math.inf, 0, fid
+        self.job[s], self.comp[s] = job, comp
         self.paths[s, :] = -1
         self.paths[s, :len(path)] = path
         return s
@@ -128,14 +131,15 @@ class Flow:
     __slots__ = ("fid", "job", "src", "dst", "path", "tab", "s", "own")
 
     def __init__(self, fid: int, job: int, src: int, dst: int, path: np.ndarray, size: float, t: float,
-                 tab: FlowTable) -> None:
+                 tab: FlowTable, comp: int = -1) -> None:
         self.fid, self.job, self.src, self.dst, self.path = fid, job, src, dst, path
-        self.tab, self.s, self.own = tab, tab.alloc(fid, path, float(size), t), None
+        self.tab, self.s, self.own = tab, tab.alloc(fid, path, float(size), t, job, comp), None
 
     def detach(self) -> None:
         """The flow is removed: keep its numbers, give its row back."""
         self.own = {k: getattr(self, k) for k in ("left", "rate", "t", "cap", "prio")}
         self.tab.fid[self.s] = -1
+        self.tab.comp[self.s] = -1
         self.tab.free.append(self.s)
         self.s = -1
 
@@ -267,7 +271,6 @@ class ClusterSim:
         # job -> its open flows: flow id -> row, in flow id order (flows are added in id order; a park
         # empties it, its resume adds them back sorted)
         self.job_flows: dict[int, dict[int, int]] = {}
-        self.job_rows: dict[int, np.ndarray] = {}  # a job's rows as an array (dropped when its flows change)
         self.dirty: set[int] = set()  # jobs whose component must be re-solved
         self.comp_of: dict[int, int] = {}  # running networked job -> its component (jobs joined by shared links)
         self.comps: dict[int, tuple[int, ...]] = {}  # component -> its jobs, in index order
@@ -697,8 +700,8 @@ class ClusterSim:
             fids = self.job_flows.get(i)
             if fids:
                 fl = [self.flows.pop(x) for x in sorted(fids)]
+                self.ft.comp[list(fids.values())] = -1
                 fids.clear()
-                self.job_rows.pop(i, None)
                 for f in fl:
                     f.left -= f.rate * (self.now - f.t)
                     f.t = self.now
@@ -750,9 +753,9 @@ class ClusterSim:
                         f.prio = self.assign.get(f.src, {}).get(j.spec.name, DEFAULT_CLASS)
                     self.flows[f.fid] = f
                     self.job_flows[i][f.fid] = f.s
+                    self.ft.comp[f.s] = self.comp_of.get(i, -1)
                     for ln in f.path:
                         self.link_flows[ln].add(f.fid)
-                self.job_rows.pop(i, None)
                 self.dirty.add(i)
             elif i != a:
                 self.compute_until(i, self.now + rel)
@@ -766,14 +769,14 @@ class ClusterSim:
         # (no fast-forwarded job holds these links: start_job resumed any that shared one)
         fl = self.job_flows.setdefault(i, {})
         for src, dst, nbytes in pairs:
-            f = Flow(self.next_fid, i, src, dst, self.fab.path(src, dst), nbytes, self.now, self.ft)
+            f = Flow(self.next_fid, i, src, dst, self.fab.path(src, dst), nbytes, self.now, self.ft,
+                     self.comp_of.get(i, -1))
             self.next_fid += 1
             self.flows[f.fid] = f
             fl[f.fid] = f.s
             for ln in f.path:
                 self.link_flows[ln].add(f.fid)
             self.set_policy(f)
-        self.job_rows.pop(i, None)
         self.dirty.add(i)
         self.jobs[i].open_flows += len(pairs)
         if self.adm is not None:
@@ -783,7 +786,6 @@ class ClusterSim:
     def remove_flow(self, f: Flow) -> None:
         del self.flows[f.fid]
         self.job_flows[f.job].pop(f.fid, None)
-        self.job_rows.pop(f.job, None)
         for ln in f.path:
             self.link_flows[ln].discard(f.fid)
         self.dirty.add(f.job)
@@ -823,6 +825,10 @@ class ClusterSim:
         for i, c in sorted(self.comp_of.items()):
             comps.setdefault(c, []).append(i)
         self.comps = {c: tuple(v) for c, v in comps.items()}
+        for c, v in comps.items():  # the open flows' rows follow their jobs' components
+            for i in v:
+                if self.job_flows.get(i):
+                    self.ft.comp[list(self.job_flows[i].values())] = c
         if self.park_hist:  # states of components that no longer exist
             now = set(self.comps.values())
             self.park_hist = {k: v for k, v in self.park_hist.items() if k[0] in now}
@@ -845,16 +851,10 @@ class ClusterSim:
         return [fid for j in self.comps[c] for fid in jf.get(j, ())]
 
     def comp_rows(self, c: int) -> np.ndarray:
-        """Their rows in the flow table, in the same order."""
-        jf, jr, parts = self.job_flows, self.job_rows, []
-        for j in self.comps[c]:
-            a = jr.get(j)
-            if a is None:
-                d = jf.get(j, {})
-                a = jr[j] = np.fromiter(d.values(), dtype=np.int64, count=len(d))
-            if len(a):
-                parts.append(a)
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        """Their rows in the flow table, in the same order (job, then flow id)."""
+        ft = self.ft
+        rows = np.flatnonzero(ft.comp == c)
+        return rows[np.lexsort((ft.fid[rows], ft.job[rows]))]
 
     def settle(self, i: int) -> None:
         """A flow of job i's component ends: bring the component's bytes up to now, end every flow with

@@ -31,11 +31,17 @@ watched at each compute end; when the component's state (phases, bytes left, com
 it had at the same job's earlier compute end, it repeats with that period. It is parked: its flows
 leave the fabric, its pending events are voided, and its jobs move on by the iterations of the whole
 periods that end before anything outside could change it (``horizon``: the next arrival, the earliest
-end of any other job, rr's next rotation); then it resumes from the saved state. With ``steady=N``
-(approximate), a component that does not repeat is parked the same way once every job has a steady
-mean iteration time (at least N iterations after a warm-up since its members last changed, the
-window's halves agreeing), each job moved on by the span over its mean (rounded, the remainder carried). Nothing starts on a parked component's links
-before it resumes (start_job checks it).
+end of any other job, rr's next rotation); then it resumes from the saved state. Nothing starts on an
+exactly parked component's links before it resumes (start_job checks it). With ``steady=N``
+(approximate), a component that does not repeat is parked once every job has a steady mean iteration
+time (at least N iterations after a warm-up since its members last changed, the window's halves
+agreeing), until its first job's end, each job moved on by the span over its mean (rounded, the
+remainder carried); a job that starts on its links before then interrupts it (``interrupt``: each job
+moved on by the time parked so far instead).
+
+The flows' numbers live in a FlowTable (one row per flow: bytes left, rate, cap, class, path, job,
+component), so a settle or a solve reads and writes a component's rows at once; the rate kernel's
+progressive filling is compiled with numba when it is installed (hostctl_lab.sim._kernel_nb).
 
 Network policies (the policy code the daemon runs, driven by the simulated clock):
 

@@ -249,3 +249,21 @@ def test_the_flow_table_rows_follow_open_flows_and_their_components():
 
     sim.run(progress=check, every=20)
     assert sim.stats["parks"] > 0 and len(checks) > 20 and max(checks) > 0
+
+
+@pytest.mark.parametrize("network", ["fifo", "cap", "one"])
+def test_the_compiled_solve_gives_the_numpy_path_results(network, monkeypatch):
+    """The compiled solve (one call per component under one class) and the NumPy path (kernel.rates)
+    give the same events and JCTs."""
+    from hostctl_lab.sim import kernel
+
+    if kernel._kernel_nb is None:
+        pytest.fail("numba is not installed: setup installs it (lab extra)")
+    jobs = _mix(5, n=10, iters=(40, 120))
+    kw = dict(gpus_per_server=2, placement="ls", network=network, cap_bps=6 * GB, park=False)
+    fab = mlcc_tree(8, per_tor=4, tors_per_edge=2)
+    compiled = simulate(fab, jobs, **kw)
+    monkeypatch.setattr(kernel, "COMPILED", False)
+    numpy_path = simulate(fab, jobs, **kw)
+    assert compiled["events"] == numpy_path["events"]
+    assert compiled["jct_s"] == pytest.approx(numpy_path["jct_s"], rel=1e-12)

@@ -124,3 +124,53 @@ def remap(links, loc):  # pragma: no cover - compiled
     for k in range(nu):
         loc[u[k]] = -1
     return u, local
+
+
+@numba.njit(cache=True, nogil=True)
+def solve_rows(left, rate, t, cap, paths, idx, now, capacity, loc, eps, done_bytes):  # pragma: no cover
+    """ClusterSim.solve for one class (no priority), on the flow table's rows ``idx``, in one call:
+    bytes left brought to ``now``, the rows' paths as CSR on local link ids (as remap), the max-min
+    rates (as maxmin) written to ``rate``. Returns (the first flow end, rounds)."""
+    n = idx.shape[0]
+    lf = np.empty(n)
+    caps = np.empty(n)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    W = paths.shape[1]
+    for k in range(n):
+        s = idx[k]
+        v = left[s] - rate[s] * (now - t[s])
+        left[s] = v
+        t[s] = now
+        lf[k] = v
+        caps[k] = cap[s]
+        c = 0
+        for w in range(W):
+            if paths[s, w] >= 0:
+                c += 1
+        ptr[k + 1] = ptr[k] + c
+    links = np.empty(ptr[n], dtype=np.int64)
+    for k in range(n):
+        s = idx[k]
+        e = ptr[k]
+        for w in range(W):
+            if paths[s, w] >= 0:
+                links[e] = paths[s, w]
+                e += 1
+    u, local = remap(links, loc)
+    resid = np.empty(u.shape[0])
+    for q in range(u.shape[0]):
+        resid[q] = capacity[u[q]]
+    out, rounds = maxmin(ptr, local, resid, caps, np.arange(n), eps)
+    first = np.inf
+    done = False
+    for k in range(n):
+        rate[idx[k]] = out[k]
+        if lf[k] <= done_bytes:
+            done = True
+        elif out[k] > 0:
+            x = now + lf[k] / out[k]
+            if x < first:
+                first = x
+    if done:
+        first = now
+    return first, rounds

@@ -917,13 +917,30 @@ class ClusterSim:
     def solve(self, c: int, idx: np.ndarray) -> None:
         """Component c's rates from the kernel; ``idx``: its flows' rows (comp_rows)."""
         ft, now = self.ft, self.now
-        left = ft.left[idx] - ft.rate[idx] * (now - ft.t[idx])
-        ft.left[idx] = left
-        ft.t[idx] = now
         self.stats["solves"] += 1
         self.stats["solved_flows"] += len(idx)
         if len(idx) == len(self.flows):
             self.stats["full_solves"] += 1
+        if kernel.COMPILED and self.driver is None:  # one class: the whole solve in one compiled call
+            first, rounds = kernel._kernel_nb.solve_rows(ft.left, ft.rate, ft.t, ft.cap, ft.paths, idx, now,
+                                                         self.fab.capacity, self._loc, kernel.EPS, DONE_BYTES)
+            kernel.STATS["solves"] += 1
+            kernel.STATS["rounds"] += rounds
+        else:
+            first = self.solve_numpy(idx)
+        self.tok += 1
+        for i in self.comps[c]:
+            self.job_tok[i] = self.tok
+        if first < math.inf:
+            self.push(first, FLOW_END, self.flows[int(ft.fid[idx[0]])].job, self.tok)
+
+    def solve_numpy(self, idx: np.ndarray) -> float:
+        """solve's rates on the rows ``idx`` through kernel.rates (classes, or no numba); returns the
+        first flow end."""
+        ft, now = self.ft, self.now
+        left = ft.left[idx] - ft.rate[idx] * (now - ft.t[idx])
+        ft.left[idx] = left
+        ft.t[idx] = now
         P = ft.paths[idx]
         m = P >= 0
         ptr = np.zeros(len(idx) + 1, dtype=np.int64)
@@ -935,11 +952,7 @@ class ClusterSim:
         else:
             pos = r > 0
             first = float((now + left[pos] / r[pos]).min()) if pos.any() else math.inf
-        self.tok += 1
-        for i in self.comps[c]:
-            self.job_tok[i] = self.tok
-        if first < math.inf:
-            self.push(first, FLOW_END, self.flows[int(ft.fid[idx[0]])].job, self.tok)
+        return first
 
     # ---------------------------------------------------------------- policy
     def set_policy(self, f: Flow) -> None:

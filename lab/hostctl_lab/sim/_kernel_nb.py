@@ -174,3 +174,19 @@ def solve_rows(left, rate, t, cap, paths, idx, now, capacity, loc, eps, done_byt
     if done:
         first = now
     return first, rounds
+
+
+@numba.njit(cache=True, nogil=True)
+def select_rows(comp, key, c):  # pragma: no cover - compiled
+    """The rows whose ``comp`` is c, in ``key`` order (ClusterSim.comp_rows)."""
+    n = 0
+    for s in range(comp.shape[0]):
+        if comp[s] == c:
+            n += 1
+    rows = np.empty(n, dtype=np.int64)
+    k = 0
+    for s in range(comp.shape[0]):
+        if comp[s] == c:
+            rows[k] = s
+            k += 1
+    return rows[np.argsort(key[rows])]

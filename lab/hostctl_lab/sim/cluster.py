@@ -98,13 +98,14 @@ class FlowTable:
         self.fid = np.full(n, -1, dtype=np.int64)
         self.job = np.full(n, -1, dtype=np.int64)
         self.comp = np.full(n, -1, dtype=np.int64)  # the component of an open flow's job; -1: none (free, parked)
+        self.key = np.zeros(n, dtype=np.int64)  # job x 2^32 + flow id: a component's rows in this order
         self.paths = np.full((n, width), -1, dtype=np.int64)
         self.free = list(range(n - 1, -1, -1))
 
     def alloc(self, fid: int, path: np.ndarray, size: float, t: float, job: int = -1, comp: int = -1) -> int:
         if not self.free:
             n = len(self.left)
-            for name in ("left", "rate", "t", "cap", "prio", "fid", "job", "comp"):
+            for name in ("left", "rate", "t", "cap", "prio", "fid", "job", "comp", "key"):
                 a = getattr(self, name)
                 setattr(self, name, np.concatenate([a, np.full_like(a, -1 if name in ("fid", "job", "comp") else 0)]))
             self.paths = np.concatenate([self.paths, np.full_like(self.paths, -1)])
@@ -113,7 +114,7 @@ class FlowTable:
             self.paths = np.concatenate([self.paths, np.full((len(self.paths), len(path)), -1, np.int64)], 1)
         s = self.free.pop()
         self.left[s], self.rate[s], self.t[s], self.cap[s], self.prio[s], self.fid[s] = size, 0.0, t, math.inf, 0, fid
-        self.job[s], self.comp[s] = job, comp
+        self.job[s], self.comp[s], self.key[s] = job, comp, (job << 32) + fid
         self.paths[s, :] = -1
         self.paths[s, :len(path)] = path
         return s
@@ -859,8 +860,10 @@ class ClusterSim:
     def comp_rows(self, c: int) -> np.ndarray:
         """Their rows in the flow table, in the same order (job, then flow id)."""
         ft = self.ft
+        if kernel.COMPILED:
+            return kernel._kernel_nb.select_rows(ft.comp, ft.key, c)
         rows = np.flatnonzero(ft.comp == c)
-        return rows[np.lexsort((ft.fid[rows], ft.job[rows]))]
+        return rows[np.argsort(ft.key[rows], kind="stable")]
 
     def settle(self, i: int) -> None:
         """A flow of job i's component ends: bring the component's bytes up to now, end every flow with

@@ -157,7 +157,7 @@ class _Net:
         capped = r >= self.caps * (1 - rtol) - atol
         return bad | ~(has | capped)
 
-    def polish(self, r: np.ndarray, delta: float) -> np.ndarray | None:
+    def polish(self, r: np.ndarray, delta: float, prio_first: bool = True) -> np.ndarray | None:
         """Read the bottleneck structure off an approximate equilibrium ``r`` (each flow: at its cap,
         zero below a higher class at a priority link, or at the level of one tight link where it has
         the most among the flows that link treats as equals) and solve that structure's linear
@@ -195,7 +195,9 @@ class _Net:
         if lost.any():
             # a flow with no bottleneck in sight (an oscillating round): guess the link it crosses
             # with the least slack, a priority link first (it takes what the higher classes leave)
-            guess = np.where(lost[own], np.maximum(slack[lk], 0.0) + np.where(self.onp, 0.0, 1.0), np.inf)
+            # or a fair link first (it takes its share there)
+            pen = np.where(self.onp, 0.0, 1.0) if prio_first else np.where(self.onp, 1e-9, 0.0)
+            guess = np.where(lost[own], np.maximum(slack[lk], 0.0) + pen, np.inf)
             gb = np.full(n, np.inf)
             np.minimum.at(gb, own, guess)
             ok = lost[own] & (guess == gb[own]) & np.isfinite(guess)
@@ -249,6 +251,23 @@ class _Net:
             return None
         out[np.abs(out) <= 1e-12 * self.scale] = 0.0
         return out
+
+
+ACTIVE_SET_STEPS = 4
+
+
+def _active_set(net: _Net, g: np.ndarray, delta: float, prio_first: bool) -> np.ndarray | None:
+    """The exact step, repeated: solve the structure read off ``g``; if the solution breaks the
+    definition, read the structure off the solution and solve again (ACTIVE_SET_STEPS at most).
+    Returns only an allocation that passes :meth:`_Net.violations`."""
+    for _ in range(ACTIVE_SET_STEPS):
+        x = net.polish(g, delta, prio_first)
+        if x is None:
+            return None
+        if not net.violations(x).any():
+            return x
+        g = np.maximum(x, 0.0)
+    return None
 
 
 def host_prio_violations(ptr, links, capacity, caps, prio, plinks, r, rtol: float = 1e-7) -> np.ndarray:
@@ -313,10 +332,18 @@ def _host_prio_solve(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
                 STATS["host_prio_polished"] = STATS.get("host_prio_polished", 0) + 1
                 return g
             for delta in (1e-6, 1e-3, 3e-2):
-                x = net.polish(g, delta)
-                if x is not None and not net.violations(x).any():
-                    STATS["host_prio_polished"] = STATS.get("host_prio_polished", 0) + 1
-                    return x
+                for pf in (True, False):
+                    x = net.polish(g, delta, pf)
+                    if x is not None and not net.violations(x).any():
+                        STATS["host_prio_polished"] = STATS.get("host_prio_polished", 0) + 1
+                        return x
+        if k >= 2:  # the exact step repeated from its own solution (costlier: from the third round)
+            for g in guesses:
+                for pf in (True, False):
+                    x = _active_set(net, g, 1e-3, pf)
+                    if x is not None:
+                        STATS["host_prio_polished"] = STATS.get("host_prio_polished", 0) + 1
+                        return x
         out = new
         held_fair = new < pcap * (1 - 1e-9)
         target = np.where(held_fair, new, caps)

@@ -324,8 +324,10 @@ def _host_prio_solve(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
         lost = net.violations(new)
         fill = new.copy()
         fill[lost] = 0.0
-        resid = capacity - np.bincount(links, weights=fill[owner], minlength=len(capacity))
-        fill[lost] = _maxmin(ptr, links, np.maximum(resid, 0.0), caps, np.flatnonzero(lost))
+        resid = np.maximum(capacity - np.bincount(links, weights=fill[owner], minlength=len(capacity)), 0.0)
+        for c in np.unique(prio[lost]):  # class by class: a lower class takes what the higher leave
+            fl = np.flatnonzero(lost & (prio == c))
+            fill[fl] = _maxmin(ptr, links, resid, caps, fl)
         guesses.append(fill)
         for g in guesses:
             if g is fill and not net.violations(g).any():
@@ -347,6 +349,14 @@ def _host_prio_solve(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
         out = new
         held_fair = new < pcap * (1 - 1e-9)
         target = np.where(held_fair, new, caps)
+        # a flow that got exactly what it asked for at both kinds of links: would the fair links give
+        # it more? (one probe: those flows uncapped by their NICs) If not, it keeps its demand rather
+        # than asking for everything again (which flips it between two structures every round)
+        sat = ~held_fair & np.isfinite(demand) & (pcap >= demand * (1 - 1e-9))
+        if sat.any():
+            probe = _maxmin(fptr, flk, capacity.copy(), np.where(sat, caps, np.minimum(pcap, caps)), np.arange(n))
+            keep = sat & (probe <= new * (1 + 1e-9))
+            target = np.where(keep, new, np.where(sat, probe, target))
         demand = target if k < 8 else np.where(np.isfinite(demand) & np.isfinite(target),
                                                0.5 * (demand + target), target)
     STATS["host_prio_unconverged"] += 1

@@ -20,11 +20,15 @@ local bottleneck: no unfrozen flow on l is held lower elsewhere. Shares only gro
 below them, so both freezes are final; the global minimum link is always a local bottleneck, so
 every round freezes a flow. Rounds: about the depth of the bottleneck chain, not the flow count.
 
-Priority at some links only (bands at hosts, fair fabric) has no closed progressive filling; it is
-the fixed point of two allocations, iterated (``HOST_PRIO_ROUNDS`` at most): the priority links give
-each flow, class by class, what is left up to its demand (what the fair links would give it), and
-the fair links share themselves max-min under those caps. :data:`STATS` counts the solves that
-stopped at the round limit without converging.
+Priority at some links only (bands at hosts, fair fabric): :func:`_host_prio`. The allocation is
+defined by its bottlenecks (:func:`host_prio_violations`): feasible, and every flow at its cap or
+served last at a full link (a fair link: no flow there has more; a priority link: no flow of its
+class there has more and no lower class has anything). Such allocations are not always unique, and
+no progressive filling gives them (tests/unit/test_sim_hostprio.py has both counterexamples). The
+solver runs fixed-point rounds and, after each, an exact step (the round's bottleneck structure solved
+as linear equations); it returns the first allocation that passes the definition. :data:`STATS`:
+``host_prio_polished`` solves ended by the exact step, ``host_prio_unconverged`` solves that found
+no allocation passing the definition in ``HOST_PRIO_ROUNDS`` rounds (the last round is returned).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import numpy as np
 
 EPS = 1e-9
 HOST_PRIO_ROUNDS = 30
-STATS = {"solves": 0, "rounds": 0, "host_prio_unconverged": 0}
+STATS = {"solves": 0, "rounds": 0, "host_prio_unconverged": 0, "host_prio_polished": 0}
 
 
 def _maxmin(ptr: np.ndarray, links: np.ndarray, resid: np.ndarray, caps: np.ndarray,
@@ -108,8 +112,26 @@ def rates(ptr, links, capacity, caps=None, prio=None, prio_links=None) -> np.nda
 
 
 def _host_prio(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
-    """Strict priority at the links of ``plinks``, max-min fair at the others: an equilibrium
-    (:func:`host_prio_violations` is its definition), found by :func:`_host_prio_solve`."""
+    """Strict priority at the links of ``plinks``, max-min fair at the others.
+
+    Definition (:func:`host_prio_violations` checks it): rates ``r >= 0`` that fit every link, where
+    every flow is at its cap or has a bottleneck, a full link on its path where it is served last:
+
+    - a fair link where no flow has more than it (max-min: the link treats all flows as equals);
+    - a priority link where no flow of its class has more and no flow of a lower class has any rate
+      (strict priority: a lower class gets a priority link's capacity only while every higher-class
+      flow there is at its cap or held at a fair link).
+
+    Not a progressive filling: a lower class that waits for the higher classes of its NIC while a fair
+    link keeps its share can end with that share unused (test_waiting_for_the_higher_bands_is_not_enough),
+    and two allocations can both meet the definition (test_equilibria_are_not_unique: priority wins, or an
+    even split held in place by two NICs' lower bands). Which one the solver returns is the one its
+    fixed-point rounds reach first (they start from priority: the NICs serve the classes in order).
+
+    Termination: at most HOST_PRIO_ROUNDS rounds of a fixed number of max-min solves and exact steps
+    (each a sparse linear solve, repeated at most ACTIVE_SET_STEPS times). Exactness: an allocation is
+    returned early only when it passes the definition (to 1e-7 of the largest capacity); otherwise the
+    last round is returned and ``STATS["host_prio_unconverged"]`` counts it. See _host_prio_solve."""
     return _host_prio_solve(ptr, links, capacity, caps, prio, plinks)
 
 
@@ -232,8 +254,7 @@ class _Net:
         cols.append(own[on])
         vals.append(np.ones(int(on.sum())))
         rhs[n + gof[uniq_links]] = self.cap[uniq_links]
-        # a group that shares its link's equation with another: its level equals its flows' (free: pin
-        # it to the other's equation is impossible) -> such structures are left to the iteration
+        # two groups at one link (two classes held at one NIC) break the definition: left to the rounds
         if len(uniq_links) < m:
             return None
         A = csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n + m, n + m))
@@ -288,16 +309,18 @@ def host_prio_violations(ptr, links, capacity, caps, prio, plinks, r, rtol: floa
 
 
 def _host_prio_solve(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
-    """Fixed-point rounds (as before: the priority links serve the classes in order up to each flow's
-    demand, the fair links share themselves max-min under what the priority links gave), and after
-    each round an exact step: the bottleneck structure read off the round's rates, solved as linear
-    equations, kept when :meth:`_Net.violations` finds nothing wrong with it (an exact equilibrium).
-    A round's own rates are kept too when they pass. STATS: ``host_prio_polished`` (solves ended by the
+    """Fixed-point rounds: the priority links serve the classes in order up to each flow's demand,
+    the fair links share themselves max-min under what the priority links gave; a flow held at a fair
+    link demands what it got there, one held at its priority link demands everything, one that got
+    exactly its demand keeps it unless a probe (the fair links without its priority link's cap) would
+    give it more. After each round, exact steps: the bottleneck structure read off the round's rates
+    (and off its mean with the last round, and off the round with its starved flows filled back class by
+    class) solved as linear equations (_Net.polish, _active_set). The first allocation that passes
+    :meth:`_Net.violations` is returned, a round's own rates included. STATS: ``host_prio_polished`` (solves ended by the
     exact step), ``host_prio_unconverged`` (no exact equilibrium after HOST_PRIO_ROUNDS rounds: the
     last round's rates are returned)."""
     n = len(ptr) - 1
     net = _Net(ptr, links, capacity, caps, prio, plinks)
-    lens = np.diff(ptr)
     owner = net.own
     onp = net.onp
     pptr = np.concatenate([[0], np.cumsum(np.bincount(owner[onp], minlength=n))]).astype(np.int64)
@@ -331,20 +354,20 @@ def _host_prio_solve(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
         guesses.append(fill)
         for g in guesses:
             if g is fill and not net.violations(g).any():
-                STATS["host_prio_polished"] = STATS.get("host_prio_polished", 0) + 1
+                STATS["host_prio_polished"] += 1
                 return g
             for delta in (1e-6, 1e-3, 3e-2):
                 for pf in (True, False):
                     x = net.polish(g, delta, pf)
                     if x is not None and not net.violations(x).any():
-                        STATS["host_prio_polished"] = STATS.get("host_prio_polished", 0) + 1
+                        STATS["host_prio_polished"] += 1
                         return x
         if k >= 2:  # the exact step repeated from its own solution (costlier: from the third round)
             for g in guesses:
                 for pf in (True, False):
                     x = _active_set(net, g, 1e-3, pf)
                     if x is not None:
-                        STATS["host_prio_polished"] = STATS.get("host_prio_polished", 0) + 1
+                        STATS["host_prio_polished"] += 1
                         return x
         out = new
         held_fair = new < pcap * (1 - 1e-9)

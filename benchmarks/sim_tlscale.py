@@ -151,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
                 rows, pair = table(f"exact check: {a.exact_jobs} jobs over {a.exact_span:g} s, <= "
                                    f"{a.exact_max_iterations} iterations, seed 0, steady {st}", rs)
                 rank = [r["network"] for r in sorted(rows, key=lambda r: r["avg_jct_s"])]
-                print(f"  ranking by average JCT: {' < '.join(rank)}")
+                print(f"  ranking by average JCT: {' < '.join(rank)}; steady parks "
+                      + ", ".join(f"{r['network']} {r['steady_parks']:.0f}" for r in rows) + "; events "
+                      + ", ".join(f"{r['network']} {r['events']:.0f}" for r in rows))
                 out[str(st)] = {"summary": rows, "placed_alike": pair, "ranking": rank,
                                 "runs": [slim(r) for r in rs]}
             same = out["0"]["ranking"] == out[str(a.steady)]["ranking"]

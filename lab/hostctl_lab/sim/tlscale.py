@@ -94,6 +94,8 @@ def summary(runs: list[dict], base: str = "fifo") -> list[dict]:
             "ratio": float(np.mean(ratio)) if ratio else None,
             "wall_s": float(np.mean([r["wall_s"] for r in rs])),
             "stopped_early": sum(bool(r["stats"].get("stopped_early")) for r in rs),
+            "steady_parks": float(np.mean([r["stats"].get("steady_parks", 0) for r in rs])),
+            "events": float(np.mean([r["events"] for r in rs])),
             "unconverged": sum(r["kernel"].get("host_prio_unconverged", 0) for r in rs),
         })
     return rows

@@ -257,16 +257,25 @@ class _Net:
         # two groups at one link (two classes held at one NIC) break the definition: left to the rounds
         if len(uniq_links) < m:
             return None
-        A = csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n + m, n + m))
+        R, C, V = np.concatenate(rows), np.concatenate(cols), np.concatenate(vals)
+        N = n + m
         with np.errstate(all="ignore"):
-            try:
+            if N <= DENSE_MAX:  # small systems: dense is faster than building a sparse matrix
+                A = np.zeros((N, N))
+                np.add.at(A, (R, C), V)
+                try:
+                    x = np.linalg.solve(A, rhs)
+                except np.linalg.LinAlgError:
+                    return None
+            else:
                 import warnings
 
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    x = spsolve(A.tocsc(), rhs)
-            except Exception:
-                return None
+                    try:
+                        x = spsolve(csr_matrix((V, (R, C)), shape=(N, N)).tocsc(), rhs)
+                    except Exception:
+                        return None
         out = np.asarray(x[:n], dtype=float)
         if not np.isfinite(out).all():
             return None
@@ -275,6 +284,7 @@ class _Net:
 
 
 ACTIVE_SET_STEPS = 4
+DENSE_MAX = 800  # the exact step solves systems up to this size densely
 
 
 def _active_set(net: _Net, g: np.ndarray, delta: float, prio_first: bool) -> np.ndarray | None:
@@ -352,17 +362,18 @@ def _host_prio_solve(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
             fl = np.flatnonzero(lost & (prio == c))
             fill[fl] = _maxmin(ptr, links, resid, caps, fl)
         guesses.append(fill)
-        for g in guesses:
-            if g is fill and not net.violations(g).any():
+        if not net.violations(fill).any():
+            STATS["host_prio_polished"] += 1
+            return fill
+        # the exact step: one reading a round, every reading every third round (each costs a linear solve)
+        tries = ([(g, d, pf) for g in guesses for d in (1e-6, 1e-3, 3e-2) for pf in (True, False)]
+                 if k % 3 == 2 else [(g, 1e-3, True) for g in guesses])
+        for g, delta, pf in tries:
+            x = net.polish(g, delta, pf)
+            if x is not None and not net.violations(x).any():
                 STATS["host_prio_polished"] += 1
-                return g
-            for delta in (1e-6, 1e-3, 3e-2):
-                for pf in (True, False):
-                    x = net.polish(g, delta, pf)
-                    if x is not None and not net.violations(x).any():
-                        STATS["host_prio_polished"] += 1
-                        return x
-        if k >= 2:  # the exact step repeated from its own solution (costlier: from the third round)
+                return x
+        if k % 3 == 2:  # the exact step repeated from its own solution
             for g in guesses:
                 for pf in (True, False):
                     x = _active_set(net, g, 1e-3, pf)

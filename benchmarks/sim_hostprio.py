@@ -1,11 +1,15 @@
 """The rate kernel's strict priority at the hosts' NICs before and after (a git revision's
 ``_host_prio`` against this tree's), on the simulator's own cases (docs/simulator.md, "Rates").
 
-    python benchmarks/sim_hostprio.py [--before 643bd38] [--parts tests,speed] [--until 150]
+    python benchmarks/sim_hostprio.py [--before 643bd38] [--parts tests,replay,speed] [--until 150] [--replay 800]
         [--out docs/results/sim/tlscale/hostprio.json]
 
 ``tests``: the one/rr cases of tests/unit/test_sim_cluster.py (two hand cases and the random ring/PS
 mixes of test_fast_forward_changes_no_result, seeds 0 and 1): every job's JCT under both kernels.
+``replay``: the first ``--replay`` kernel calls under priority of a dense ``one`` case (1000 servers,
+the first 250 multi-GPU Philly jobs arriving over 180 s, as benchmarks/sim_scale.py's dense case),
+captured while this tree's kernel drives the run, then solved again by both kernels: milliseconds per
+call, calls that stopped unverified, allocations that break the definition (rtol 1e-6).
 ``speed``: 1000 servers of MLCC's tree, the first 100 multi-GPU Philly jobs arriving over 300 s, <= 150
 iterations, ff, ``one``, --steady 50, the first ``--until`` simulated seconds: wall time, kernel solves
 under priority, the share that ended unverified (``host_prio_unconverged``), each in a fresh process.
@@ -103,6 +107,42 @@ def _speed(before: str | None, until: float) -> dict:
             "solves": r["stats"]["solves"], "kernel": dict(stats), "jct_s": r["jct_s"]}
 
 
+def _replay(before: str | None, calls: int) -> dict:
+    import numpy as np
+
+    from hostctl_lab.sim import kernel
+    from hostctl_lab.sim.cluster import ClusterSim
+    from hostctl_lab.sim.topo import load
+    from hostctl_lab.sim.workload import philly
+
+    got = []
+    solve = kernel._host_prio
+
+    def rec(*a):
+        if len(got) < calls:
+            got.append(tuple(np.array(x, copy=True) for x in a))
+        return solve(*a)
+
+    kernel._host_prio = rec
+    js = philly(None, 250, seed=0)
+    raw = max(j.arrival_s for j in js)
+    js = philly(None, 250, seed=0, time_scale=0.999 * 180.0 / raw)
+    ClusterSim(load("mlcc-tree", 1000), js, network="one").run(progress=lambda s: len(got) >= calls, every=50)
+    kernel._host_prio = solve
+    out = {}
+    for w, rev in (("before", before), ("after", None)):
+        stats = _use(rev)
+        fn = kernel._host_prio
+        t0 = time.perf_counter()
+        res = [fn(*a) for a in got]
+        dt = time.perf_counter() - t0
+        bad = sum(bool(kernel.host_prio_violations(*a, r, rtol=1e-6).any()) for a, r in zip(got, res))
+        out[w] = {"calls": len(got), "ms_per_call": 1e3 * dt / len(got), "unconverged": stats["host_prio_unconverged"],
+                  "break_definition": bad, "flows_median": float(np.median([len(a[0]) - 1 for a in got]))}
+        kernel._host_prio = solve
+    return out
+
+
 def fresh(fn, *args):
     with mp.get_context("spawn").Pool(1) as pool:
         return pool.apply(fn, args)
@@ -111,8 +151,9 @@ def fresh(fn, *args):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", default="643bd38", help="the git revision whose _host_prio is 'before'")
-    ap.add_argument("--parts", default="tests,speed")
+    ap.add_argument("--parts", default="tests,replay")
     ap.add_argument("--until", type=float, default=150.0)
+    ap.add_argument("--replay", type=int, default=800, help="kernel calls captured for the replay part")
     ap.add_argument("--out", default="docs/results/sim/tlscale/hostprio.json")
     a = ap.parse_args()
     if subprocess.run(["git", "rev-parse", "--verify", "-q", a.before + "^{commit}"], capture_output=True).returncode:
@@ -129,6 +170,12 @@ def main() -> int:
             print(f"tests {k:14}: largest JCT change {d * 100:.4f}%")
         for w, x in (("before", old), ("after", new)):
             print(f"tests kernel {w:6}: {x['kernel']}")
+    if "replay" in a.parts:
+        rp = fresh(_replay, a.before, a.replay)
+        res["replay"] = rp
+        for w, x in rp.items():
+            print(f"replay {w:6}: {x['calls']} calls (median {x['flows_median']:.0f} flows): {x['ms_per_call']:.1f} ms "
+                  f"a call, {x['unconverged']} stopped unverified, {x['break_definition']} break the definition")
     if "speed" in a.parts:
         sp = {w: fresh(_speed, rev, a.until) for w, rev in (("before", a.before), ("after", None))}
         res["speed"] = sp

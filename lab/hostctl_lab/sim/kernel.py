@@ -37,7 +37,7 @@ import numpy as np
 
 EPS = 1e-9
 HOST_PRIO_ROUNDS = 30
-STATS = {"solves": 0, "rounds": 0, "host_prio_unconverged": 0, "host_prio_polished": 0}
+STATS = {"solves": 0, "rounds": 0, "host_prio_unconverged": 0}
 
 
 def _maxmin(ptr: np.ndarray, links: np.ndarray, resid: np.ndarray, caps: np.ndarray,
@@ -363,7 +363,7 @@ def _host_prio_solve(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
             fill[fl] = _maxmin(ptr, links, resid, caps, fl)
         guesses.append(fill)
         if not net.violations(fill).any():
-            STATS["host_prio_polished"] += 1
+            STATS["host_prio_polished"] = STATS.get("host_prio_polished", 0) + 1
             return fill
         # the exact step: one reading a round, every reading every third round (each costs a linear solve)
         tries = ([(g, d, pf) for g in guesses for d in (1e-6, 1e-3, 3e-2) for pf in (True, False)]
@@ -371,14 +371,14 @@ def _host_prio_solve(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
         for g, delta, pf in tries:
             x = net.polish(g, delta, pf)
             if x is not None and not net.violations(x).any():
-                STATS["host_prio_polished"] += 1
+                STATS["host_prio_polished"] = STATS.get("host_prio_polished", 0) + 1
                 return x
         if k % 3 == 2:  # the exact step repeated from its own solution
             for g in guesses:
                 for pf in (True, False):
                     x = _active_set(net, g, 1e-3, pf)
                     if x is not None:
-                        STATS["host_prio_polished"] += 1
+                        STATS["host_prio_polished"] = STATS.get("host_prio_polished", 0) + 1
                         return x
         out = new
         held_fair = new < pcap * (1 - 1e-9)

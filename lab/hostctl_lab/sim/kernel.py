@@ -20,11 +20,15 @@ local bottleneck: no unfrozen flow on l is held lower elsewhere. Shares only gro
 below them, so both freezes are final; the global minimum link is always a local bottleneck, so
 every round freezes a flow. Rounds: about the depth of the bottleneck chain, not the flow count.
 
-Priority at some links only (bands at hosts, fair fabric) has no closed progressive filling; it is
-the fixed point of two allocations, iterated (``HOST_PRIO_ROUNDS`` at most): the priority links give
-each flow, class by class, what is left up to its demand (what the fair links would give it), and
-the fair links share themselves max-min under those caps. :data:`STATS` counts the solves that
-stopped at the round limit without converging.
+Priority at some links only (bands at hosts, fair fabric): :func:`_host_prio`. The allocation is
+defined by its bottlenecks (:func:`host_prio_violations`): feasible, and every flow at its cap or
+served last at a full link (a fair link: no flow there has more; a priority link: no flow of its
+class there has more and no lower class has anything). Such allocations are not always unique, and
+no progressive filling gives them (tests/unit/test_sim_hostprio.py has both counterexamples). The
+solver runs fixed-point rounds and, after each, an exact step (the round's bottleneck structure solved
+as linear equations); it returns the first allocation that passes the definition. :data:`STATS`:
+``host_prio_polished`` solves ended by the exact step, ``host_prio_unconverged`` solves that found
+no allocation passing the definition in ``HOST_PRIO_ROUNDS`` rounds (the last round is returned).
 """
 
 from __future__ import annotations
@@ -122,16 +126,227 @@ def rates(ptr, links, capacity, caps=None, prio=None, prio_links=None) -> np.nda
 
 
 def _host_prio(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
-    """Strict priority at the links of ``plinks``, max-min fair at the others: the fixed point.
+    """Strict priority at the links of ``plinks``, max-min fair at the others.
 
-    Each round, the priority links serve the classes in order, each flow up to its demand; the fair
-    links then share themselves max-min under what the priority links gave. A flow held below that at
-    a fair link demands only what it got there (the rest of the priority link goes to lower classes);
-    a flow held at its priority link demands more (inf)."""
+    Definition (:func:`host_prio_violations` checks it): rates ``r >= 0`` that fit every link, where
+    every flow is at its cap or has a bottleneck, a full link on its path where it is served last:
+
+    - a fair link where no flow has more than it (max-min: the link treats all flows as equals);
+    - a priority link where no flow of its class has more and no flow of a lower class has any rate
+      (strict priority: a lower class gets a priority link's capacity only while every higher-class
+      flow there is at its cap or held at a fair link).
+
+    Not a progressive filling: a lower class that waits for the higher classes of its NIC while a fair
+    link keeps its share can end with that share unused (test_waiting_for_the_higher_bands_is_not_enough),
+    and two allocations can both meet the definition (test_equilibria_are_not_unique: priority wins, or an
+    even split held in place by two NICs' lower bands). Which one the solver returns is the one its
+    fixed-point rounds reach first (they start from priority: the NICs serve the classes in order).
+
+    Termination: at most HOST_PRIO_ROUNDS rounds of a fixed number of max-min solves and exact steps
+    (each a sparse linear solve, repeated at most ACTIVE_SET_STEPS times). Exactness: an allocation is
+    returned early only when it passes the definition (to 1e-7 of the largest capacity); otherwise the
+    last round is returned and ``STATS["host_prio_unconverged"]`` counts it. See _host_prio_solve."""
+    return _host_prio_solve(ptr, links, capacity, caps, prio, plinks)
+
+
+class _Net:
+    """One solve's arrays: entries (flow ``own[e]`` crosses link ``lk[e]``), which are at priority links."""
+
+    def __init__(self, ptr, links, capacity, caps, prio, plinks) -> None:
+        self.n = len(ptr) - 1
+        self.L = len(capacity)
+        self.ptr, self.links, self.cap, self.caps, self.prio, self.plinks = ptr, links, capacity, caps, prio, plinks
+        self.own = np.repeat(np.arange(self.n), np.diff(ptr))
+        self.lk = links
+        self.onp = plinks[links]
+        self.scale = float(capacity.max(initial=1.0))
+        # classes at priority links: group entries by (link, class)
+        self.ncls = int(prio.max(initial=0)) + 1
+        self.key = links.astype(np.int64) * self.ncls + prio[self.own]
+
+    def violations(self, r: np.ndarray, rtol: float = 1e-7) -> np.ndarray:
+        """Flows that break the definition (see host_prio_violations), as a boolean mask; and the
+        links' overload folded in: every flow on an overloaded link is marked."""
+        own, lk, L = self.own, self.lk, self.L
+        atol = rtol * self.scale
+        re_ = r[own]
+        load = np.bincount(lk, weights=re_, minlength=L)
+        over = load > self.cap * (1 + rtol) + atol
+        tight = load >= self.cap * (1 - rtol) - atol
+        bad = np.zeros(self.n, dtype=bool)
+        bad[own[over[lk]]] = True
+        bad |= r < -atol
+        # fair link: tight and the flow has the most among all its flows
+        lmax = np.full(L, -np.inf)
+        np.maximum.at(lmax, lk, re_)
+        ok_fair = ~self.onp & tight[lk] & (re_ >= lmax[lk] * (1 - rtol) - atol)
+        # priority link: tight, the flow has the most of its class there, no lower class has any
+        kmax = np.full(L * self.ncls, -np.inf)
+        np.maximum.at(kmax, self.key, re_)
+        pos = re_ > atol
+        lowest = np.full(L, -1, dtype=np.int64)  # the lowest class (largest number) with a positive rate
+        np.maximum.at(lowest, lk[pos], self.prio[own[pos]])
+        ok_prio = (self.onp & tight[lk] & (re_ >= kmax[self.key] * (1 - rtol) - atol)
+                   & (lowest[lk] <= self.prio[own]))
+        has = np.zeros(self.n, dtype=bool)
+        has[own[ok_fair | ok_prio]] = True
+        capped = r >= self.caps * (1 - rtol) - atol
+        return bad | ~(has | capped)
+
+    def polish(self, r: np.ndarray, delta: float, prio_first: bool = True) -> np.ndarray | None:
+        """Read the bottleneck structure off an approximate equilibrium ``r`` (each flow: at its cap,
+        zero below a higher class at a priority link, or at the level of one tight link where it has
+        the most among the flows that link treats as equals) and solve that structure's linear
+        equations exactly. None when some flow has no bottleneck within ``delta``."""
+        from scipy.sparse import csr_matrix
+        from scipy.sparse.linalg import spsolve
+
+        own, lk, L, n = self.own, self.lk, self.L, self.n
+        atol = delta * self.scale
+        re_ = r[own]
+        load = np.bincount(lk, weights=re_, minlength=L)
+        slack = (self.cap - load) / np.maximum(self.cap, EPS)
+        tight = slack <= delta
+        lmax = np.full(L, -np.inf)
+        np.maximum.at(lmax, lk, re_)
+        kmax = np.full(L * self.ncls, -np.inf)
+        np.maximum.at(kmax, self.key, re_)
+        pos = re_ > atol
+        lowest = np.full(L, -1, dtype=np.int64)
+        np.maximum.at(lowest, lk[pos], self.prio[own[pos]])
+        higher_pos = np.full(L, np.iinfo(np.int64).max)  # the highest class with a positive rate
+        np.minimum.at(higher_pos, lk[pos], self.prio[own[pos]])
+        gap = np.where(self.onp, kmax[self.key] - re_, lmax[lk] - re_) / self.scale
+        cand = tight[lk] & (gap <= delta) & (~self.onp | (lowest[lk] <= self.prio[own]))
+        score = np.where(cand, gap + np.maximum(slack[lk], 0.0), np.inf)
+        zero = self.onp & tight[lk] & (re_ <= atol) & (higher_pos[lk] < self.prio[own])
+        capped = r >= self.caps * (1 - delta) - atol
+        # each flow's choice: its cap, zero, or its best candidate entry
+        best = np.full(n, np.inf)
+        np.minimum.at(best, own, score)
+        is_zero = np.zeros(n, dtype=bool)
+        is_zero[own[zero]] = True
+        kind = np.where(capped & np.isfinite(self.caps), 0, np.where(is_zero, 1, 2))
+        lost = (kind == 2) & ~np.isfinite(best)
+        if lost.any():
+            # a flow with no bottleneck in sight (an oscillating round): guess the link it crosses
+            # with the least slack, a priority link first (it takes what the higher classes leave)
+            # or a fair link first (it takes its share there)
+            pen = np.where(self.onp, 0.0, 1.0) if prio_first else np.where(self.onp, 1e-9, 0.0)
+            guess = np.where(lost[own], np.maximum(slack[lk], 0.0) + pen, np.inf)
+            gb = np.full(n, np.inf)
+            np.minimum.at(gb, own, guess)
+            ok = lost[own] & (guess == gb[own]) & np.isfinite(guess)
+            score = np.where(ok, guess, score)
+            best = np.where(lost, gb, best)
+            if (lost & ~np.isfinite(gb)).any():
+                return None
+        pick = np.full(n, -1, dtype=np.int64)  # the entry of each kind-2 flow's bottleneck
+        e_best = (kind[own] == 2) & (score == best[own]) & np.isfinite(score)
+        ent = np.flatnonzero(e_best)
+        pick[own[ent[::-1]]] = ent[::-1]  # the first such entry per flow
+        f2 = np.flatnonzero(kind == 2)
+        # bottleneck groups: (link) for fair links, (link, class) for priority links
+        gkey = np.where(self.onp[pick[f2]], L + self.key[pick[f2]], lk[pick[f2]])
+        groups, gidx = np.unique(gkey, return_inverse=True)
+        m = len(groups)
+        glink = np.where(groups >= L, (groups - L) // self.ncls, groups)
+        # unknowns: r (n), then one level per group. rows: one per flow, one per group (its link is full)
+        rows, cols, vals = [np.arange(n)], [np.arange(n)], [np.ones(n)]
+        rhs = np.zeros(n + m)
+        k0 = np.flatnonzero(kind == 0)
+        rhs[k0] = self.caps[k0]
+        rows.append(f2)
+        cols.append(n + gidx)
+        vals.append(-np.ones(len(f2)))
+        # group g's link is full: sum of the rates of every flow on it = capacity
+        gof = np.full(L, -1, dtype=np.int64)
+        gof[glink] = np.arange(m)  # (a link with two groups, e.g. two classes, keeps one equation)
+        uniq_links = np.unique(glink)
+        on = gof[lk] >= 0
+        rows.append(n + gof[lk[on]])
+        cols.append(own[on])
+        vals.append(np.ones(int(on.sum())))
+        rhs[n + gof[uniq_links]] = self.cap[uniq_links]
+        # two groups at one link (two classes held at one NIC) break the definition: left to the rounds
+        if len(uniq_links) < m:
+            return None
+        R, C, V = np.concatenate(rows), np.concatenate(cols), np.concatenate(vals)
+        N = n + m
+        with np.errstate(all="ignore"):
+            if N <= DENSE_MAX:  # small systems: dense is faster than building a sparse matrix
+                A = np.zeros((N, N))
+                np.add.at(A, (R, C), V)
+                try:
+                    x = np.linalg.solve(A, rhs)
+                except np.linalg.LinAlgError:
+                    return None
+            else:
+                import warnings
+
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    try:
+                        x = spsolve(csr_matrix((V, (R, C)), shape=(N, N)).tocsc(), rhs)
+                    except Exception:
+                        return None
+        out = np.asarray(x[:n], dtype=float)
+        if not np.isfinite(out).all():
+            return None
+        out[np.abs(out) <= 1e-12 * self.scale] = 0.0
+        return out
+
+
+ACTIVE_SET_STEPS = 4
+DENSE_MAX = 800  # the exact step solves systems up to this size densely
+
+
+def _active_set(net: _Net, g: np.ndarray, delta: float, prio_first: bool) -> np.ndarray | None:
+    """The exact step, repeated: solve the structure read off ``g``; if the solution breaks the
+    definition, read the structure off the solution and solve again (ACTIVE_SET_STEPS at most).
+    Returns only an allocation that passes :meth:`_Net.violations`."""
+    for _ in range(ACTIVE_SET_STEPS):
+        x = net.polish(g, delta, prio_first)
+        if x is None:
+            return None
+        if not net.violations(x).any():
+            return x
+        g = np.maximum(x, 0.0)
+    return None
+
+
+def host_prio_violations(ptr, links, capacity, caps, prio, plinks, r, rtol: float = 1e-7) -> np.ndarray:
+    """The flows of ``r`` that break the definition of the allocation (a boolean mask; empty: ``r``
+    is an equilibrium). The definition, every flow f:
+
+    - every link carries at most its capacity, and ``0 <= r[f]``;
+    - f is at its cap, or has a *bottleneck* on its path: a full link where f is served last, i.e.
+      a fair link where no flow has more than f, or a priority link where no flow of f's class has
+      more than f and no flow of a lower class (larger number) has anything.
+
+    So a lower class gets a priority link's capacity only while every higher-class flow there is at
+    its cap or held at a fair link (strict priority), and a fair link treats every flow as an equal
+    (max-min)."""
+    net = _Net(np.asarray(ptr, np.int64), np.asarray(links, np.int64), np.asarray(capacity, float),
+               np.asarray(caps, float), np.asarray(prio, np.int64), np.asarray(plinks, bool))
+    return net.violations(np.asarray(r, float), rtol)
+
+
+def _host_prio_solve(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
+    """Fixed-point rounds: the priority links serve the classes in order up to each flow's demand,
+    the fair links share themselves max-min under what the priority links gave; a flow held at a fair
+    link demands what it got there, one held at its priority link demands everything, one that got
+    exactly its demand keeps it unless a probe (the fair links without its priority link's cap) would
+    give it more. After each round, exact steps: the bottleneck structure read off the round's rates
+    (and off its mean with the last round, and off the round with its starved flows filled back class by
+    class) solved as linear equations (_Net.polish, _active_set). The first allocation that passes
+    :meth:`_Net.violations` is returned, a round's own rates included. STATS: ``host_prio_polished`` (solves ended by the
+    exact step), ``host_prio_unconverged`` (no exact equilibrium after HOST_PRIO_ROUNDS rounds: the
+    last round's rates are returned)."""
     n = len(ptr) - 1
-    lens = np.diff(ptr)
-    owner = np.repeat(np.arange(n), lens)
-    onp = plinks[links]
+    net = _Net(ptr, links, capacity, caps, prio, plinks)
+    owner = net.own
+    onp = net.onp
     pptr = np.concatenate([[0], np.cumsum(np.bincount(owner[onp], minlength=n))]).astype(np.int64)
     plk = links[onp]
     fptr = np.concatenate([[0], np.cumsum(np.bincount(owner[~onp], minlength=n))]).astype(np.int64)
@@ -139,7 +354,6 @@ def _host_prio(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
     demand = caps.copy()
     classes = np.unique(prio)
     out = np.full(n, -1.0)
-    atol = 1e-7 * float(capacity.max(initial=1.0))
     for k in range(HOST_PRIO_ROUNDS):
         pcap = np.zeros(n)
         resid = capacity.copy()
@@ -147,13 +361,50 @@ def _host_prio(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
             fl = np.flatnonzero(prio == c)
             pcap[fl] = _maxmin(pptr, plk, resid, demand, fl)
         new = _maxmin(fptr, flk, capacity.copy(), np.minimum(pcap, caps), np.arange(n))
-        if np.allclose(new, out, rtol=1e-7, atol=atol):
+        if not net.violations(new).any():
             return new
+        # an oscillating round alternates between two structures: its mean with the last round is
+        # often nearer the equilibrium than either
+        guesses = [new] if k == 0 else [new, 0.5 * (new + out)]
+        # and the round with the flows that have no bottleneck taken out and filled back max-min
+        # fairly into what the others leave (a flow starved by an oscillation gets its share back)
+        lost = net.violations(new)
+        fill = new.copy()
+        fill[lost] = 0.0
+        resid = np.maximum(capacity - np.bincount(links, weights=fill[owner], minlength=len(capacity)), 0.0)
+        for c in np.unique(prio[lost]):  # class by class: a lower class takes what the higher leave
+            fl = np.flatnonzero(lost & (prio == c))
+            fill[fl] = _maxmin(ptr, links, resid, caps, fl)
+        guesses.append(fill)
+        if not net.violations(fill).any():
+            STATS["host_prio_polished"] = STATS.get("host_prio_polished", 0) + 1
+            return fill
+        # the exact step: one reading a round, every reading every third round (each costs a linear solve)
+        tries = ([(g, d, pf) for g in guesses for d in (1e-6, 1e-3, 3e-2) for pf in (True, False)]
+                 if k % 3 == 2 else [(g, 1e-3, True) for g in guesses])
+        for g, delta, pf in tries:
+            x = net.polish(g, delta, pf)
+            if x is not None and not net.violations(x).any():
+                STATS["host_prio_polished"] = STATS.get("host_prio_polished", 0) + 1
+                return x
+        if k % 3 == 2:  # the exact step repeated from its own solution
+            for g in guesses:
+                for pf in (True, False):
+                    x = _active_set(net, g, 1e-3, pf)
+                    if x is not None:
+                        STATS["host_prio_polished"] = STATS.get("host_prio_polished", 0) + 1
+                        return x
         out = new
         held_fair = new < pcap * (1 - 1e-9)
         target = np.where(held_fair, new, caps)
-        # after a few rounds, move half way: a flow that alternates between held at its NIC and held
-        # at a fair link (its NIC share and its competitors' feed each other) settles between the two
+        # a flow that got exactly what it asked for at both kinds of links: would the fair links give
+        # it more? (one probe: those flows uncapped by their NICs) If not, it keeps its demand rather
+        # than asking for everything again (which flips it between two structures every round)
+        sat = ~held_fair & np.isfinite(demand) & (pcap >= demand * (1 - 1e-9))
+        if sat.any():
+            probe = _maxmin(fptr, flk, capacity.copy(), np.where(sat, caps, np.minimum(pcap, caps)), np.arange(n))
+            keep = sat & (probe <= new * (1 + 1e-9))
+            target = np.where(keep, new, np.where(sat, probe, target))
         demand = target if k < 8 else np.where(np.isfinite(demand) & np.isfinite(target),
                                                0.5 * (demand + target), target)
     STATS["host_prio_unconverged"] += 1

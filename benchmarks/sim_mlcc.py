@@ -61,24 +61,10 @@ def run_placed(d: dict, combo: dict) -> dict:
 
 
 def paired(runs: list[dict]) -> dict:
-    """Every network against fifo on the jobs that ran on the same servers (more than one) in both runs of a
-    seed: the network's effect without the placement's (a policy changes when jobs end, hence where later
-    jobs go). Mean over seeds of (sum of those jobs' JCTs / the same under fifo), and how many jobs."""
-    by = {(r["network"], r["seed"]): r for r in runs}
-    out = {}
-    for n in NETWORKS[1:]:
-        v, cnt = [], []
-        for s in sorted({r["seed"] for r in runs}):
-            a, b = by.get((n, s)), by.get(("fifo", s))
-            if not a or not b:
-                continue
-            same = [k for k, sv in a["servers"].items() if len(sv) > 1 and sv == b["servers"].get(k)
-                    and k in a["jct_s"] and k in b["jct_s"]]
-            if same:
-                v.append(sum(a["jct_s"][k] for k in same) / sum(b["jct_s"][k] for k in same))
-                cnt.append(len(same))
-        out[f"{n}/fifo"] = {"mean": float(np.mean(v)), "per_seed": v, "jobs": cnt} if v else None
-    return out
+    """Each network against fifo on the jobs placed alike (hostctl_lab.sim.tlscale.paired)."""
+    from hostctl_lab.sim.tlscale import paired as paired_alike
+
+    return paired_alike([r for r in runs if r["network"] in NETWORKS], "fifo")
 
 
 def speed(until_s: float, network: str, jobs: int = 250, span_s: float = 180.0) -> dict:

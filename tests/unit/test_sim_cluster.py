@@ -210,6 +210,7 @@ def test_steady_measures_iterations_done_across_an_exact_park():
     slow = [(1.7 * min(k, 120) + 2.0 * max(0, k - 120), k) for _, k in e]
     assert mean_iteration(slow, 2, 20) is None
     assert mean_iteration(slow, 2, 5) == pytest.approx((slow[-1][0] - slow[2][0]) / 127)  # grown to 20 x 5
+    assert mean_iteration(e[:4], 2, 1) is None and mean_iteration(e[:5], 2, 1) == pytest.approx(1.7)  # --steady 1
 
 
 @pytest.mark.parametrize("arrival", [300.0, 1500.0])

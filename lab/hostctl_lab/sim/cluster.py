@@ -207,7 +207,7 @@ def mean_iteration(e, warm: int, n: int) -> float | None:
     its two halves agree to STEADY_AGREE (a slow beat between jobs shows as halves that differ; the
     window grows and its halves converge), or it has grown to STEADY_MAX_WINDOW x n iterations. None:
     not yet. Iterations, not ends, are counted: an exact park in the window moves both on together."""
-    if len(e) - 1 - warm < n:
+    if len(e) - 1 - warm < max(n, 2):  # (each half at least one iteration)
         return None
     m = e[-1][1] - e[warm][1]
     h = (warm + len(e) - 1) // 2

@@ -282,7 +282,7 @@ class ClusterSim:
         self.comp_of: dict[int, int] = {}  # running networked job -> its component (jobs joined by shared links)
         self.comps: dict[int, tuple[int, ...]] = {}  # component -> its jobs, in index order
         self.tok = 0  # the last re-solve's token (FLOW_END events carry it)
-        self.job_tok: dict[int, int] = {}
+        self.comp_tok: dict[int, int] = {}  # component -> its last solve's token (a park voids it too)
         self.running_net: set[int] = set()  # running jobs on more than one server
         self.stats = {"events": 0, "solves": 0, "full_solves": 0, "solved_flows": 0, "max_active_flows": 0,
                       "ticks": 0, "fast_forwards": 0, "resumes": 0, "parks": 0, "steady_parks": 0,
@@ -350,7 +350,7 @@ class ClusterSim:
                 if a in self.parked:  # (not a steady park that a start interrupted)
                     self.unpark(a)
             elif kind == FLOW_END:  # the first flow of a component's last solve ends
-                if self.job_tok.get(a) == b:
+                if self.comp_tok.get(self.comp_of.get(a)) == b:
                     self.settle(a)
             elif kind == LOCAL_END:
                 self.finish_job(a)
@@ -464,7 +464,6 @@ class ClusterSim:
             for s in j.servers:
                 self.host_jobs[s].discard(i)
             self.running_net.discard(i)
-            self.job_tok.pop(i, None)
             self.rebuild_components(i)
             self.hosts_changed(j.servers)
             if self.netpol is not None:
@@ -721,8 +720,8 @@ class ClusterSim:
             j.done_iters += d
             j.parked_until = end
             j.park_steady = steady is not None
-            self.job_tok[i] = self.tok
             self.dirty.discard(i)
+        self.comp_tok[self.comp_of[jobs[0]]] = self.tok  # voids its pending FLOW_END
         pid = self.next_park
         self.next_park += 1
         for i in jobs:
@@ -932,8 +931,7 @@ class ClusterSim:
         else:
             first = self.solve_numpy(idx)
         self.tok += 1
-        for i in self.comps[c]:
-            self.job_tok[i] = self.tok
+        self.comp_tok[c] = self.tok
         if first < math.inf:
             self.push(first, FLOW_END, self.flows[int(ft.fid[idx[0]])].job, self.tok)
 

@@ -851,13 +851,9 @@ class ClusterSim:
         comps = {self.comp_of[i] for i in jobs if i in self.comp_of}
         return [self.flows[fid] for c in comps for i in self.comps[c] for fid in self.job_flows.get(i, ())]
 
-    def comp_fids(self, c: int) -> list[int]:
-        """The open flows of component c, job by job (index order), each job's by flow id."""
-        jf = self.job_flows
-        return [fid for j in self.comps[c] for fid in jf.get(j, ())]
-
     def comp_rows(self, c: int) -> np.ndarray:
-        """Their rows in the flow table, in the same order (job, then flow id)."""
+        """The rows of component c's open flows in the flow table, job by job (index order), each job's
+        by flow id."""
         ft = self.ft
         if kernel.COMPILED:
             return kernel._kernel_nb.select_rows(ft.comp, ft.key, c)
@@ -933,7 +929,7 @@ class ClusterSim:
         self.tok += 1
         self.comp_tok[c] = self.tok
         if first < math.inf:
-            self.push(first, FLOW_END, self.flows[int(ft.fid[idx[0]])].job, self.tok)
+            self.push(first, FLOW_END, int(ft.job[idx[0]]), self.tok)
 
     def solve_numpy(self, idx: np.ndarray) -> float:
         """solve's rates on the rows ``idx`` through kernel.rates (classes, or no numba); returns the

@@ -39,7 +39,7 @@ import numpy as np
 
 EPS = 1e-9
 HOST_PRIO_ROUNDS = 30
-STATS = {"solves": 0, "rounds": 0, "host_prio_unconverged": 0}
+STATS = {"solves": 0, "rounds": 0, "host_prio_polished": 0, "host_prio_unconverged": 0}
 
 try:  # the compiled progressive filling (optional: numba); HOSTCTL_SIM_NUMBA=0 keeps the NumPy path
     if os.environ.get("HOSTCTL_SIM_NUMBA", "1") == "0":
@@ -123,30 +123,6 @@ def rates(ptr, links, capacity, caps=None, prio=None, prio_links=None) -> np.nda
             out[fl] = _maxmin(ptr, links, resid, caps, fl)
         return out
     return _host_prio(ptr, links, capacity, caps, prio, np.asarray(prio_links, dtype=bool))
-
-
-def _host_prio(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
-    """Strict priority at the links of ``plinks``, max-min fair at the others.
-
-    Definition (:func:`host_prio_violations` checks it): rates ``r >= 0`` that fit every link, where
-    every flow is at its cap or has a bottleneck, a full link on its path where it is served last:
-
-    - a fair link where no flow has more than it (max-min: the link treats all flows as equals);
-    - a priority link where no flow of its class has more and no flow of a lower class has any rate
-      (strict priority: a lower class gets a priority link's capacity only while every higher-class
-      flow there is at its cap or held at a fair link).
-
-    Not a progressive filling: a lower class that waits for the higher classes of its NIC while a fair
-    link keeps its share can end with that share unused (test_waiting_for_the_higher_bands_is_not_enough),
-    and two allocations can both meet the definition (test_equilibria_are_not_unique: priority wins, or an
-    even split held in place by two NICs' lower bands). Which one the solver returns is the one its
-    fixed-point rounds reach first (they start from priority: the NICs serve the classes in order).
-
-    Termination: at most HOST_PRIO_ROUNDS rounds of a fixed number of max-min solves and exact steps
-    (each a sparse linear solve, repeated at most ACTIVE_SET_STEPS times). Exactness: an allocation is
-    returned early only when it passes the definition (to 1e-7 of the largest capacity); otherwise the
-    last round is returned and ``STATS["host_prio_unconverged"]`` counts it. See _host_prio_solve."""
-    return _host_prio_solve(ptr, links, capacity, caps, prio, plinks)
 
 
 class _Net:
@@ -301,17 +277,16 @@ ACTIVE_SET_STEPS = 4
 DENSE_MAX = 800  # the exact step solves systems up to this size densely
 
 
-def _active_set(net: _Net, g: np.ndarray, delta: float, prio_first: bool) -> np.ndarray | None:
-    """The exact step, repeated: solve the structure read off ``g``; if the solution breaks the
-    definition, read the structure off the solution and solve again (ACTIVE_SET_STEPS at most).
-    Returns only an allocation that passes :meth:`_Net.violations`."""
-    for _ in range(ACTIVE_SET_STEPS):
-        x = net.polish(g, delta, prio_first)
+def _active_set(net: _Net, x: np.ndarray | None, delta: float, prio_first: bool) -> np.ndarray | None:
+    """The exact step, repeated: ``x`` is a first step's solution that broke the definition (None: it
+    had none); read the structure off it and solve again (ACTIVE_SET_STEPS steps in all, the first
+    included). Returns only an allocation that passes :meth:`_Net.violations`."""
+    for _ in range(ACTIVE_SET_STEPS - 1):
         if x is None:
             return None
-        if not net.violations(x).any():
+        x = net.polish(np.maximum(x, 0.0), delta, prio_first)
+        if x is not None and not net.violations(x).any():
             return x
-        g = np.maximum(x, 0.0)
     return None
 
 
@@ -332,17 +307,37 @@ def host_prio_violations(ptr, links, capacity, caps, prio, plinks, r, rtol: floa
     return net.violations(np.asarray(r, float), rtol)
 
 
-def _host_prio_solve(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
-    """Fixed-point rounds: the priority links serve the classes in order up to each flow's demand,
-    the fair links share themselves max-min under what the priority links gave; a flow held at a fair
-    link demands what it got there, one held at its priority link demands everything, one that got
-    exactly its demand keeps it unless a probe (the fair links without its priority link's cap) would
-    give it more. After each round, exact steps: the bottleneck structure read off the round's rates
-    (and off its mean with the last round, and off the round with its starved flows filled back class by
-    class) solved as linear equations (_Net.polish, _active_set). The first allocation that passes
-    :meth:`_Net.violations` is returned, a round's own rates included. STATS: ``host_prio_polished`` (solves ended by the
-    exact step), ``host_prio_unconverged`` (no exact equilibrium after HOST_PRIO_ROUNDS rounds: the
-    last round's rates are returned)."""
+def _host_prio(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
+    """Strict priority at the links of ``plinks``, max-min fair at the others.
+
+    Definition (:func:`host_prio_violations` checks it): rates ``r >= 0`` that fit every link, where
+    every flow is at its cap or has a bottleneck, a full link on its path where it is served last:
+
+    - a fair link where no flow has more than it (max-min: the link treats all flows as equals);
+    - a priority link where no flow of its class has more and no flow of a lower class has any rate
+      (strict priority: a lower class gets a priority link's capacity only while every higher-class
+      flow there is at its cap or held at a fair link).
+
+    Not a progressive filling: a lower class that waits for the higher classes of its NIC while a fair
+    link keeps its share can end with that share unused (test_waiting_for_the_higher_bands_is_not_enough),
+    and two allocations can both meet the definition (test_equilibria_are_not_unique: priority wins, or an
+    even split held in place by two NICs' lower bands). Which one the solver returns is the one its
+    fixed-point rounds reach first (they start from priority: the NICs serve the classes in order).
+
+    Termination: at most HOST_PRIO_ROUNDS rounds of a fixed number of max-min solves and exact steps
+    (each a sparse linear solve, repeated at most ACTIVE_SET_STEPS times). Exactness: an allocation is
+    returned early only when it passes the definition (to 1e-7 of the largest capacity); otherwise the
+    last round is returned and ``STATS["host_prio_unconverged"]`` counts it.
+
+    The rounds: the priority links serve the classes in order up to each flow's demand, the fair links
+    share themselves max-min under what the priority links gave; a flow held at a fair link demands what
+    it got there, one held at its priority link demands everything, one that got exactly its demand keeps
+    it unless a probe (the fair links without its priority link's cap) would give it more. After each
+    round, exact steps: the bottleneck structure read off the round's rates (and off its mean with the
+    last round, and off the round with its starved flows filled back class by class) solved as linear
+    equations (_Net.polish, _active_set). The first allocation that passes :meth:`_Net.violations` is
+    returned, a round's own rates included; ``STATS["host_prio_polished"]`` counts solves ended by an
+    exact step."""
     n = len(ptr) - 1
     net = _Net(ptr, links, capacity, caps, prio, plinks)
     owner = net.own
@@ -361,14 +356,14 @@ def _host_prio_solve(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
             fl = np.flatnonzero(prio == c)
             pcap[fl] = _maxmin(pptr, plk, resid, demand, fl)
         new = _maxmin(fptr, flk, capacity.copy(), np.minimum(pcap, caps), np.arange(n))
-        if not net.violations(new).any():
+        lost = net.violations(new)
+        if not lost.any():
             return new
         # an oscillating round alternates between two structures: its mean with the last round is
         # often nearer the equilibrium than either
         guesses = [new] if k == 0 else [new, 0.5 * (new + out)]
         # and the round with the flows that have no bottleneck taken out and filled back max-min
         # fairly into what the others leave (a flow starved by an oscillation gets its share back)
-        lost = net.violations(new)
         fill = new.copy()
         fill[lost] = 0.0
         resid = np.maximum(capacity - np.bincount(links, weights=fill[owner], minlength=len(capacity)), 0.0)
@@ -377,22 +372,25 @@ def _host_prio_solve(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
             fill[fl] = _maxmin(ptr, links, resid, caps, fl)
         guesses.append(fill)
         if not net.violations(fill).any():
-            STATS["host_prio_polished"] = STATS.get("host_prio_polished", 0) + 1
+            STATS["host_prio_polished"] += 1
             return fill
         # the exact step: one reading a round, every reading every third round (each costs a linear solve)
-        tries = ([(g, d, pf) for g in guesses for d in (1e-6, 1e-3, 3e-2) for pf in (True, False)]
-                 if k % 3 == 2 else [(g, 1e-3, True) for g in guesses])
-        for g, delta, pf in tries:
-            x = net.polish(g, delta, pf)
+        tries = ([(gi, d, pf) for gi in range(len(guesses)) for d in (1e-6, 1e-3, 3e-2) for pf in (True, False)]
+                 if k % 3 == 2 else [(gi, 1e-3, True) for gi in range(len(guesses))])
+        first_steps = {}  # (guess, prio_first) -> its exact step at delta 1e-3 (the active set's first)
+        for gi, delta, pf in tries:
+            x = net.polish(guesses[gi], delta, pf)
+            if delta == 1e-3:
+                first_steps[gi, pf] = x
             if x is not None and not net.violations(x).any():
-                STATS["host_prio_polished"] = STATS.get("host_prio_polished", 0) + 1
+                STATS["host_prio_polished"] += 1
                 return x
         if k % 3 == 2:  # the exact step repeated from its own solution
-            for g in guesses:
+            for gi in range(len(guesses)):
                 for pf in (True, False):
-                    x = _active_set(net, g, 1e-3, pf)
+                    x = _active_set(net, first_steps[gi, pf], 1e-3, pf)
                     if x is not None:
-                        STATS["host_prio_polished"] = STATS.get("host_prio_polished", 0) + 1
+                        STATS["host_prio_polished"] += 1
                         return x
         out = new
         held_fair = new < pcap * (1 - 1e-9)

@@ -259,7 +259,7 @@ int hc_pace(struct bpf_sock_ops *skops)
 
     /* rate */
     __u32 want = f->orig_rate_Bps;
-    if ((ctl->flags & HP_CTL_RELEASE) || (ctl->lease_ns && now - ctl->heartbeat_ns > ctl->lease_ns)) {
+    if ((ctl->flags & HP_CTL_RELEASE) || HC_LEASE_EXPIRED(now, ctl->heartbeat_ns, ctl->lease_ns)) {
         if (want != f->rate_Bps)
             __sync_fetch_and_add(&cnt->failopen_events, 1);
     } else {

@@ -113,7 +113,7 @@ int tl_classify(struct __sk_buff *skb)
     if (!ctl)
         return NO_MATCH;
     __u64 now = bpf_ktime_get_ns();
-    if (ctl->lease_ns && now - ctl->heartbeat_ns > ctl->lease_ns) {
+    if (HC_LEASE_EXPIRED(now, ctl->heartbeat_ns, ctl->lease_ns)) {
         __sync_fetch_and_add(&ctl->failopen_pkts, 1);
         return NO_MATCH;
     }
@@ -205,7 +205,7 @@ int tl_redirect(struct __sk_buff *skb)
     struct hc_ctl *ctl = hc_ctl.lookup(&zero);
     if (!ctl || !ctl->ifb_ifindex)
         return TC_ACT_OK;
-    if (ctl->lease_ns && bpf_ktime_get_ns() - ctl->heartbeat_ns > ctl->lease_ns) {
+    if (HC_LEASE_EXPIRED(bpf_ktime_get_ns(), ctl->heartbeat_ns, ctl->lease_ns)) {
         __sync_fetch_and_add(&ctl->failopen_pkts, 1);
         return TC_ACT_OK;
     }

@@ -271,7 +271,8 @@ def sim(
     rr_interval: float = typer.Option(2.0, "--rr-interval", help="rr's rotation period (s)."),
     jitter: float = typer.Option(0.0, "--jitter", help="Each iteration's compute x U(1-J, 1+J), seeded."),
     steady: int = typer.Option(0, "--steady", help="Extrapolate jobs that share links at their mean iteration "
-                               "time measured over N iterations (0: exact; docs/simulator.md, \"Speed\")."),
+                               "time measured over N iterations (0: exact; not under mlcc-switch, mcs, ccml, adadual, "
+                               "srsf<n>; docs/simulator.md, \"Speed\")."),
     slot: float = typer.Option(0.06, "--slot", help="mlcc, mlcc-switch: the planner's slot (s)."),
     ps_fraction: float = typer.Option(0.0, "--ps-fraction", help="Each job is a parameter-server job (the PS on "
                                       "its first server) with this probability, seeded; the others are rings."),

@@ -78,6 +78,10 @@ class ScheduleTable:
                 self.arrival[j] = self.arrivals
                 self.arrivals += 1
 
+    def empty(self) -> bool:
+        """Nothing published and no arrival order kept: publishing nothing again changes nothing."""
+        return not self._by_link and not self.arrival
+
     def view(self, host: Hashable, jobs: Sequence[Hashable], cols: Sequence[int], cap_Bps: np.ndarray,
              avail_Bps: np.ndarray | None = None) -> FabricView:
         """Host ``host``'s view for its local ``jobs`` (plan_slot's job index order) of the links ``cols``

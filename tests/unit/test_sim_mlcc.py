@@ -221,3 +221,50 @@ def test_schedule_table_views_by_arrival_shifted_one_slot():
     # slot 3: a computes (publishes zeros): it is forgotten, b keeps its place
     t.publish([("a", 0, [7], r(0, 0, 0)), ("b", 1, [7, 8], r(2, 0, 0))])
     assert t.arrival == {"b": 1}
+
+
+@pytest.mark.parametrize("net", ["mlcc", "mlcc-switch"])
+def test_ticks_sleep_while_no_flow_sends_and_change_nothing(net, monkeypatch):
+    # computes longer than the exchanges and arrivals apart: many slots with no flow anywhere, in which
+    # a tick plans and publishes nothing; sleeping through them gives the same plans, caps and JCTs
+    fab = mlcc_tree(6, per_tor=2, tors_per_edge=2)
+    jobs = [job(f"j{k}", 3 + k % 3, size=(0.2 + 0.1 * k) * 1e9, compute=1.0 + 0.13 * k, iters=3,
+                arrival=2.5 * k, kind="ps" if k % 2 else "ring") for k in range(5)]
+
+    def run(sleep):
+        monkeypatch.setattr(mlccnet.Mlcc, "sleep_ticks", sleep)
+        sim = ClusterSim(fab, jobs, network=net, placement="ls", gpus_per_server=4)
+        return sim.run(), sim.netpol.stats
+
+    (asleep, st_a), (awake, st_w) = run(True), run(False)
+    assert asleep["finished"] == awake["finished"] == 5
+    assert st_a == st_w  # the same plans, lazy plans and cap writes
+    for k in asleep["jct_s"]:
+        assert asleep["jct_s"][k] == pytest.approx(awake["jct_s"][k], rel=1e-12), k
+    assert asleep["stats"]["ticks"] < 0.7 * awake["stats"]["ticks"]  # the idle slots were skipped
+
+
+def test_steady_under_mlcc_parks_held_connections_and_stays_close_to_exact():
+    """--steady under mlcc (local view): a component whose jobs have steady mean iterations is parked;
+    its connections are held out of the slots (not planned while parked: fewer plans), a job that
+    starts on its links interrupts it, and the JCTs stay within 2% of the exact run's (every slot)."""
+    jobs = [job("a", 2, size=1.03e9, compute=0.1137, iters=120), job("b", 2, size=6.1e8, compute=0.1731, iters=150),
+            job("c", 2, size=3e8, compute=0.05, iters=30, arrival=60.0)]
+    kw = dict(gpus_per_server=3, placement="ls", network="mlcc")  # ls: the three ring between the 2 NICs
+    approx_sim = ClusterSim(single_switch(2), jobs, steady=20, **kw)
+    approx = approx_sim.run()
+    exact_sim = ClusterSim(single_switch(2), jobs, park=False, **kw)
+    exact = exact_sim.run()
+    assert approx["stats"]["steady_parks"] >= 1 and approx["stats"]["interrupted_parks"] == 1
+    assert exact["stats"]["steady_parks"] == 0
+    assert approx_sim.netpol.stats["plans"] < 0.75 * exact_sim.netpol.stats["plans"]
+    assert not approx_sim.netpol.held  # every held connection came back
+    for name, t in exact["jct_s"].items():
+        assert approx["jct_s"][name] == pytest.approx(t, rel=0.02), name
+
+
+def test_steady_is_off_under_mlcc_switch():
+    # the switch view's table and arrival order span components: a park would not save them
+    jobs = [job("a", 2, size=1.03e9, compute=0.1137, iters=60), job("b", 2, size=6.1e8, compute=0.1731, iters=60)]
+    sim = ClusterSim(single_switch(2), jobs, steady=20, gpus_per_server=3, placement="ls", network="mlcc-switch")
+    assert sim.steady == 0 and not sim.parking

@@ -258,6 +258,7 @@ class ClusterSim:
         self.next_arrival = 0  # index into self.jobs (sorted by arrival) of the next arrival
         self.parked_links: dict[int, int] = {}  # link -> the park that holds it
         self.next_tick = math.inf
+        self.tick_asleep = False  # the network policy's ticks wait for the next flow (NetPolicy.next_tick)
         self.jitter = jitter
         self.jrng = np.random.default_rng([seed, 7])
         self.reserved: dict[int, int] = {}  # link -> the fast-forwarded job that has it
@@ -309,10 +310,16 @@ class ClusterSim:
         self.netpol = mlccnet.make(network, self, slot_s)
         if self.netpol is not None and not self.netpol.fast_forward_ok:
             self.fast_forward = False
-        if self.adm is not None or self.netpol is not None:
-            # waiting exchanges, per-slot caps, stage caps, held exchanges: state a park does not save
+        # exact parks: a repeat of phases, bytes and compute is a repeat of everything (no policy state)
+        self.exact_parks = self.netpol is None
+        if self.adm is not None or (self.netpol is not None and not self.netpol.steady_ok):
+            # waiting exchanges, stage caps, held exchanges, a table's arrival order: state a park does not save
             self.parking = False
             self.steady = 0
+        elif self.netpol is not None:
+            # per-slot caps: a state that repeats need not repeat the slots (no exact park); --steady
+            # parks take the component's connections out of the policy's slots (NetPolicy.parked)
+            self.parking = self.parking and bool(self.steady)
 
     # ---------------------------------------------------------------- events
     def push(self, t: float, kind: int, a: int = 0, b: int = 0) -> None:
@@ -363,8 +370,11 @@ class ClusterSim:
             elif kind == TICK and a == 1:  # the network policy's period (mlccnet)
                 self.stats["ticks"] += 1
                 self.dirty |= self.netpol.tick()
-                if self.finished < len(self.jobs):
-                    self.push(self.now + self.netpol.tick_s, TICK, 1)
+                nxt = self.netpol.next_tick() if self.finished < len(self.jobs) else None
+                if nxt is None:
+                    self.tick_asleep = True  # set_policy wakes it at the next flow's start
+                else:
+                    self.push(max(nxt, self.now), TICK, 1)
             elif kind == TICK:
                 self.stats["ticks"] += 1
                 self.tick()
@@ -625,7 +635,7 @@ class ClusterSim:
         if c is None or len(self.comps[c]) < 2:
             return False
         jobs = self.comps[c]
-        if len(jobs) <= PARK_MAX_JOBS and self.park_repeat(jobs, a):
+        if self.exact_parks and len(jobs) <= PARK_MAX_JOBS and self.park_repeat(jobs, a):
             return True
         return bool(self.steady) and self.park_steady(jobs, a)
 
@@ -727,6 +737,8 @@ class ClusterSim:
         for i in jobs:
             self.parked_links.update(dict.fromkeys(self.jobs[i].links, pid))
         self.parked[pid] = (jobs, a, saved, state, None if steady is None else (steady, adv))
+        if self.netpol is not None:
+            self.netpol.parked(jobs)
         self.push(end, PARK_END, pid)
         self.stats["parks"] += 1
         self.stats["parked_s"] += end - self.now
@@ -768,6 +780,10 @@ class ClusterSim:
         if state is not None:  # the state is the one matched: a period from now it will match again
             key, vals = state
             self.park_hist[key] = [(self.now, vals, [self.jobs[k].done_iters for k in jobs])]
+        if self.netpol is not None:
+            self.netpol.unparked(jobs)
+            if self.tick_asleep and self.netpol.next_tick() is not None:
+                self.wake_ticks()
         self.start_exchange(a)
 
     # ---------------------------------------------------------------- flows
@@ -952,8 +968,14 @@ class ClusterSim:
         return first
 
     # ---------------------------------------------------------------- policy
+    def wake_ticks(self) -> None:
+        self.tick_asleep = False
+        self.push(max(self.netpol.wake(self.now), self.now), TICK, 1)
+
     def set_policy(self, f: Flow) -> None:
         if self.netpol is not None:
+            if self.tick_asleep:
+                self.wake_ticks()
             self.netpol.flow_started(f)
         elif self.driver is not None:
             f.prio = self.assign.get(f.src, {}).get(self.jobs[f.job].spec.name, DEFAULT_CLASS)

@@ -54,6 +54,7 @@ class NetPolicy:
 
     tick_s: float | None = None  # period of tick() (None: no tick)
     fast_forward_ok = True  # a job alone on its links may be fast-forwarded (ClusterSim.try_fast_forward)
+    steady_ok = False  # --steady may park a component (its jobs' state here survives parked()/unparked())
 
     def __init__(self, sim) -> None:
         self.sim = sim
@@ -78,6 +79,21 @@ class NetPolicy:
 
     def tick(self) -> set[int]:
         return set()
+
+    def parked(self, jobs: tuple) -> None:
+        """--steady took these jobs off the fabric (their flows with them, not ended)."""
+
+    def unparked(self, jobs: tuple) -> None:
+        """... and put them back, their flows as they were."""
+
+    def next_tick(self) -> float | None:
+        """After tick(): when the next tick is due, or None while ticks would change nothing until a flow
+        starts (the sim then calls wake() before that flow's flow_started)."""
+        return None
+
+    def wake(self, now: float) -> float:
+        """A flow starts at ``now`` while ticks sleep: the policy's clock set to now; the next tick's time."""
+        raise NotImplementedError
 
 
 def make(network: str, sim, slot_s: float = 0.06) -> NetPolicy | None:
@@ -114,6 +130,8 @@ class Conn:
 
 
 class Mlcc(NetPolicy):
+    sleep_ticks = True  # False: tick through idle slots (the tests compare both)
+
     def __init__(self, sim, *, switch: bool, slot_s: float = 0.06, K: int = K_SLOTS) -> None:
         super().__init__(sim)
         self.switch = switch
@@ -124,6 +142,11 @@ class Mlcc(NetPolicy):
         # switch view: a job alone on its links still publishes, and the arrival order the table keeps
         # depends on when its exchanges were busy: no fast-forward (exact, slower)
         self.fast_forward_ok = not switch
+        # local view: a host plans its own connections only, and all of a host's sending jobs share its
+        # NIC, so they park together; a parked connection is held (not planned, its pacer rate kept).
+        # The switch view's table and arrival order span components: no --steady there
+        self.steady_ok = not switch
+        self.held: dict[tuple, object] = {}  # connection -> its flow, while its job is parked
         self.deps = switch  # the daemon runs Algorithm 2 in switch mode (deps=True by default)
         self.conns: dict[int, dict[tuple, Conn]] = {}  # host -> its connections (of running jobs)
         self.key: dict[tuple, tuple] = {}  # (job, src, last link of the path) -> connection
@@ -172,7 +195,7 @@ class Mlcc(NetPolicy):
                 continue
             for k in [k for k in hc if k[0] == i]:
                 del hc[k]
-                for d in (self.applied, self.reports, self.notes, self.flow):
+                for d in (self.applied, self.reports, self.notes, self.flow, self.held):
                     d.pop(k, None)
             if not hc:
                 del self.conns[s]
@@ -196,7 +219,37 @@ class Mlcc(NetPolicy):
         if self.flow.get(k) is f:
             del self.flow[k]
 
+    def parked(self, jobs: tuple) -> None:
+        js = set(jobs)
+        for k in [k for k in self.flow if k[0] in js]:
+            self.held[k] = self.flow.pop(k)
+
+    def unparked(self, jobs: tuple) -> None:
+        js = set(jobs)
+        for k in [k for k in self.held if k[0] in js]:
+            self.flow[k] = self.held.pop(k)
+
     # -- the slot
+    def next_tick(self) -> float | None:
+        """Slot k starts at k x slot_s. With no flow anywhere a tick plans nothing (every host is
+        skipped) and, once the switch view's table is empty, publishes nothing new: the ticks sleep
+        until the next flow starts, and the slot count goes on from wake() (the same plans as ticking
+        through: tests/unit/test_sim_mlcc.py)."""
+        if self.sleep_ticks and not self.flow and (self.table is None or self.table.empty()):
+            return None
+        return (self.slot + 1) * self.tick_s
+
+    def wake(self, now: float) -> float:
+        # the last slot whose tick (at k x slot_s) is before now; a tick due at now itself comes after this
+        # flow, as when ticking through it comes after an event queued before the tick was (a compute end)
+        k = int(math.floor(now / self.tick_s))
+        while (k + 1) * self.tick_s < now:
+            k += 1
+        while k > 0 and k * self.tick_s >= now:
+            k -= 1
+        self.slot = max(self.slot, k)
+        return (self.slot + 1) * self.tick_s
+
     def tick(self) -> set[int]:
         self.slot += 1
         dirty: set[int] = set()

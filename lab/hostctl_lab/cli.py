@@ -300,8 +300,12 @@ def sim(
         max_iterations=max_iterations, bands=bands, rr_interval_s=rr_interval,
         cap_bps=parse_rate_bps(cap) if cap else None, jitter=jitter, steady=steady, slot_s=slot,
         ps_fraction=ps_fraction)
-    simrun.check(spec)
+    exact = simrun.check(spec)
     con = Console(stderr=True)
+    if exact:
+        why = "--jitter makes iterations differ" if jitter else "their state is not saved by a park"
+        con.print(f"note: --steady has no effect under {', '.join(exact)} ({why}): those runs are exact "
+                  "(docs/simulator.md)", highlight=False)
     n = len(spec.combos())
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=con) as prog:

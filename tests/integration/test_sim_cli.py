@@ -29,6 +29,20 @@ def test_a_sweep_writes_sim_json_and_the_cdf(tmp_path):
     assert "hostctl sim" in r.stdout and "results:" in r.stdout
 
 
+def test_steady_where_it_has_no_effect_is_one_note(tmp_path):
+    # mcs runs exact (its stages are state a park does not save); fifo and mlcc park: named once, no error
+    r = run(["sim", "--topology", "single-switch", "--servers", "4", "--jobs", "3", "--max-iterations", "5",
+             "--time-scale", "0.0001", "--network", "fifo,mcs,mlcc", "--steady", "10", "--no-plots",
+             "--out", str(tmp_path / "o")], tmp_path)
+    assert r.returncode == 0, show(r)
+    notes = [ln for ln in r.stderr.splitlines() if "--steady has no effect" in ln]
+    assert len(notes) == 1 and "under mcs (" in notes[0], show(r)
+    quiet = run(["sim", "--topology", "single-switch", "--servers", "4", "--jobs", "3", "--max-iterations", "5",
+                 "--time-scale", "0.0001", "--network", "fifo,mlcc", "--steady", "10", "--no-plots",
+                 "--out", str(tmp_path / "q")], tmp_path)
+    assert quiet.returncode == 0 and "--steady has no effect" not in quiet.stderr, show(quiet)
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["--network", "tcp"], "unknown network 'tcp'"),
     (["--placement", "ff,best"], "unknown placement 'best'"),

@@ -95,17 +95,22 @@ def run_one(spec: dict, combo: dict) -> dict:
     return {**combo, **r}
 
 
-def check(spec: SweepSpec) -> None:
+def check(spec: SweepSpec) -> list[str]:
     """Bad topology, servers, trace or settings: one ConfigError now, not in every worker (each
-    combination is built once, not run)."""
+    combination is built once, not run). Returns the networks under which a requested --steady has no
+    effect (the engine runs them exact: ClusterSim turns it off)."""
     from hostctl_lab.sim.cluster import ClusterSim
 
     fab = load_fabric(spec)
     jobs = load_jobs(spec, spec.seeds[0])
+    exact: list[str] = []
     for p, o, n in itertools.product(spec.placements, spec.orders, spec.networks):
-        ClusterSim(fab, jobs, placement=p, order=o, network=n,
-                   gpus_per_server=spec.gpus_per_server, bands=spec.bands, rr_interval_s=spec.rr_interval_s,
-                   cap_bps=spec.cap_bps, jitter=spec.jitter, steady=spec.steady, slot_s=spec.slot_s)
+        sim = ClusterSim(fab, jobs, placement=p, order=o, network=n,
+                         gpus_per_server=spec.gpus_per_server, bands=spec.bands, rr_interval_s=spec.rr_interval_s,
+                         cap_bps=spec.cap_bps, jitter=spec.jitter, steady=spec.steady, slot_s=spec.slot_s)
+        if spec.steady and not sim.steady and n not in exact:
+            exact.append(n)
+    return exact
 
 
 def _die_with_parent() -> None:

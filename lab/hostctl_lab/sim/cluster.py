@@ -310,8 +310,6 @@ class ClusterSim:
         self.netpol = mlccnet.make(network, self, slot_s)
         if self.netpol is not None and not self.netpol.fast_forward_ok:
             self.fast_forward = False
-        # exact parks: a repeat of phases, bytes and compute is a repeat of everything (no policy state)
-        self.exact_parks = self.netpol is None
         if self.adm is not None or (self.netpol is not None and not self.netpol.steady_ok):
             # waiting exchanges, stage caps, held exchanges, a table's arrival order: state a park does not save
             self.parking = False
@@ -635,7 +633,8 @@ class ClusterSim:
         if c is None or len(self.comps[c]) < 2:
             return False
         jobs = self.comps[c]
-        if self.exact_parks and len(jobs) <= PARK_MAX_JOBS and self.park_repeat(jobs, a):
+        # exact: a repeat of phases, bytes and compute is a repeat of everything only with no policy state
+        if self.netpol is None and len(jobs) <= PARK_MAX_JOBS and self.park_repeat(jobs, a):
             return True
         return bool(self.steady) and self.park_steady(jobs, a)
 

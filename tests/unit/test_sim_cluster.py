@@ -213,6 +213,41 @@ def test_steady_measures_iterations_done_across_an_exact_park():
     assert mean_iteration(e[:4], 2, 1) is None and mean_iteration(e[:5], 2, 1) == pytest.approx(1.7)  # --steady 1
 
 
+def test_a_changed_components_jobs_confirm_their_mean_in_a_shorter_window():
+    """After its component changes, a job measured before confirms its old mean over steady // 5
+    iterations (after the warm-up) when they agree to 1%; else it is measured in full."""
+    from hostctl_lab.sim.cluster import confirm_iteration
+
+    e = [(1.7 * k, k) for k in range(8)]  # warm-up 2, then 5 iterations
+    assert confirm_iteration(e[:7], 2, 5, 1.7) is None  # 4 iterations after the warm-up: not yet
+    assert confirm_iteration(e, 2, 5, 1.7) == 1.7
+    assert confirm_iteration(e, 2, 5, 1.7 * 1.009) == pytest.approx(1.7 * 1.009)  # within 1%: the old mean
+    assert confirm_iteration(e, 2, 5, 1.7 * 1.02) is False  # 2% off: measured in full
+    # an exact park inside the window moves iterations and time on together
+    parked = e[:4] + [(1.7 * k, k) for k in range(100, 104)]
+    assert confirm_iteration(parked, 2, 5, 1.7) == 1.7
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_reconfirming_stays_close_to_exact(seed):
+    """--steady with and without reconfirming (the default: a changed component's jobs confirm their
+    old means over a shorter window) against the exact run on 12 jobs that join and leave
+    components: some means are confirmed, some measured again; averages within 1%, every job 3%."""
+    jobs = _mix(seed, n=12)
+    fab = mlcc_tree(8, per_tor=4, tors_per_edge=2)
+    kw = dict(gpus_per_server=2, placement="ls", network="fifo", seed=seed)
+    exact = simulate(fab, jobs, park=False, **kw)
+    full = simulate(fab, jobs, steady=20, reconfirm=False, **kw)
+    short = simulate(fab, jobs, steady=20, **kw)
+    assert full["stats"]["steady_confirmed"] == full["stats"]["steady_remeasured"] == 0
+    assert short["stats"]["steady_confirmed"] > 0 and short["stats"]["steady_remeasured"] > 0
+    assert short["events"] < full["events"]
+    for r in (full, short):
+        assert r["avg_jct_s"] == pytest.approx(exact["avg_jct_s"], rel=0.01)
+        for name, t in exact["jct_s"].items():
+            assert r["jct_s"][name] == pytest.approx(t, rel=0.03)
+
+
 @pytest.mark.parametrize("arrival", [300.0, 1500.0])
 def test_a_start_interrupts_a_steady_park(arrival):
     """--steady parks a component until its first job's end; a job that starts on its links before

@@ -34,13 +34,15 @@ def test_a_lone_ring_under_mlcc_takes_size_over_capacity_plus_at_most_a_slot(net
 
 
 def _checked(sim: ClusterSim) -> dict:
-    """Wrap sim.solve: after every solve, check the kernel's rates against the caps and the links'
-    capacities with sums computed here (numpy.bincount, not the kernel)."""
+    """Wrap sim.solved (after every solve, compiled or not): check the kernel's rates against the caps
+    and the links' capacities with sums computed here (numpy.bincount, not the kernel)."""
     seen = {"solves": 0, "worst_link": 0.0, "worst_cap": 0.0}
-    solve = sim.solve
+    solved = sim.solved
 
-    def checked(c, rows):
-        solve(c, rows)
+    def checked(c, n, first, job0):
+        solved(c, n, first, job0)
+        rows = sim.comp_rows(c)
+        assert len(rows) == n
         seen["solves"] += 1
         fl = [sim.flows[int(x)] for x in sim.ft.fid[rows]]
         rate = np.array([f.rate for f in fl])
@@ -49,7 +51,7 @@ def _checked(sim: ClusterSim) -> dict:
         seen["worst_link"] = max(seen["worst_link"], float((per / sim.fab.capacity).max()))
         seen["worst_cap"] = max(seen["worst_cap"], max(f.rate / f.cap for f in fl if f.cap > 0) if fl else 0.0)
 
-    sim.solve = checked
+    sim.solved = checked
     return seen
 
 

@@ -190,3 +190,33 @@ def select_rows(comp, key, c):  # pragma: no cover - compiled
             rows[k] = s
             k += 1
     return rows[np.argsort(key[rows])]
+
+
+@numba.njit(cache=True, nogil=True)
+def settle_rows(comp, key, fid, left, rate, t, c, now, done_bytes):  # pragma: no cover - compiled
+    """ClusterSim.settle on component c's rows (select_rows' order) in one call: bytes left brought
+    to ``now``; returns the ids of the flows that are done (nothing left, or so little that their end
+    is this instant), sorted."""
+    rows = select_rows(comp, key, c)
+    n = 0
+    done = np.empty(rows.shape[0], dtype=np.int64)
+    for k in range(rows.shape[0]):
+        s = rows[k]
+        v = left[s] - rate[s] * (now - t[s])
+        left[s] = v
+        t[s] = now
+        if v <= done_bytes or (rate[s] > 0 and now + v / rate[s] <= now):
+            done[n] = fid[s]
+            n += 1
+    return np.sort(done[:n])
+
+
+@numba.njit(cache=True, nogil=True)
+def solve_comp(comp, key, job, left, rate, t, cap, paths, c, now, capacity, loc, eps, done_bytes):  # pragma: no cover
+    """select_rows then solve_rows for component c in one call. Returns (the first flow end, rounds,
+    the number of rows, the job of the first row; -1 with no rows)."""
+    rows = select_rows(comp, key, c)
+    if rows.shape[0] == 0:
+        return np.inf, 0, 0, -1
+    first, rounds = solve_rows(left, rate, t, cap, paths, rows, now, capacity, loc, eps, done_bytes)
+    return first, rounds, rows.shape[0], job[rows[0]]

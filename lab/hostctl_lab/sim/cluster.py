@@ -37,7 +37,9 @@ exactly parked component's links before it resumes (start_job checks it). With `
 time (at least N iterations after a warm-up since its members last changed, the window's halves
 agreeing), until its first job's end, each job moved on by the span over its mean (rounded, the
 remainder carried); a job that starts on its links before then interrupts it (``interrupt``: each job
-moved on by the time parked so far instead).
+moved on by the time parked so far instead). After a change, a job that had a mean before confirms it
+over a shorter window (steady // 5 iterations after the warm-up, agreeing to STEADY_AGREE) instead of
+being measured in full (``reconfirm``, the default; a job whose mean moved more is measured in full).
 
 The flows' numbers live in a FlowTable (one row per flow: bytes left, rate, cap, class, path, job,
 component), so a settle or a solve reads and writes a component's rows at once; the rate kernel's
@@ -144,10 +146,12 @@ class Flow:
 
     def detach(self) -> None:
         """The flow is removed: keep its numbers, give its row back."""
-        self.own = {k: getattr(self, k) for k in ("left", "rate", "t", "cap", "prio")}
-        self.tab.fid[self.s] = -1
-        self.tab.comp[self.s] = -1
-        self.tab.free.append(self.s)
+        tab, s = self.tab, self.s
+        self.own = {"left": float(tab.left[s]), "rate": float(tab.rate[s]), "t": float(tab.t[s]),
+                    "cap": float(tab.cap[s]), "prio": int(tab.prio[s])}
+        tab.fid[s] = -1
+        tab.comp[s] = -1
+        tab.free.append(s)
         self.s = -1
 
     left, rate, t, cap, prio = (_field(k) for k in ("left", "rate", "t", "cap", "prio"))
@@ -218,12 +222,24 @@ def mean_iteration(e, warm: int, n: int) -> float | None:
     return (e[-1][0] - e[warm][0]) / m
 
 
+def confirm_iteration(e, warm: int, n: int, T0: float) -> float | bool | None:
+    """--steady's shorter check after a job's component changed: its mean over the ``n`` iterations
+    after ``warm`` ends (as mean_iteration counts them) against ``T0``, its mean from before the
+    change. T0 when they agree to STEADY_AGREE, False when they do not (the job is measured in full),
+    None: not yet."""
+    if len(e) - 1 - warm < n:
+        return None
+    m = (e[warm + n][0] - e[warm][0]) / (e[warm + n][1] - e[warm][1])
+    return T0 if abs(m - T0) <= STEADY_AGREE * T0 else False
+
+
 class ClusterSim:
     def __init__(self, fabric: Fabric, jobs: list[JobSpec], *, placement: str = "ff", order: str = "fifo",
                  network: str = "fifo", seed: int = 0, gpus_per_server: int = 8, until_s: float | None = None,
                  bands: int = 6, rr_interval_s: float = 2.0, cap_bps: int | None = None,
                  backfill: bool = True, fast_forward: bool = True, park: bool = True, steady: int = 0,
-                 jitter: float = 0.0, adadual_eta: float | None = None, slot_s: float = 0.06) -> None:
+                 jitter: float = 0.0, adadual_eta: float | None = None, slot_s: float = 0.06,
+                 reconfirm: bool = True) -> None:
         for what, v, ok in (("order", order, ORDERS), ("network", network, NETWORKS)):
             if v not in ok and not (what == "network" and sched.is_admission(v)):
                 raise ConfigError(f"unknown {what} {v!r}: choose {', '.join(ok)}")
@@ -250,6 +266,11 @@ class ClusterSim:
         # its iteration ends while it is measured: (time, iterations done); an exact park in the window
         # moves both on together
         self.job_ends: dict[int, list[tuple[float, int]]] = {}
+        self.job_ends_new: set[int] = set()  # jobs whose job_ends grew since park_steady last read them
+        # --steady: a job's mean from before its component last changed, to be confirmed by a shorter
+        # window (reconfirm; see park_steady)
+        self.job_T_prev: dict[int, float] = {}
+        self.reconfirm = reconfirm
         self.job_carry: dict[int, float] = {}  # the fraction of an iteration its parks rounded away
         self.park_hist: dict[tuple, list] = {}  # (component, job, shape) -> [(time, floats, iterations done)]
         self.parked: dict[int, tuple] = {}  # park id -> (component's jobs, the job whose exchange waits, saved)
@@ -287,7 +308,8 @@ class ClusterSim:
         self.running_net: set[int] = set()  # running jobs on more than one server
         self.stats = {"events": 0, "solves": 0, "full_solves": 0, "solved_flows": 0, "max_active_flows": 0,
                       "ticks": 0, "fast_forwards": 0, "resumes": 0, "parks": 0, "steady_parks": 0,
-                      "interrupted_parks": 0, "parked_s": 0.0}
+                      "interrupted_parks": 0, "steady_confirmed": 0, "steady_remeasured": 0,
+                      "parked_s": 0.0}
         # communication admission (--network adadual / srsf<n>: hostctl_lab.sim.sched.Admission)
         # (adadual_eta: the rule's eta in s/byte, None: hostctl.core.adadual's; 0 gives the threshold 0.5
         # at which start-now and wait tie in this engine's fluid sharing, which has no contention loss)
@@ -506,6 +528,7 @@ class ClusterSim:
         j.done_iters += 1
         if self.steady and i not in self.job_T:
             self.job_ends.setdefault(i, []).append((self.now, j.done_iters))
+            self.job_ends_new.add(i)
         if j.done_iters >= j.spec.iterations:
             self.finish_job(i)
         else:
@@ -677,7 +700,23 @@ class ClusterSim:
         for i in jobs:
             if i in self.job_T:
                 continue
-            T = mean_iteration(self.job_ends.get(i, ()), warm, n)
+            if i not in self.job_ends_new:  # the same ends as when it was last found not ready
+                ready = False
+                continue
+            self.job_ends_new.discard(i)
+            e = self.job_ends.get(i, ())
+            T = None
+            if i in self.job_T_prev:
+                T = confirm_iteration(e, warm, max(2, n // 5), self.job_T_prev[i])
+                if T is not None:
+                    del self.job_T_prev[i]
+                    if T is False:  # changed by more than STEADY_AGREE: measured in full
+                        T = None
+                        self.stats["steady_remeasured"] += 1
+                    else:
+                        self.stats["steady_confirmed"] += 1
+            if T is None:
+                T = mean_iteration(e, warm, n)
             if T is None:
                 ready = False
                 continue
@@ -858,8 +897,12 @@ class ClusterSim:
             touch = {changed} | {k for ln in self.jobs[changed].links for k in users.get(ln, ())}
             near = {k for x in touch if x in self.comp_of for k in self.comps[self.comp_of[x]]} | {changed}
             for k in near:
-                self.job_T.pop(k, None)
+                T = self.job_T.pop(k, None)
+                if T is not None and self.reconfirm:
+                    self.job_T_prev[k] = T
                 self.job_ends.pop(k, None)
+                self.job_ends_new.discard(k)
+            self.job_T_prev.pop(changed, None)  # (it starts or ends)
         self.dirty.update(i for i in self.running_net if self.job_flows.get(i))
 
     def comp_flows(self, jobs) -> list[Flow]:
@@ -882,7 +925,14 @@ class ClusterSim:
         self.dirty.add(i)
         if c is None:
             return
-        ft, idx, now = self.ft, self.comp_rows(c), self.now
+        ft, now = self.ft, self.now
+        if kernel.COMPILED:  # the same, in one compiled call
+            for fid in kernel._kernel_nb.settle_rows(ft.comp, ft.key, ft.fid, ft.left, ft.rate, ft.t, c, now,
+                                                     DONE_BYTES).tolist():
+                if fid in self.flows:
+                    self.remove_flow(self.flows[fid])
+            return
+        idx = self.comp_rows(c)
         if not len(idx):
             return
         rate = ft.rate[idx]
@@ -903,8 +953,20 @@ class ClusterSim:
             return
         jobs = set(self.dirty)
         self.dirty.clear()
+        comps = {self.comp_of[i] for i in jobs if i in self.comp_of}
+        if kernel.COMPILED and self.driver is None:  # one class: select and solve in one compiled call
+            ft = self.ft
+            for c in comps:
+                first, rounds, n, job0 = kernel._kernel_nb.solve_comp(
+                    ft.comp, ft.key, ft.job, ft.left, ft.rate, ft.t, ft.cap, ft.paths, c, self.now,
+                    self.fab.capacity, self._loc, kernel.EPS, DONE_BYTES)
+                if n:
+                    kernel.STATS["solves"] += 1
+                    kernel.STATS["rounds"] += rounds
+                    self.solved(c, n, first, job0)
+            return
         by_comp: dict[int, np.ndarray] = {}
-        for c in {self.comp_of[i] for i in jobs if i in self.comp_of}:
+        for c in comps:
             idx = self.comp_rows(c)
             if len(idx):
                 by_comp[c] = idx
@@ -928,23 +990,21 @@ class ClusterSim:
         return kernel.rates(ptr, local, self.fab.capacity[uniq], caps, prio, plinks)
 
     def solve(self, c: int, idx: np.ndarray) -> None:
-        """Component c's rates from the kernel; ``idx``: its flows' rows (comp_rows)."""
-        ft, now = self.ft, self.now
+        """Component c's rates from the kernel; ``idx``: its flows' rows (comp_rows). (Under one class
+        with numba, resolve selects and solves in one compiled call instead.)"""
+        self.solved(c, len(idx), self.solve_numpy(idx), int(self.ft.job[idx[0]]))
+
+    def solved(self, c: int, n: int, first: float, job0: int) -> None:
+        """After component c's solve (``n`` flows, the first of them job0's): its first flow end on the
+        queue."""
         self.stats["solves"] += 1
-        self.stats["solved_flows"] += len(idx)
-        if len(idx) == len(self.flows):
+        self.stats["solved_flows"] += n
+        if n == len(self.flows):
             self.stats["full_solves"] += 1
-        if kernel.COMPILED and self.driver is None:  # one class: the whole solve in one compiled call
-            first, rounds = kernel._kernel_nb.solve_rows(ft.left, ft.rate, ft.t, ft.cap, ft.paths, idx, now,
-                                                         self.fab.capacity, self._loc, kernel.EPS, DONE_BYTES)
-            kernel.STATS["solves"] += 1
-            kernel.STATS["rounds"] += rounds
-        else:
-            first = self.solve_numpy(idx)
         self.tok += 1
         self.comp_tok[c] = self.tok
         if first < math.inf:
-            self.push(first, FLOW_END, int(ft.job[idx[0]]), self.tok)
+            self.push(first, FLOW_END, int(job0), self.tok)
 
     def solve_numpy(self, idx: np.ndarray) -> float:
         """solve's rates on the rows ``idx`` through kernel.rates (classes, or no numba); returns the

@@ -55,7 +55,7 @@ def _one(a: dict) -> dict:
         kw = {}
     setup = time.perf_counter() - t0
     sim = ClusterSim(fab, js, network=a["network"], steady=a["steady"], park=a.get("park", True),
-                     until_s=a.get("until_s"), seed=a.get("seed", 0), **kw)
+                     until_s=a.get("until_s"), seed=a.get("seed", 0), reconfirm=a.get("reconfirm", True), **kw)
     curve = []
     w0 = time.perf_counter()
 
@@ -107,24 +107,28 @@ def main() -> int:
     ap.add_argument("--growth-networks", default="fifo", help="networks of the growth sweep (e.g. fifo,mlcc)")
     ap.add_argument("--accuracy-seeds", type=int, default=2)
     ap.add_argument("--accuracy-steady", default="20,50")
+    ap.add_argument("--reconfirm", default="1", help="--steady's shorter re-measure after a change (1), the full one "
+                    "(0), or both (1,0): trace and accuracy parts")
     ap.add_argument("--out", default="results/sim/scale")
     a = ap.parse_args()
     parts = set(a.parts.split(","))
     nets = [n for n in a.networks.split(",") if n]
     steadies = [int(x) for x in a.steady.split(",") if x]
+    reconf = [x == "1" for x in a.reconfirm.split(",") if x]
     res: dict = {"trace": [], "dense": [], "growth": [], "accuracy": []}
     if "trace" in parts:
-        for net in nets:
-            for st in steadies:
-                r = run({"kind": "trace", "servers": a.servers, "jobs": a.jobs, "network": net, "steady": st,
-                         "until_s": a.until_h * 3600 if a.until_h else None, "wall_limit_s": a.wall_limit})
-                res["trace"].append(r)
-                br = r["busy_rate_h_per_min"]
-                print(f"trace {net:>5} steady {st:>3}: {r['sim_s'] / 3600:.1f} simulated h in {r['wall_s']:.0f} s, "
-                      f"busy window {br if br is None else round(br, 1)} h/min, all {r['sim_h_per_wall_min']:.1f} "
-                      f"h/min, {r['events']} events ({r['events_per_s']:.0f}/s), {r['finished']} finished, "
-                      f"{'stopped at the wall limit, ' if r['stats'].get('stopped_early') else ''}"
-                      f"peak RSS {r['max_rss_mib']:.0f} MiB", flush=True)
+        for net, st, rc in [(n, st, rc) for n in nets for st in steadies for rc in (reconf if st else [True])]:
+            r = run({"kind": "trace", "servers": a.servers, "jobs": a.jobs, "network": net, "steady": st,
+                     "until_s": a.until_h * 3600 if a.until_h else None, "wall_limit_s": a.wall_limit,
+                     "reconfirm": rc})
+            res["trace"].append(r)
+            br = r["busy_rate_h_per_min"]
+            print(f"trace {net:>5} steady {st:>3}{'' if rc else ' (full re-measure)'}: "
+                  f"{r['sim_s'] / 3600:.1f} simulated h in {r['wall_s']:.0f} s, "
+                  f"busy window {br if br is None else round(br, 1)} h/min, all {r['sim_h_per_wall_min']:.1f} "
+                  f"h/min, {r['events']} events ({r['events_per_s']:.0f}/s), {r['finished']} finished, "
+                  f"{'stopped at the wall limit, ' if r['stats'].get('stopped_early') else ''}"
+                  f"peak RSS {r['max_rss_mib']:.0f} MiB", flush=True)
     if "dense" in parts:
         for net in nets:
             for st in steadies:
@@ -150,11 +154,11 @@ def main() -> int:
         for net in nets:
             for seed in range(a.accuracy_seeds):
                 exact = run({"kind": "accuracy", "network": net, "steady": 0, "park": False, "seed": seed})
-                for st in [int(x) for x in a.accuracy_steady.split(",") if x]:
-                    r = run({"kind": "accuracy", "network": net, "steady": st, "seed": seed})
+                for st, rc in [(st, rc) for st in [int(x) for x in a.accuracy_steady.split(",") if x] for rc in reconf]:
+                    r = run({"kind": "accuracy", "network": net, "steady": st, "seed": seed, "reconfirm": rc})
                     same = [k for k in exact["jct_s"] if r["placed"][k] == exact["placed"][k]]
                     err = [abs(r["jct_s"][k] / exact["jct_s"][k] - 1) for k in same] or [0.0]
-                    row = {"network": net, "seed": seed, "steady": st,
+                    row = {"network": net, "seed": seed, "steady": st, "reconfirm": rc,
                            "avg_jct_ratio": r["avg_jct_s"] / exact["avg_jct_s"],
                            "p95_jct_ratio": r["p95_jct_s"] / exact["p95_jct_s"],
                            "placed_differently": len(exact["jct_s"]) - len(same),
@@ -163,7 +167,7 @@ def main() -> int:
                            "exact_events": exact["events"], "steady_parks": r["stats"]["steady_parks"],
                            "parks": r["stats"]["parks"]}
                     res["accuracy"].append(row)
-                    print(f"accuracy {net:>5} seed {seed} steady {st}: avg JCT x{row['avg_jct_ratio']:.4f}, p95 "
+                    print(f"accuracy {net:>5} seed {seed} steady {st}{'' if rc else ' (full)'}: avg JCT x{row['avg_jct_ratio']:.4f}, p95 "
                           f"x{row['p95_jct_ratio']:.4f}, {row['placed_differently']} placed differently, worst other job "
                           f"{row['worst_job_err']:.2%}, wall {r['wall_s']:.1f} "
                           f"s vs exact {exact['wall_s']:.1f} s", flush=True)

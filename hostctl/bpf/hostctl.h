@@ -86,6 +86,11 @@ struct hc_job_stats {
     __u64 bursts;            /* completed bursts (gap > burst_gap_ns ends one) */
 };
 
+/* hc_ctl's two entries: the daemon rewrites its whole entry at every heartbeat, so the programs'
+ * counter lives in the other one (an increment between the daemon's read and write was lost). */
+#define HC_CTL_KEY_CONFIG 0    /* the daemon's entry: heartbeat_ns, lease_ns, burst_gap_ns, ifb_ifindex */
+#define HC_CTL_KEY_COUNTERS 1  /* the programs' entry: failopen_pkts (the other fields stay 0 there) */
+
 struct hc_ctl {
     __u64 heartbeat_ns;   /* daemon's CLOCK_MONOTONIC at its last heartbeat */
     __u64 lease_ns;       /* fail open when now - heartbeat_ns > lease_ns; 0 = never */

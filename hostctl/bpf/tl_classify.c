@@ -23,7 +23,7 @@
  *   hc_remotes    hash   struct hc_remote_key  -> __u32 job slot          HC_MAX_REMOTES   this program
  *   hc_job_class  array  __u32 job slot        -> struct hc_job_class     HC_MAX_SLOTS     this program
  *   hc_job_stats  array  __u32 job slot        -> struct hc_job_stats     HC_MAX_SLOTS     daemon (written here)
- *   hc_ctl        array  __u32 0               -> struct hc_ctl           1                both (tl_redirect too)
+ *   hc_ctl        array  __u32 0 config, 1 counters -> struct hc_ctl      2                both (tl_redirect too)
  * Structs and sizes are in hostctl.h (shared with hc_pace.c and the daemon).
  * hc_remotes (remote address + remote port) classifies a worker's connections to its
  * PS from their first packet (the daemon writes no 4-tuple for them), and still does
@@ -89,7 +89,7 @@ BPF_HASH(hc_ports, __u32, __u32, HC_MAX_PORTS);
 BPF_HASH(hc_remotes, struct hc_remote_key, __u32, HC_MAX_REMOTES);
 BPF_ARRAY(hc_job_class, struct hc_job_class, HC_MAX_SLOTS);
 BPF_ARRAY(hc_job_stats, struct hc_job_stats, HC_MAX_SLOTS);
-BPF_ARRAY(hc_ctl, struct hc_ctl, 1);
+BPF_ARRAY(hc_ctl, struct hc_ctl, 2);
 
 /* A TCP segment without data (a pure ACK, SYN, FIN, RST) goes to the control class
  * (prio 0): the ACKs of what this host receives must not queue behind the data it sends.
@@ -106,15 +106,24 @@ static __always_inline __u32 control_class(struct __sk_buff *skb, __u32 l4, __u3
     return l3_payload == (__u32)(doff >> 4) * 4 ? CONTROL_CLASSID : NO_MATCH;
 }
 
+/* A packet passed unclassified because the lease expired: counted in the counters' entry. */
+static __always_inline void count_failopen(void)
+{
+    __u32 k = HC_CTL_KEY_COUNTERS;
+    struct hc_ctl *cnt = hc_ctl.lookup(&k);
+    if (cnt)
+        __sync_fetch_and_add(&cnt->failopen_pkts, 1);
+}
+
 int tl_classify(struct __sk_buff *skb)
 {
-    __u32 zero = 0;
-    struct hc_ctl *ctl = hc_ctl.lookup(&zero);
+    __u32 k = HC_CTL_KEY_CONFIG;
+    struct hc_ctl *ctl = hc_ctl.lookup(&k);
     if (!ctl)
         return NO_MATCH;
     __u64 now = bpf_ktime_get_ns();
     if (HC_LEASE_EXPIRED(now, ctl->heartbeat_ns, ctl->lease_ns)) {
-        __sync_fetch_and_add(&ctl->failopen_pkts, 1);
+        count_failopen();
         return NO_MATCH;
     }
 
@@ -201,12 +210,12 @@ int tl_classify(struct __sk_buff *skb)
 #ifdef HC_INGRESS
 int tl_redirect(struct __sk_buff *skb)
 {
-    __u32 zero = 0;
-    struct hc_ctl *ctl = hc_ctl.lookup(&zero);
+    __u32 k = HC_CTL_KEY_CONFIG;
+    struct hc_ctl *ctl = hc_ctl.lookup(&k);
     if (!ctl || !ctl->ifb_ifindex)
         return TC_ACT_OK;
     if (HC_LEASE_EXPIRED(bpf_ktime_get_ns(), ctl->heartbeat_ns, ctl->lease_ns)) {
-        __sync_fetch_and_add(&ctl->failopen_pkts, 1);
+        count_failopen();
         return TC_ACT_OK;
     }
     return bpf_redirect(ctl->ifb_ifindex, 0);

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from hostctl import consts
+from hostctl.core.bpfabi import DEFINES
 from hostctl.core.plan import (
     CONTROL_CLASSID, MAX_FLOW_ENTRIES, MAX_JOB_SLOTS, MAX_PORT_ENTRIES, MAX_REMOTE_ENTRIES, ClassifierTable,
 )
@@ -22,6 +23,9 @@ from hostctl.errors import ProbeError
 
 PROG_NAME = "tl_classify"
 REDIRECT_NAME = "tl_redirect"
+# hc_ctl's entries (hostctl.h): the daemon's config, the programs' counters
+HC_CTL_KEY_CONFIG = DEFINES["HC_CTL_KEY_CONFIG"]
+HC_CTL_KEY_COUNTERS = DEFINES["HC_CTL_KEY_COUNTERS"]
 
 
 def bpf_dir() -> Path:
@@ -135,7 +139,8 @@ class Classifier:
         return self.fn.name.decode() if isinstance(self.fn.name, bytes) else self.fn.name
 
     def heartbeat(self) -> None:
-        k = self.ctl.Key(0)
+        """Write the config entry whole (the programs count in the other entry: no increment lost)."""
+        k = self.ctl.Key(HC_CTL_KEY_CONFIG)
         v = self.ctl[k]
         v.heartbeat_ns = time.monotonic_ns()  # CLOCK_MONOTONIC == bpf_ktime_get_ns()
         v.lease_ns = self.lease_ns
@@ -149,7 +154,7 @@ class Classifier:
         self.heartbeat()
 
     def failopen_pkts(self) -> int:
-        return int(self.ctl[self.ctl.Key(0)].failopen_pkts)
+        return int(self.ctl[self.ctl.Key(HC_CTL_KEY_COUNTERS)].failopen_pkts)
 
     def _flow_key(self, f: FlowKey):
         k = self.flows.Key()

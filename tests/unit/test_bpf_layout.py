@@ -29,7 +29,7 @@ import pytest
 from hostctl.core import bpfabi, pace, plan
 from hostctl.core.bpfabi import STRUCT_RE, parse_structs
 from hostctl.core.bpfabi import strip_comments as _strip_comments
-from hostctl.datapath import pacer
+from hostctl.datapath import classifier, pacer
 from hostctl.datapath.classifier import bpf_dir
 
 HEADER = bpf_dir() / "hostctl.h"  # the package's copy (hostctl/bpf), the one the programs include
@@ -227,6 +227,10 @@ def test_constants_match(c_text):
     assert defines["HP_CTL_RELEASE"] == pacer.HP_CTL_RELEASE
     assert defines["HP_CTL_KEY_CONTROL"] == pacer.HP_CTL_KEY_CONTROL
     assert defines["HP_CTL_KEY_COUNTERS"] == pacer.HP_CTL_KEY_COUNTERS
+    assert (defines["HC_CTL_KEY_CONFIG"], defines["HC_CTL_KEY_COUNTERS"]) == (
+        classifier.HC_CTL_KEY_CONFIG, classifier.HC_CTL_KEY_COUNTERS) == (0, 1)
+    # the classifier's too: the daemon's config entry and the programs' counters entry
+    assert re.search(r"^BPF_ARRAY\(hc_ctl, struct hc_ctl, 2\);", CLASSIFY_SRC.read_text(), re.M)
     pace_text = PACE_SRC.read_text()
     # one entry for the daemon's control words, one for the program's counters
     assert re.search(r"^BPF_ARRAY\(hc_pace_ctl, struct hc_pace_ctl, 2\);", pace_text, re.M)

@@ -611,18 +611,18 @@ class ClusterSim:
     def comp_state(self, jobs: tuple, a: int) -> tuple[tuple, list[float]]:
         """A component's state now, as its shape (each job's phase and open flows, or computing) and
         its numbers (bytes left per flow, compute left per job)."""
-        shape, vals = [a, self.epoch], []
-        ft = self.ft
+        shape, rows, rest = [a, self.epoch], [], []
+        ft, flows = self.ft, self.flows
         for k in jobs:
             fids = self.job_flows.get(k)
             if fids:
-                fl = [self.flows[x] for x in fids]
-                shape.append((self.jobs[k].phase, tuple((f.src, f.dst) for f in fl)))
-                r = list(fids.values())
-                vals.extend((ft.left[r] - ft.rate[r] * (self.now - ft.t[r])).tolist())
+                shape.append((self.jobs[k].phase, tuple((flows[x].src, flows[x].dst) for x in fids)))
+                rows.extend(fids.values())
             else:
                 shape.append(None)
-                vals.append(self.jobs[k].ce_at - self.now)
+                rest.append(self.jobs[k].ce_at - self.now)
+        # (the flows' bytes left in job order, then the computing jobs' compute left: one order per shape)
+        vals = (ft.left[rows] - ft.rate[rows] * (self.now - ft.t[rows])).tolist() + rest if rows else rest
         return tuple(shape), vals
 
     def horizon(self, jobs: set, ticks: bool) -> float:

@@ -192,6 +192,29 @@ def test_steady_extrapolation_is_close_to_exact(seed):
         assert approx["jct_s"][name] == pytest.approx(t, rel=0.03)
 
 
+class _NoMemo(dict):
+    def get(self, key, default=None):
+        return default
+
+
+@pytest.mark.parametrize("network", ["one", "rr"])
+def test_the_solve_memo_changes_no_result(network):
+    """Under bands every solve goes through the NumPy path; its rates are kept by the solve's inputs
+    (paths, caps, classes), which recur every iteration. The same events and JCTs, bit for bit, as
+    solving every time."""
+    jobs = _mix(2, n=10, iters=(40, 120))
+    fab = mlcc_tree(8, per_tor=4, tors_per_edge=2)
+    kw = dict(gpus_per_server=2, placement="ls", network=network, rr_interval_s=0.5)
+    memo = ClusterSim(fab, jobs, **kw)
+    r1 = memo.run()
+    plain = ClusterSim(fab, jobs, **kw)
+    plain._memo = _NoMemo()
+    r2 = plain.run()
+    assert r1["stats"]["memo_hits"] > r1["stats"]["solves"] / 4
+    assert r2["stats"]["memo_hits"] == 0
+    assert r1["events"] == r2["events"] and r1["jct_s"] == r2["jct_s"]
+
+
 def test_steady_must_be_a_count():
     with pytest.raises(ConfigError, match="--steady"):
         ClusterSim(single_switch(2), [job("a", 2)], steady=-1)

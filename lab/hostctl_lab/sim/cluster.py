@@ -85,6 +85,7 @@ PARK_HISTORY = 8  # states kept per (component, job, shape)
 PARK_KEYS = 4096  # (component, job, shape) keys kept at most
 PARK_MIN_PERIODS = 2  # park only when at least this many whole periods fit
 STEADY_AGREE = 0.01  # --steady: the two halves of a job's window agree on its mean iteration time to 1%
+MEMO_BYTES = 64 << 20  # solve_numpy's memo of rates by inputs holds at most this much
 STEADY_MAX_WINDOW = 20  # ... or the window has grown to this many times N: its mean is taken as it is
 
 
@@ -295,6 +296,10 @@ class ClusterSim:
         self.flows: dict[int, Flow] = {}
         self.ft = FlowTable()  # their numbers (rows)
         self._loc = np.full(fabric.n_links, -1, dtype=np.int64)  # the compiled kernel's scratch
+        # solve_numpy's rates by the solve's inputs (paths, caps, classes): the same flows on the same
+        # paths come back every iteration, and the kernel is a function of those alone
+        self._memo: dict[bytes, np.ndarray] = {}
+        self._memo_bytes = 0
         self.next_fid = 0
         self.link_flows: list[set[int]] = [set() for _ in range(fabric.n_links)]
         # job -> its open flows: flow id -> row, in flow id order (flows are added in id order; a park
@@ -309,7 +314,7 @@ class ClusterSim:
         self.stats = {"events": 0, "solves": 0, "full_solves": 0, "solved_flows": 0, "max_active_flows": 0,
                       "ticks": 0, "fast_forwards": 0, "resumes": 0, "parks": 0, "steady_parks": 0,
                       "interrupted_parks": 0, "steady_confirmed": 0, "steady_remeasured": 0,
-                      "parked_s": 0.0}
+                      "memo_hits": 0, "parked_s": 0.0}
         # communication admission (--network adadual / srsf<n>: hostctl_lab.sim.sched.Admission)
         # (adadual_eta: the rule's eta in s/byte, None: hostctl.core.adadual's; 0 gives the threshold 0.5
         # at which start-now and wait tie in this engine's fluid sharing, which has no contention loss)
@@ -1014,10 +1019,22 @@ class ClusterSim:
         ft.left[idx] = left
         ft.t[idx] = now
         P = ft.paths[idx]
-        m = P >= 0
-        ptr = np.zeros(len(idx) + 1, dtype=np.int64)
-        np.cumsum(m.sum(1), out=ptr[1:])
-        r = self.rates_csr(ptr, P[m], ft.cap[idx], ft.prio[idx] if self.driver is not None else None)
+        caps = ft.cap[idx]
+        prio = ft.prio[idx] if self.driver is not None else None
+        key = P.tobytes() + caps.tobytes() + (b"" if prio is None else prio.tobytes())
+        r = self._memo.get(key)
+        if r is None:
+            m = P >= 0
+            ptr = np.zeros(len(idx) + 1, dtype=np.int64)
+            np.cumsum(m.sum(1), out=ptr[1:])
+            r = self.rates_csr(ptr, P[m], caps, prio)
+            if self._memo_bytes + len(key) > MEMO_BYTES:
+                self._memo.clear()  # bounded: start again
+                self._memo_bytes = 0
+            self._memo[key] = r
+            self._memo_bytes += len(key) + r.nbytes
+        else:
+            self.stats["memo_hits"] += 1
         ft.rate[idx] = r
         if (left <= DONE_BYTES).any():
             first = now

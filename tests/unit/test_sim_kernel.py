@@ -177,3 +177,35 @@ def test_compiled_remap_is_numpy_unique(links):
     want_u, want_local = np.unique(a, return_inverse=True)
     assert u.tolist() == want_u.tolist() and local.tolist() == want_local.tolist()
     assert (loc == -1).all()  # the scratch is left as found
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_compiled_host_prio_violations_are_the_numpy_ones(data):
+    """The host-priority solver's check of its definition (kernel._Net.violations), compiled and in
+    NumPy, on random nets and random rates (exact, at caps, at link shares, zero, overloaded)."""
+    from hostctl_lab.sim import kernel
+
+    if kernel._kernel_nb is None:
+        pytest.fail("numba is not installed: setup installs it (lab extra)")
+    L = data.draw(st.integers(1, 8))
+    n = data.draw(st.integers(1, 30))
+    cap = np.array([data.draw(st.sampled_from([1.0, 2.5, 5.0, 10.0])) for _ in range(L)])
+    paths = [sorted(set(data.draw(st.lists(st.integers(0, L - 1), min_size=0, max_size=3)))) for _ in range(n)]
+    caps = np.array([data.draw(st.sampled_from([np.inf, np.inf, 0.3, 2.0])) for _ in range(n)])
+    prio = np.array([data.draw(st.integers(0, 2)) for _ in range(n)], dtype=np.int64)
+    plinks = np.array([data.draw(st.booleans()) for _ in range(L)])
+    ptr, links = csr(paths)
+    net = kernel._Net(ptr.astype(np.int64), links, cap, caps, prio, plinks)
+    solved = kernel.rates(ptr, links, cap, caps=caps, prio=prio, prio_links=plinks)
+    drawn = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.3, 1.0, 1.25, 2.5, 5.0, -1.0]),
+                                        min_size=n, max_size=n)))
+    for r in (solved, drawn):
+        got = {}
+        for compiled in (True, False):
+            kernel.COMPILED = compiled
+            try:
+                got[compiled] = net.violations(np.asarray(r, float))
+            finally:
+                kernel.COMPILED = True
+        assert got[True].tolist() == got[False].tolist()

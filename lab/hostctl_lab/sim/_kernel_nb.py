@@ -220,3 +220,44 @@ def solve_comp(comp, key, job, left, rate, t, cap, paths, c, now, capacity, loc,
         return np.inf, 0, 0, -1
     first, rounds = solve_rows(left, rate, t, cap, paths, rows, now, capacity, loc, eps, done_bytes)
     return first, rounds, rows.shape[0], job[rows[0]]
+
+
+@numba.njit(cache=True, nogil=True)
+def host_prio_violations(own, lk, n, L, cap, caps, prio, onp, key, ncls, scale, r, rtol):  # pragma: no cover
+    """kernel._Net.violations, compiled (the same sums in the same order: the same mask)."""
+    atol = rtol * scale
+    load = np.zeros(L)
+    lmax = np.full(L, -np.inf)
+    kmax = np.full(L * ncls, -np.inf)
+    lowest = np.full(L, -1, dtype=np.int64)
+    for e in range(lk.shape[0]):
+        v = r[own[e]]
+        ln = lk[e]
+        load[ln] += v
+        if v > lmax[ln]:
+            lmax[ln] = v
+        if v > kmax[key[e]]:
+            kmax[key[e]] = v
+        if v > atol and prio[own[e]] > lowest[ln]:
+            lowest[ln] = prio[own[e]]
+    bad = np.zeros(n, dtype=np.bool_)
+    has = np.zeros(n, dtype=np.bool_)
+    for f in range(n):
+        if r[f] < -atol:
+            bad[f] = True
+    for e in range(lk.shape[0]):
+        ln = lk[e]
+        f = own[e]
+        v = r[f]
+        if load[ln] > cap[ln] * (1 + rtol) + atol:
+            bad[f] = True
+        if load[ln] >= cap[ln] * (1 - rtol) - atol:
+            if not onp[e]:
+                if v >= lmax[ln] * (1 - rtol) - atol:
+                    has[f] = True
+            elif v >= kmax[key[e]] * (1 - rtol) - atol and lowest[ln] <= prio[f]:
+                has[f] = True
+    out = np.empty(n, dtype=np.bool_)
+    for f in range(n):
+        out[f] = bad[f] or not (has[f] or r[f] >= caps[f] * (1 - rtol) - atol)
+    return out

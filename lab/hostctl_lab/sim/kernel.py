@@ -143,6 +143,10 @@ class _Net:
     def violations(self, r: np.ndarray, rtol: float = 1e-7) -> np.ndarray:
         """Flows that break the definition (see host_prio_violations), as a boolean mask; and the
         links' overload folded in: every flow on an overloaded link is marked."""
+        if COMPILED:
+            return _kernel_nb.host_prio_violations(self.own, self.lk, self.n, self.L, self.cap, self.caps,
+                                                   self.prio, self.onp, self.key, self.ncls, self.scale,
+                                                   np.asarray(r, dtype=float), rtol)
         own, lk, L = self.own, self.lk, self.L
         atol = rtol * self.scale
         re_ = r[own]

@@ -85,8 +85,8 @@ PARK_HISTORY = 8  # states kept per (component, job, shape)
 PARK_KEYS = 4096  # (component, job, shape) keys kept at most
 PARK_MIN_PERIODS = 2  # park only when at least this many whole periods fit
 STEADY_AGREE = 0.01  # --steady: the two halves of a job's window agree on its mean iteration time to 1%
-MEMO_BYTES = 64 << 20  # solve_numpy's memo of rates by inputs holds at most this much
 STEADY_MAX_WINDOW = 20  # ... or the window has grown to this many times N: its mean is taken as it is
+MEMO_BYTES = 64 << 20  # solve_numpy's memo of rates by inputs holds at most this much
 
 
 class FlowTable:
@@ -712,14 +712,11 @@ class ClusterSim:
             e = self.job_ends.get(i, ())
             T = None
             if i in self.job_T_prev:
-                T = confirm_iteration(e, warm, max(2, n // 5), self.job_T_prev[i])
-                if T is not None:
+                seen = confirm_iteration(e, warm, max(2, n // 5), self.job_T_prev[i])
+                if seen is not None:  # confirmed (its old mean), or False: moved, measured in full
                     del self.job_T_prev[i]
-                    if T is False:  # changed by more than STEADY_AGREE: measured in full
-                        T = None
-                        self.stats["steady_remeasured"] += 1
-                    else:
-                        self.stats["steady_confirmed"] += 1
+                    self.stats["steady_confirmed" if seen else "steady_remeasured"] += 1
+                    T = seen or None
             if T is None:
                 T = mean_iteration(e, warm, n)
             if T is None:
@@ -932,22 +929,19 @@ class ClusterSim:
             return
         ft, now = self.ft, self.now
         if kernel.COMPILED:  # the same, in one compiled call
-            for fid in kernel._kernel_nb.settle_rows(ft.comp, ft.key, ft.fid, ft.left, ft.rate, ft.t, c, now,
-                                                     DONE_BYTES).tolist():
-                if fid in self.flows:
-                    self.remove_flow(self.flows[fid])
-            return
-        idx = self.comp_rows(c)
-        if not len(idx):
-            return
-        rate = ft.rate[idx]
-        left = ft.left[idx] - rate * (now - ft.t[idx])
-        ft.left[idx] = left
-        ft.t[idx] = now
-        # done: nothing left, or so little that its end is this instant (a late clock's resolution)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            done = (left <= DONE_BYTES) | ((rate > 0) & (now + left / rate <= now))
-        for fid in sorted(ft.fid[idx[done]].tolist()):
+            done = kernel._kernel_nb.settle_rows(ft.comp, ft.key, ft.fid, ft.left, ft.rate, ft.t, c, now,
+                                                 DONE_BYTES).tolist()
+        else:
+            idx = self.comp_rows(c)
+            rate = ft.rate[idx]
+            left = ft.left[idx] - rate * (now - ft.t[idx])
+            ft.left[idx] = left
+            ft.t[idx] = now
+            # done: nothing left, or so little that its end is this instant (a late clock's resolution)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ended = (left <= DONE_BYTES) | ((rate > 0) & (now + left / rate <= now))
+            done = sorted(ft.fid[idx[ended]].tolist())
+        for fid in done:
             if fid in self.flows:
                 self.remove_flow(self.flows[fid])
 
@@ -1028,11 +1022,12 @@ class ClusterSim:
             ptr = np.zeros(len(idx) + 1, dtype=np.int64)
             np.cumsum(m.sum(1), out=ptr[1:])
             r = self.rates_csr(ptr, P[m], caps, prio)
-            if self._memo_bytes + len(key) > MEMO_BYTES:
+            size = len(key) + r.nbytes
+            if self._memo_bytes + size > MEMO_BYTES:
                 self._memo.clear()  # bounded: start again
                 self._memo_bytes = 0
             self._memo[key] = r
-            self._memo_bytes += len(key) + r.nbytes
+            self._memo_bytes += size
         else:
             self.stats["memo_hits"] += 1
         ft.rate[idx] = r

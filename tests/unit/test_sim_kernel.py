@@ -209,3 +209,72 @@ def test_compiled_host_prio_violations_are_the_numpy_ones(data):
             finally:
                 kernel.COMPILED = True
         assert got[True].tolist() == got[False].tolist()
+
+
+def _host_case(data, max_flows):
+    hosts = data.draw(st.integers(1, 6))
+    fabric = data.draw(st.integers(1, 6))
+    cap = [data.draw(st.sampled_from([2.0, 4.0, 10.0])) for _ in range(hosts)]
+    cap += [data.draw(st.sampled_from([1.0, 3.0, 5.0, 10.0])) for _ in range(fabric)]
+    n = data.draw(st.integers(1, max_flows))
+    paths = [[data.draw(st.integers(0, hosts - 1))]
+             + sorted(set(data.draw(st.lists(st.integers(hosts, hosts + fabric - 1), max_size=2))))
+             for _ in range(n)]
+    caps = [data.draw(st.sampled_from([np.inf, np.inf, np.inf, 1.5, 0.4])) for _ in range(n)]
+    prio = [data.draw(st.integers(0, 3)) for _ in range(n)]
+    return paths, cap, caps, prio, np.array([True] * hosts + [False] * fabric)
+
+
+def _both_paths(paths, cap, caps, prio, plinks):
+    """rates() compiled and in NumPy, with the kernel's counters of each."""
+    from hostctl_lab.sim import kernel
+
+    got = {}
+    saved = dict(kernel.STATS)
+    try:
+        for compiled in (True, False):
+            kernel.COMPILED = compiled
+            for k in kernel.STATS:
+                kernel.STATS[k] = 0
+            r = rates(*csr(paths), cap, caps=caps, prio=prio, prio_links=plinks)
+            got[compiled] = (r, dict(kernel.STATS))
+    finally:
+        kernel.COMPILED = True
+        kernel.STATS.update(saved)
+    return got
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_compiled_host_prio_is_the_numpy_one(data):
+    """The host-priority solver (rounds, exact steps, active set) compiled and in NumPy on random NICs
+    and fabrics with up to 40 flows in 4 classes: the same rates bit for bit, and the same counters
+    (max-min rounds, solves ended by an exact step, unconverged)."""
+    from hostctl_lab.sim import kernel
+
+    if kernel._kernel_nb is None:
+        pytest.fail("numba is not installed: setup installs it (lab extra)")
+    got = _both_paths(*_host_case(data, 40))
+    assert got[True][0].tolist() == got[False][0].tolist()
+    assert got[True][1] == got[False][1]
+
+
+def test_compiled_host_prio_hands_large_exact_steps_to_numpy(monkeypatch):
+    """An exact step with more than DENSE_MAX bottleneck groups is solved sparse by the NumPy path: the
+    compiled solver hands the whole solve over (counted), and the rates are the NumPy path's."""
+    from hostctl_lab.sim import kernel
+
+    if kernel._kernel_nb is None:
+        pytest.fail("numba is not installed: setup installs it (lab extra)")
+    # one NIC (10) sends band 0 and band 1 into one fair link (1): the NIC's order gives band 1 nothing
+    # at first, the fair link halves it
+    args = ([[0, 1], [0, 1]], [10.0, 1.0], [np.inf] * 2, [0, 1], np.array([True, False]))
+    monkeypatch.setattr(kernel, "DENSE_MAX", 0)
+    got = _both_paths(*args)
+    assert got[True][1]["host_prio_fallbacks"] == 1  # the compiled solver met an exact step it cannot take
+    np.testing.assert_array_equal(got[True][0], got[False][0])
+    np.testing.assert_allclose(got[True][0], [0.5, 0.5], rtol=1e-12)
+    monkeypatch.setattr(kernel, "DENSE_MAX", 800)
+    dense = _both_paths(*args)
+    assert dense[True][1]["host_prio_fallbacks"] == 0
+    np.testing.assert_allclose(dense[True][0], got[False][0], rtol=1e-12)

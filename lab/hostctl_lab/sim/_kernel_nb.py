@@ -1,15 +1,32 @@
-"""The rate kernel's max-min progressive filling, compiled with numba (optional).
+"""The rate kernel, compiled with numba (optional).
 
-The same algorithm as :func:`hostctl_lab.sim.kernel._maxmin` (its docstring), loop by loop: per round
-each link's share, each unfrozen flow's smallest share on its path, the local bottlenecks, the freezes.
+- ``maxmin``: the same algorithm as :func:`hostctl_lab.sim.kernel._maxmin` (its docstring), loop by
+  loop: per round each link's share, each unfrozen flow's smallest share on its path, the local
+  bottlenecks, the freezes; ``solve_rows``/``solve_comp``/``settle_rows``: the simulator's per-event
+  steps around it (one class);
+- ``host_prio``: strict priority at the hosts' NICs, max-min fair elsewhere: kernel._host_prio with
+  kernel._Net.violations and kernel._Net.polish, step by step (dense exact steps only).
+
 Imported only when numba is installed; ``kernel.COMPILED`` says whether it is used, and
-tests/unit/test_sim_kernel.py compares it with the NumPy path on random cases.
+tests/unit/test_sim_kernel.py compares every function with the NumPy path on random cases. First use
+compiles for about 20 s (cached in __pycache__ afterwards).
 """
 
 from __future__ import annotations
 
+import llvmlite.binding
 import numba
 import numpy as np
+from numba import types
+from numba.extending import get_cython_function_address
+
+# LAPACK's dgesv from SciPy's bundled library, the routine kernel._Net.polish calls through
+# scipy.linalg.lapack.dgesv: the same solutions bit for bit. Called directly, not through
+# np.linalg.solve, whose error on a singular matrix is a compiled exception (numba leaks each one,
+# ~0.5 KiB: gigabytes over a long simulation). Declared by symbol name so that numba can cache the
+# functions that call it; its pointer arguments are passed as addresses (arr.ctypes.data).
+llvmlite.binding.add_symbol("hostctl_sim_dgesv", get_cython_function_address("scipy.linalg.cython_lapack", "dgesv"))
+_dgesv = types.ExternalFunction("hostctl_sim_dgesv", types.void(*([types.uintp] * 8)))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -261,3 +278,399 @@ def host_prio_violations(own, lk, n, L, cap, caps, prio, onp, key, ncls, scale, 
     for f in range(n):
         out[f] = bad[f] or not (has[f] or r[f] >= caps[f] * (1 - rtol) - atol)
     return out
+
+
+# ---------------------------------------------------------------- priority at the hosts' NICs
+# kernel._host_prio and kernel._Net.polish, compiled: the same steps in the same order (the same sums,
+# the same linear systems, LAPACK's gesv as np.linalg.solve), so the same rates as the NumPy path.
+# Status codes of host_prio:
+HP_ROUND = 0  # a round's own rates passed the definition
+HP_POLISHED = 1  # an exact step (or the filled-back round) passed it
+HP_UNCONVERGED = 2  # nothing passed in the rounds: the last round's rates
+HP_FALLBACK = 3  # an exact step needed a system larger than dense_max: solve it in NumPy (sparse)
+
+
+@numba.njit(cache=True, nogil=True)
+def _violates(own, lk, n, L, cap, caps, prio, onp, key, ncls, scale, r):  # pragma: no cover - compiled
+    """Whether any flow of ``r`` breaks the definition (kernel._Net.violations(r).any())."""
+    v = host_prio_violations(own, lk, n, L, cap, caps, prio, onp, key, ncls, scale, r, 1e-7)
+    for f in range(n):
+        if v[f]:
+            return True
+    return False
+
+
+@numba.njit(cache=True, nogil=True)
+def _polish(own, lk, n, L, cap, caps, prio, onp, key, ncls, scale, r, delta, prio_first, eps, dense_max):  # pragma: no cover
+    """kernel._Net.polish. Returns (rates, status): 0 solved, 1 none (the NumPy path's None), 2 the
+    system is larger than dense_max (the NumPy path solves it sparse)."""
+    E = lk.shape[0]
+    atol = delta * scale
+    load = np.zeros(L)
+    lmax = np.full(L, -np.inf)
+    kmax = np.full(L * ncls, -np.inf)
+    lowest = np.full(L, -1, dtype=np.int64)
+    higher_pos = np.full(L, np.iinfo(np.int64).max)
+    for e in range(E):
+        v = r[own[e]]
+        ln = lk[e]
+        load[ln] += v
+        if v > lmax[ln]:
+            lmax[ln] = v
+        if v > kmax[key[e]]:
+            kmax[key[e]] = v
+        if v > atol:
+            p = prio[own[e]]
+            if p > lowest[ln]:
+                lowest[ln] = p
+            if p < higher_pos[ln]:
+                higher_pos[ln] = p
+    slack = np.empty(L)
+    tight = np.empty(L, dtype=np.bool_)
+    for ln in range(L):
+        c = cap[ln] if cap[ln] > eps else eps
+        slack[ln] = (cap[ln] - load[ln]) / c
+        tight[ln] = slack[ln] <= delta
+    score = np.full(E, np.inf)
+    best = np.full(n, np.inf)
+    is_zero = np.zeros(n, dtype=np.bool_)
+    for e in range(E):
+        f = own[e]
+        ln = lk[e]
+        v = r[f]
+        if onp[e]:
+            gap = (kmax[key[e]] - v) / scale
+        else:
+            gap = (lmax[ln] - v) / scale
+        if tight[ln] and gap <= delta and (not onp[e] or lowest[ln] <= prio[f]):
+            s = slack[ln] if slack[ln] > 0.0 else 0.0
+            score[e] = gap + s
+            if score[e] < best[f]:
+                best[f] = score[e]
+        if onp[e] and tight[ln] and v <= atol and higher_pos[ln] < prio[f]:
+            is_zero[f] = True
+    kind = np.empty(n, dtype=np.int64)
+    nlost = 0
+    for f in range(n):
+        capped = r[f] >= caps[f] * (1 - delta) - atol
+        if capped and np.isfinite(caps[f]):
+            kind[f] = 0
+        elif is_zero[f]:
+            kind[f] = 1
+        else:
+            kind[f] = 2
+            if not np.isfinite(best[f]):
+                nlost += 1
+    out = np.zeros(n)
+    if nlost > 0:
+        # a flow with no bottleneck in sight: guess the link it crosses with the least slack
+        gb = np.full(n, np.inf)
+        guess = np.full(E, np.inf)
+        for e in range(E):
+            f = own[e]
+            if kind[f] == 2 and not np.isfinite(best[f]):
+                if prio_first:
+                    pen = 0.0 if onp[e] else 1.0
+                else:
+                    pen = 1e-9 if onp[e] else 0.0
+                s = slack[lk[e]]
+                guess[e] = (s if s > 0.0 else 0.0) + pen
+                if guess[e] < gb[f]:
+                    gb[f] = guess[e]
+        for e in range(E):
+            f = own[e]
+            if kind[f] == 2 and not np.isfinite(best[f]) and guess[e] == gb[f] and np.isfinite(guess[e]):
+                score[e] = guess[e]
+        for f in range(n):
+            if kind[f] == 2 and not np.isfinite(best[f]):
+                if not np.isfinite(gb[f]):
+                    return out, 1
+                best[f] = gb[f]
+    pick = np.full(n, -1, dtype=np.int64)  # the first best entry of each kind-2 flow
+    for e in range(E):
+        f = own[e]
+        if kind[f] == 2 and pick[f] < 0 and score[e] == best[f] and np.isfinite(score[e]):
+            pick[f] = e
+    # bottleneck groups: (link) for fair links, (link, class) for priority links; sorted as np.unique
+    n2 = 0
+    for f in range(n):
+        if kind[f] == 2:
+            n2 += 1
+    f2 = np.empty(n2, dtype=np.int64)
+    gkey = np.empty(n2, dtype=np.int64)
+    j = 0
+    for f in range(n):
+        if kind[f] == 2:
+            f2[j] = f
+            e = pick[f]
+            gkey[j] = L + key[e] if onp[e] else lk[e]
+            j += 1
+    # np.unique(gkey, return_inverse=True) by a table over the key range (no sort to compile)
+    slot = np.full(L + L * ncls, -1, dtype=np.int64)
+    for q in range(n2):
+        slot[gkey[q]] = 0
+    groups = np.empty(n2, dtype=np.int64)
+    m = 0
+    for g in range(slot.shape[0]):
+        if slot[g] == 0:
+            slot[g] = m
+            groups[m] = g
+            m += 1
+    gidx = np.empty(n2, dtype=np.int64)
+    for q in range(n2):
+        gidx[q] = slot[gkey[q]]
+    gof = np.full(L, -1, dtype=np.int64)
+    glink = np.empty(m, dtype=np.int64)
+    for g in range(m):
+        ln = (groups[g] - L) // ncls if groups[g] >= L else groups[g]
+        glink[g] = ln
+        if gof[ln] >= 0:  # two groups at one link (two classes held at one NIC): left to the rounds
+            return out, 1
+        gof[ln] = g
+    if m > dense_max:
+        return out, 2
+    # the structure's equations with the flows' rates substituted (kernel._Net.polish): M is
+    # column-major for LAPACK (Mt[h, g] = M[g, h]), rhs[g] = g's capacity less its capped flows
+    fgroup = np.full(n, -1, dtype=np.int64)
+    for q in range(n2):
+        fgroup[f2[q]] = gidx[q]
+    Mt = np.zeros((m, m))
+    x = np.empty(m)  # rhs, solved in place
+    for g in range(m):
+        x[g] = cap[glink[g]]
+    for e in range(E):
+        g = gof[lk[e]]
+        if g >= 0:
+            f = own[e]
+            if kind[f] == 0:
+                x[g] -= caps[f]
+            elif kind[f] == 2:
+                Mt[fgroup[f], g] += 1.0
+    for f in range(n):
+        if kind[f] == 0:
+            out[f] = caps[f]
+    if m > 0:
+        dims = np.full(4, m, dtype=np.int32)  # n, lda, ldb; nrhs
+        dims[3] = 1
+        ipiv = np.empty(m, dtype=np.int32)
+        info = np.zeros(1, dtype=np.int32)
+        d = dims.ctypes.data  # n at d, lda at d + 4, ldb at d + 8, nrhs at d + 12 (int32)
+        _dgesv(d, d + 12, Mt.ctypes.data, d + 4, ipiv.ctypes.data, x.ctypes.data, d + 8, info.ctypes.data)
+        if info[0] != 0:  # singular
+            return out, 1
+        for q in range(n2):
+            out[f2[q]] = x[gidx[q]]
+    for f in range(n):
+        if not np.isfinite(out[f]):
+            return out, 1
+        if abs(out[f]) <= 1e-12 * scale:
+            out[f] = 0.0
+    return out, 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _entries_on(ptr, links, onp, want, n):  # pragma: no cover - compiled
+    """The CSR of each flow's entries whose ``onp`` is ``want`` (the NIC part or the fabric part)."""
+    sub = np.zeros(n + 1, dtype=np.int64)
+    for f in range(n):
+        c = 0
+        for e in range(ptr[f], ptr[f + 1]):
+            if onp[e] == want:
+                c += 1
+        sub[f + 1] = sub[f] + c
+    out = np.empty(sub[n], dtype=np.int64)
+    k = 0
+    for e in range(links.shape[0]):
+        if onp[e] == want:
+            out[k] = links[e]
+            k += 1
+    return sub, out
+
+
+@numba.njit(cache=True, nogil=True)
+def _any(mask):  # pragma: no cover - compiled
+    for v in mask:
+        if v:
+            return True
+    return False
+
+
+@numba.njit(cache=True, nogil=True)
+def _members(prio, mask, c):  # pragma: no cover - compiled
+    """np.flatnonzero((prio == c) & mask); mask None: every flow."""
+    k = 0
+    for f in range(prio.shape[0]):
+        if prio[f] == c and (mask is None or mask[f]):
+            k += 1
+    out = np.empty(k, dtype=np.int64)
+    k = 0
+    for f in range(prio.shape[0]):
+        if prio[f] == c and (mask is None or mask[f]):
+            out[k] = f
+            k += 1
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _classes_of(prio, mask, ncls):  # pragma: no cover - compiled
+    """np.unique(prio[mask]) for classes 0..ncls-1."""
+    has = np.zeros(ncls, dtype=np.bool_)
+    for f in range(prio.shape[0]):
+        if mask[f]:
+            has[prio[f]] = True
+    return np.flatnonzero(has)
+
+
+@numba.njit(cache=True, nogil=True)
+def host_prio(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_max, active_steps):  # pragma: no cover
+    """kernel._host_prio (its docstring), compiled. Returns (rates, status (HP_*), maxmin rounds,
+    exact steps solved)."""
+    n = ptr.shape[0] - 1
+    L = capacity.shape[0]
+    E = links.shape[0]
+    own = np.empty(E, dtype=np.int64)
+    for f in range(n):
+        for e in range(ptr[f], ptr[f + 1]):
+            own[e] = f
+    onp = np.empty(E, dtype=np.bool_)
+    # classes by rank, as kernel._Net (the default class is 99: tables per (link, class) stay small)
+    top = np.int64(0)
+    for f in range(n):
+        if prio[f] > top:
+            top = prio[f]
+    rank = np.full(top + 1, -1, dtype=np.int64)
+    for f in range(n):
+        rank[prio[f]] = 0
+    ncls = np.int64(0)
+    for c in range(top + 1):
+        if rank[c] == 0:
+            rank[c] = ncls
+            ncls += 1
+    prio = rank[prio]
+    key = np.empty(E, dtype=np.int64)
+    for e in range(E):
+        onp[e] = plinks[links[e]]
+        key[e] = links[e] * ncls + prio[own[e]]
+    scale = 1.0  # capacity.max(initial=1.0), as _Net
+    for ln in range(L):
+        if capacity[ln] > scale:
+            scale = capacity[ln]
+    pptr, plk = _entries_on(ptr, links, onp, True, n)
+    fptr, flk = _entries_on(ptr, links, onp, False, n)
+    classes = _classes_of(prio, np.ones(n, dtype=np.bool_), ncls)
+    allf = np.arange(n)
+    demand = caps.copy()
+    out = np.full(n, -1.0)
+    rounds = 0
+    steps = 0
+    guesses = np.empty((3, n))
+    firsts = np.empty((6, n))  # (guess, prio_first) -> its exact step at delta 1e-3
+    first_ok = np.zeros(6, dtype=np.bool_)
+    deltas = np.array([1e-6, 1e-3, 3e-2])
+    pc = np.empty(n)
+    for k in range(max_rounds):
+        pcap = np.zeros(n)
+        resid = capacity.copy()
+        for c in classes:
+            fl = _members(prio, None, c)
+            got, rr = maxmin(pptr, plk, resid, demand, fl, eps)
+            rounds += rr
+            for q in range(fl.shape[0]):
+                pcap[fl[q]] = got[q]
+        for f in range(n):
+            pc[f] = min(pcap[f], caps[f])
+        new, rr = maxmin(fptr, flk, capacity.copy(), pc, allf, eps)
+        rounds += rr
+        lost = host_prio_violations(own, links, n, L, capacity, caps, prio, onp, key, ncls, scale, new, 1e-7)
+        if not _any(lost):
+            return new, HP_ROUND, rounds, steps
+        # guesses: the round, its mean with the last round (after the first), the round filled back
+        ng = 1 if k == 0 else 2
+        guesses[0] = new
+        if k > 0:
+            for f in range(n):
+                guesses[1, f] = 0.5 * (new[f] + out[f])
+        fill = new.copy()
+        for f in range(n):
+            if lost[f]:
+                fill[f] = 0.0
+        load = np.zeros(L)
+        for e in range(E):
+            load[links[e]] += fill[own[e]]
+        for ln in range(L):
+            resid[ln] = max(capacity[ln] - load[ln], 0.0)
+        for c in _classes_of(prio, lost, ncls):  # class by class: a lower class takes what the higher leave
+            fl = _members(prio, lost, c)
+            got, rr = maxmin(ptr, links, resid, caps, fl, eps)
+            rounds += rr
+            for q in range(fl.shape[0]):
+                fill[fl[q]] = got[q]
+        guesses[ng] = fill
+        ng += 1
+        if not _violates(own, links, n, L, capacity, caps, prio, onp, key, ncls, scale, fill):
+            return fill, HP_POLISHED, rounds, steps
+        every = k % 3 == 2  # the exact step: one reading a round, every reading every third round
+        first_ok[:] = False
+        for gi in range(ng):
+            for di in range(3):
+                if not every and di != 1:
+                    continue
+                for pi in range(2):
+                    pf = pi == 0
+                    if not every and not pf:
+                        continue
+                    x, st = _polish(own, links, n, L, capacity, caps, prio, onp, key, ncls, scale, guesses[gi],
+                                    deltas[di], pf, eps, dense_max)
+                    if st == 2:
+                        return out, HP_FALLBACK, rounds, steps
+                    steps += 1
+                    if di == 1 and st == 0:
+                        firsts[2 * gi + pi] = x
+                        first_ok[2 * gi + pi] = True
+                    if st == 0 and not _violates(own, links, n, L, capacity, caps, prio, onp, key, ncls, scale, x):
+                        return x, HP_POLISHED, rounds, steps
+        if every:  # the exact step repeated from its own solution
+            for gi in range(ng):
+                for pi in range(2):
+                    if not first_ok[2 * gi + pi]:
+                        continue
+                    x = firsts[2 * gi + pi].copy()
+                    for _ in range(active_steps - 1):
+                        for f in range(n):
+                            x[f] = max(x[f], 0.0)
+                        x, st = _polish(own, links, n, L, capacity, caps, prio, onp, key, ncls, scale,
+                                        x, 1e-3, pi == 0, eps, dense_max)
+                        if st == 2:
+                            return out, HP_FALLBACK, rounds, steps
+                        steps += 1
+                        if st != 0:
+                            break
+                        if not _violates(own, links, n, L, capacity, caps, prio, onp, key, ncls, scale, x):
+                            return x, HP_POLISHED, rounds, steps
+        out = new
+        target = np.empty(n)
+        sat = np.zeros(n, dtype=np.bool_)
+        nsat = 0
+        for f in range(n):
+            held_fair = new[f] < pcap[f] * (1 - 1e-9)
+            target[f] = new[f] if held_fair else caps[f]
+            if not held_fair and np.isfinite(demand[f]) and pcap[f] >= demand[f] * (1 - 1e-9):
+                sat[f] = True
+                nsat += 1
+        if nsat > 0:
+            for f in range(n):
+                pc[f] = caps[f] if sat[f] else min(pcap[f], caps[f])
+            probe, rr = maxmin(fptr, flk, capacity.copy(), pc, allf, eps)
+            rounds += rr
+            for f in range(n):
+                if sat[f]:
+                    target[f] = new[f] if probe[f] <= new[f] * (1 + 1e-9) else probe[f]
+        if k < 8:
+            demand = target
+        else:
+            for f in range(n):
+                if np.isfinite(demand[f]) and np.isfinite(target[f]):
+                    demand[f] = 0.5 * (demand[f] + target[f])
+                else:
+                    demand[f] = target[f]
+    return out, HP_UNCONVERGED, rounds, steps

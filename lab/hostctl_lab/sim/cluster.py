@@ -301,7 +301,6 @@ class ClusterSim:
         self._memo: dict[bytes, np.ndarray] = {}
         self._memo_bytes = 0
         self.next_fid = 0
-        self.link_flows: list[set[int]] = [set() for _ in range(fabric.n_links)]
         # job -> its open flows: flow id -> row, in flow id order (flows are added in id order; a park
         # empties it, its resume adds them back sorted)
         self.job_flows: dict[int, dict[int, int]] = {}
@@ -761,8 +760,6 @@ class ClusterSim:
                 for f in fl:
                     f.left -= f.rate * (self.now - f.t)
                     f.t = self.now
-                    for ln in f.path:
-                        self.link_flows[ln].discard(f.fid)
                 saved.append((i, fl, 0.0))
             else:
                 saved.append((i, None, j.ce_at - self.now))
@@ -812,8 +809,6 @@ class ClusterSim:
                     self.flows[f.fid] = f
                     self.job_flows[i][f.fid] = f.s
                     self.ft.comp[f.s] = self.comp_of.get(i, -1)
-                    for ln in f.path:
-                        self.link_flows[ln].add(f.fid)
                 self.dirty.add(i)
             elif i != a:
                 self.compute_until(i, self.now + rel)
@@ -836,8 +831,6 @@ class ClusterSim:
             self.next_fid += 1
             self.flows[f.fid] = f
             fl[f.fid] = f.s
-            for ln in f.path:
-                self.link_flows[ln].add(f.fid)
             self.set_policy(f)
         self.dirty.add(i)
         self.jobs[i].open_flows += len(pairs)
@@ -848,8 +841,6 @@ class ClusterSim:
     def remove_flow(self, f: Flow) -> None:
         del self.flows[f.fid]
         self.job_flows[f.job].pop(f.fid, None)
-        for ln in f.path:
-            self.link_flows[ln].discard(f.fid)
         self.dirty.add(f.job)
         if self.netpol is not None:
             self.netpol.flow_ended(f)

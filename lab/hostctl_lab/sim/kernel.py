@@ -28,7 +28,13 @@ no progressive filling gives them (tests/unit/test_sim_hostprio.py has both coun
 solver runs fixed-point rounds and, after each, an exact step (the round's bottleneck structure solved
 as linear equations); it returns the first allocation that passes the definition. :data:`STATS`:
 ``host_prio_polished`` solves ended by the exact step, ``host_prio_unconverged`` solves that found
-no allocation passing the definition in ``HOST_PRIO_ROUNDS`` rounds (the last round is returned).
+no allocation passing the definition in ``HOST_PRIO_ROUNDS`` rounds (the last round is returned),
+``host_prio_fallbacks`` compiled solves handed to the NumPy path (below).
+
+Compiled (numba, optional): the progressive filling, the host-priority solver's check, and the whole
+host-priority solver (_kernel_nb.host_prio: the same steps in the same order; the tests compare its
+rates bit for bit). Its exact steps solve densely; one larger than ``DENSE_MAX`` unknowns hands the
+whole solve to the NumPy path, which solves it sparse.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ import numpy as np
 
 EPS = 1e-9
 HOST_PRIO_ROUNDS = 30
-STATS = {"solves": 0, "rounds": 0, "host_prio_polished": 0, "host_prio_unconverged": 0}
+STATS = {"solves": 0, "rounds": 0, "host_prio_polished": 0, "host_prio_unconverged": 0, "host_prio_fallbacks": 0}
 
 try:  # the compiled progressive filling (optional: numba); HOSTCTL_SIM_NUMBA=0 keeps the NumPy path
     if os.environ.get("HOSTCTL_SIM_NUMBA", "1") == "0":
@@ -131,6 +137,9 @@ class _Net:
     def __init__(self, ptr, links, capacity, caps, prio, plinks) -> None:
         self.n = len(ptr) - 1
         self.L = len(capacity)
+        # classes by rank (0, 1, ...: the same order, so the same allocation): tables per (link, class)
+        # stay small when class numbers are large (the default class is 99)
+        prio = np.unique(prio, return_inverse=True)[1].reshape(-1).astype(np.int64)
         self.ptr, self.links, self.cap, self.caps, self.prio, self.plinks = ptr, links, capacity, caps, prio, plinks
         self.own = np.repeat(np.arange(self.n), np.diff(ptr))
         self.lk = links
@@ -231,46 +240,45 @@ class _Net:
         groups, gidx = np.unique(gkey, return_inverse=True)
         m = len(groups)
         glink = np.where(groups >= L, (groups - L) // self.ncls, groups)
-        # unknowns: r (n), then one level per group. rows: one per flow, one per group (its link is full)
-        rows, cols, vals = [np.arange(n)], [np.arange(n)], [np.ones(n)]
-        rhs = np.zeros(n + m)
-        k0 = np.flatnonzero(kind == 0)
-        rhs[k0] = self.caps[k0]
-        rows.append(f2)
-        cols.append(n + gidx)
-        vals.append(-np.ones(len(f2)))
-        # group g's link is full: sum of the rates of every flow on it = capacity
-        gof = np.full(L, -1, dtype=np.int64)
-        gof[glink] = np.arange(m)  # (a link with two groups, e.g. two classes, keeps one equation)
-        uniq_links = np.unique(glink)
-        on = gof[lk] >= 0
-        rows.append(n + gof[lk[on]])
-        cols.append(own[on])
-        vals.append(np.ones(int(on.sum())))
-        rhs[n + gof[uniq_links]] = self.cap[uniq_links]
         # two groups at one link (two classes held at one NIC) break the definition: left to the rounds
-        if len(uniq_links) < m:
+        if len(np.unique(glink)) < m:
             return None
-        R, C, V = np.concatenate(rows), np.concatenate(cols), np.concatenate(vals)
-        N = n + m
-        with np.errstate(all="ignore"):
-            if N <= DENSE_MAX:  # small systems: dense is faster than building a sparse matrix
-                A = np.zeros((N, N))
-                np.add.at(A, (R, C), V)
-                try:
-                    x = np.linalg.solve(A, rhs)
-                except np.linalg.LinAlgError:
-                    return None
-            else:
-                import warnings
+        # the structure's equations: a kind-0 flow at its cap, a kind-1 flow at zero, a kind-2 flow at
+        # its group's level, and each group's link full (the sum of its flows' rates = its capacity).
+        # With the flows' rates substituted: one equation per group in the groups' levels,
+        # M[g, h] = the kind-2 flows of group h on g's link; rhs[g] = g's capacity less its capped flows
+        gof = np.full(L, -1, dtype=np.int64)
+        gof[glink] = np.arange(m)
+        fgroup = np.full(n, -1, dtype=np.int64)
+        fgroup[f2] = gidx
+        on = np.flatnonzero(gof[lk] >= 0)
+        eg, ef = gof[lk[on]], own[on]
+        rhs = self.cap[glink].astype(float)
+        k0 = kind[ef] == 0
+        np.subtract.at(rhs, eg[k0], self.caps[ef[k0]])
+        k2 = kind[ef] == 2
+        out = np.where(kind == 0, self.caps, 0.0)
+        if m:
+            with np.errstate(all="ignore"):
+                if m <= DENSE_MAX:  # small systems: dense is faster than building a sparse matrix
+                    from scipy.linalg import lapack
 
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    try:
-                        x = spsolve(csr_matrix((V, (R, C)), shape=(N, N)).tocsc(), rhs)
-                    except Exception:
+                    M = np.zeros((m, m))
+                    np.add.at(M, (eg[k2], fgroup[ef[k2]]), 1.0)
+                    _, _, x, info = lapack.dgesv(M, rhs)  # (the compiled path calls the same routine)
+                    if info != 0:  # singular
                         return None
-        out = np.asarray(x[:n], dtype=float)
+                else:
+                    import warnings
+
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        try:
+                            M = csr_matrix((np.ones(int(k2.sum())), (eg[k2], fgroup[ef[k2]])), shape=(m, m))
+                            x = spsolve(M.tocsc(), rhs)
+                        except Exception:
+                            return None
+            out[f2] = x[gidx]
         if not np.isfinite(out).all():
             return None
         out[np.abs(out) <= 1e-12 * self.scale] = 0.0
@@ -278,7 +286,7 @@ class _Net:
 
 
 ACTIVE_SET_STEPS = 4
-DENSE_MAX = 800  # the exact step solves systems up to this size densely
+DENSE_MAX = 800  # the exact step solves systems of up to this many bottleneck groups densely
 
 
 def _active_set(net: _Net, x: np.ndarray | None, delta: float, prio_first: bool) -> np.ndarray | None:
@@ -342,6 +350,15 @@ def _host_prio(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
     equations (_Net.polish, _active_set). The first allocation that passes :meth:`_Net.violations` is
     returned, a round's own rates included; ``STATS["host_prio_polished"]`` counts solves ended by an
     exact step."""
+    if COMPILED:
+        r, status, rounds, _ = _kernel_nb.host_prio(ptr, links, capacity, caps.astype(float), prio, plinks, EPS,
+                                                   HOST_PRIO_ROUNDS, DENSE_MAX, ACTIVE_SET_STEPS)
+        if status != _kernel_nb.HP_FALLBACK:
+            STATS["rounds"] += rounds
+            STATS["host_prio_polished"] += status == _kernel_nb.HP_POLISHED
+            STATS["host_prio_unconverged"] += status == _kernel_nb.HP_UNCONVERGED
+            return r
+        STATS["host_prio_fallbacks"] += 1  # an exact step larger than DENSE_MAX: solved sparse below
     n = len(ptr) - 1
     net = _Net(ptr, links, capacity, caps, prio, plinks)
     owner = net.own

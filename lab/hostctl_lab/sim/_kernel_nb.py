@@ -240,13 +240,14 @@ def solve_comp(comp, key, job, left, rate, t, cap, paths, c, now, capacity, loc,
 
 
 @numba.njit(cache=True, nogil=True)
-def host_prio_violations(own, lk, n, L, cap, caps, prio, onp, key, ncls, scale, r, rtol):  # pragma: no cover
-    """kernel._Net.violations, compiled (the same sums in the same order: the same mask)."""
-    atol = rtol * scale
+def _link_tables(own, lk, L, prio, key, ncls, r, atol):  # pragma: no cover - compiled
+    """Per link, under rates ``r``: the load, the largest rate, the largest rate per (link, class), and
+    the lowest and highest classes (largest and smallest numbers) with a rate above ``atol``."""
     load = np.zeros(L)
     lmax = np.full(L, -np.inf)
     kmax = np.full(L * ncls, -np.inf)
     lowest = np.full(L, -1, dtype=np.int64)
+    highest = np.full(L, np.iinfo(np.int64).max)
     for e in range(lk.shape[0]):
         v = r[own[e]]
         ln = lk[e]
@@ -255,8 +256,20 @@ def host_prio_violations(own, lk, n, L, cap, caps, prio, onp, key, ncls, scale, 
             lmax[ln] = v
         if v > kmax[key[e]]:
             kmax[key[e]] = v
-        if v > atol and prio[own[e]] > lowest[ln]:
-            lowest[ln] = prio[own[e]]
+        if v > atol:
+            p = prio[own[e]]
+            if p > lowest[ln]:
+                lowest[ln] = p
+            if p < highest[ln]:
+                highest[ln] = p
+    return load, lmax, kmax, lowest, highest
+
+
+@numba.njit(cache=True, nogil=True)
+def host_prio_violations(own, lk, n, L, cap, caps, prio, onp, key, ncls, scale, r, rtol):  # pragma: no cover
+    """kernel._Net.violations, compiled (the same sums in the same order: the same mask)."""
+    atol = rtol * scale
+    load, lmax, kmax, lowest, _ = _link_tables(own, lk, L, prio, key, ncls, r, atol)
     bad = np.zeros(n, dtype=np.bool_)
     has = np.zeros(n, dtype=np.bool_)
     for f in range(n):
@@ -306,25 +319,7 @@ def _polish(own, lk, n, L, cap, caps, prio, onp, key, ncls, scale, r, delta, pri
     system is larger than dense_max (the NumPy path solves it sparse)."""
     E = lk.shape[0]
     atol = delta * scale
-    load = np.zeros(L)
-    lmax = np.full(L, -np.inf)
-    kmax = np.full(L * ncls, -np.inf)
-    lowest = np.full(L, -1, dtype=np.int64)
-    higher_pos = np.full(L, np.iinfo(np.int64).max)
-    for e in range(E):
-        v = r[own[e]]
-        ln = lk[e]
-        load[ln] += v
-        if v > lmax[ln]:
-            lmax[ln] = v
-        if v > kmax[key[e]]:
-            kmax[key[e]] = v
-        if v > atol:
-            p = prio[own[e]]
-            if p > lowest[ln]:
-                lowest[ln] = p
-            if p < higher_pos[ln]:
-                higher_pos[ln] = p
+    load, lmax, kmax, lowest, higher_pos = _link_tables(own, lk, L, prio, key, ncls, r, atol)
     slack = np.empty(L)
     tight = np.empty(L, dtype=np.bool_)
     for ln in range(L):

@@ -337,9 +337,10 @@ def _host_prio(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
     fixed-point rounds reach first (they start from priority: the NICs serve the classes in order).
 
     Termination: at most HOST_PRIO_ROUNDS rounds of a fixed number of max-min solves and exact steps
-    (each a sparse linear solve, repeated at most ACTIVE_SET_STEPS times). Exactness: an allocation is
-    returned early only when it passes the definition (to 1e-7 of the largest capacity); otherwise the
-    last round is returned and ``STATS["host_prio_unconverged"]`` counts it.
+    (each a linear solve in the bottleneck groups' levels, repeated at most ACTIVE_SET_STEPS times).
+    Exactness: an allocation is returned early only when it passes the definition (to 1e-7 of the
+    largest capacity); otherwise the last round is returned and ``STATS["host_prio_unconverged"]``
+    counts it.
 
     The rounds: the priority links serve the classes in order up to each flow's demand, the fair links
     share themselves max-min under what the priority links gave; a flow held at a fair link demands what

@@ -295,7 +295,7 @@ def host_prio_violations(own, lk, n, L, cap, caps, prio, onp, key, ncls, scale, 
 
 # ---------------------------------------------------------------- priority at the hosts' NICs
 # kernel._host_prio and kernel._Net.polish, compiled: the same steps in the same order (the same sums,
-# the same linear systems, LAPACK's gesv as np.linalg.solve), so the same rates as the NumPy path.
+# the same linear systems, SciPy's dgesv in both), so the same rates as the NumPy path.
 # Status codes of host_prio:
 HP_ROUND = 0  # a round's own rates passed the definition
 HP_POLISHED = 1  # an exact step (or the filled-back round) passed it

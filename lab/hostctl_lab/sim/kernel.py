@@ -33,8 +33,8 @@ no allocation passing the definition in ``HOST_PRIO_ROUNDS`` rounds (the last ro
 
 Compiled (numba, optional): the progressive filling, the host-priority solver's check, and the whole
 host-priority solver (_kernel_nb.host_prio: the same steps in the same order; the tests compare its
-rates bit for bit). Its exact steps solve densely; one larger than ``DENSE_MAX`` unknowns hands the
-whole solve to the NumPy path, which solves it sparse.
+rates bit for bit). Its exact steps solve densely (LAPACK's dgesv, as the NumPy path's); one with more
+than ``DENSE_MAX`` bottleneck groups hands the whole solve to the NumPy path, which solves it sparse.
 """
 
 from __future__ import annotations

@@ -306,11 +306,7 @@ HP_FALLBACK = 3  # an exact step needed a system larger than dense_max: solve it
 @numba.njit(cache=True, nogil=True)
 def _violates(own, lk, n, L, cap, caps, prio, onp, key, ncls, scale, r):  # pragma: no cover - compiled
     """Whether any flow of ``r`` breaks the definition (kernel._Net.violations(r).any())."""
-    v = host_prio_violations(own, lk, n, L, cap, caps, prio, onp, key, ncls, scale, r, 1e-7)
-    for f in range(n):
-        if v[f]:
-            return True
-    return False
+    return _any(host_prio_violations(own, lk, n, L, cap, caps, prio, onp, key, ncls, scale, r, 1e-7))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -518,8 +514,7 @@ def _classes_of(prio, mask, ncls):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def host_prio(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_max, active_steps):  # pragma: no cover
-    """kernel._host_prio (its docstring), compiled. Returns (rates, status (HP_*), maxmin rounds,
-    exact steps solved)."""
+    """kernel._host_prio (its docstring), compiled. Returns (rates, status (HP_*), maxmin rounds)."""
     n = ptr.shape[0] - 1
     L = capacity.shape[0]
     E = links.shape[0]
@@ -552,12 +547,10 @@ def host_prio(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_m
             scale = capacity[ln]
     pptr, plk = _entries_on(ptr, links, onp, True, n)
     fptr, flk = _entries_on(ptr, links, onp, False, n)
-    classes = _classes_of(prio, np.ones(n, dtype=np.bool_), ncls)
     allf = np.arange(n)
     demand = caps.copy()
     out = np.full(n, -1.0)
     rounds = 0
-    steps = 0
     guesses = np.empty((3, n))
     firsts = np.empty((6, n))  # (guess, prio_first) -> its exact step at delta 1e-3
     first_ok = np.zeros(6, dtype=np.bool_)
@@ -566,7 +559,7 @@ def host_prio(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_m
     for k in range(max_rounds):
         pcap = np.zeros(n)
         resid = capacity.copy()
-        for c in classes:
+        for c in range(ncls):  # (ranked: every class 0..ncls-1 has flows)
             fl = _members(prio, None, c)
             got, rr = maxmin(pptr, plk, resid, demand, fl, eps)
             rounds += rr
@@ -578,7 +571,7 @@ def host_prio(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_m
         rounds += rr
         lost = host_prio_violations(own, links, n, L, capacity, caps, prio, onp, key, ncls, scale, new, 1e-7)
         if not _any(lost):
-            return new, HP_ROUND, rounds, steps
+            return new, HP_ROUND, rounds
         # guesses: the round, its mean with the last round (after the first), the round filled back
         ng = 1 if k == 0 else 2
         guesses[0] = new
@@ -603,7 +596,7 @@ def host_prio(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_m
         guesses[ng] = fill
         ng += 1
         if not _violates(own, links, n, L, capacity, caps, prio, onp, key, ncls, scale, fill):
-            return fill, HP_POLISHED, rounds, steps
+            return fill, HP_POLISHED, rounds
         every = k % 3 == 2  # the exact step: one reading a round, every reading every third round
         first_ok[:] = False
         for gi in range(ng):
@@ -617,13 +610,12 @@ def host_prio(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_m
                     x, st = _polish(own, links, n, L, capacity, caps, prio, onp, key, ncls, scale, guesses[gi],
                                     deltas[di], pf, eps, dense_max)
                     if st == 2:
-                        return out, HP_FALLBACK, rounds, steps
-                    steps += 1
+                        return out, HP_FALLBACK, rounds
                     if di == 1 and st == 0:
                         firsts[2 * gi + pi] = x
                         first_ok[2 * gi + pi] = True
                     if st == 0 and not _violates(own, links, n, L, capacity, caps, prio, onp, key, ncls, scale, x):
-                        return x, HP_POLISHED, rounds, steps
+                        return x, HP_POLISHED, rounds
         if every:  # the exact step repeated from its own solution
             for gi in range(ng):
                 for pi in range(2):
@@ -636,12 +628,11 @@ def host_prio(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_m
                         x, st = _polish(own, links, n, L, capacity, caps, prio, onp, key, ncls, scale,
                                         x, 1e-3, pi == 0, eps, dense_max)
                         if st == 2:
-                            return out, HP_FALLBACK, rounds, steps
-                        steps += 1
+                            return out, HP_FALLBACK, rounds
                         if st != 0:
                             break
                         if not _violates(own, links, n, L, capacity, caps, prio, onp, key, ncls, scale, x):
-                            return x, HP_POLISHED, rounds, steps
+                            return x, HP_POLISHED, rounds
         out = new
         target = np.empty(n)
         sat = np.zeros(n, dtype=np.bool_)
@@ -668,4 +659,4 @@ def host_prio(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_m
                     demand[f] = 0.5 * (demand[f] + target[f])
                 else:
                     demand[f] = target[f]
-    return out, HP_UNCONVERGED, rounds, steps
+    return out, HP_UNCONVERGED, rounds

@@ -352,7 +352,7 @@ def _host_prio(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
     returned, a round's own rates included; ``STATS["host_prio_polished"]`` counts solves ended by an
     exact step."""
     if COMPILED:
-        r, status, rounds, _ = _kernel_nb.host_prio(ptr, links, capacity, caps.astype(float), prio, plinks, EPS,
+        r, status, rounds = _kernel_nb.host_prio(ptr, links, capacity, caps.astype(float), prio, plinks, EPS,
                                                    HOST_PRIO_ROUNDS, DENSE_MAX, ACTIVE_SET_STEPS)
         if status != _kernel_nb.HP_FALLBACK:
             STATS["rounds"] += rounds

@@ -50,11 +50,13 @@ per repeat; the table shows the median over the repeats of each statistic.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -174,7 +176,9 @@ def load_baseline(rev: str):
     stay the working tree's)."""
     root = Path(__file__).resolve().parents[1]
     tag = "_plan_slot_" + "".join(c if c.isalnum() else "_" for c in rev)
-    pkg = Path(tempfile.mkdtemp(prefix="bench_plan_slot_")) / tag
+    tmp = tempfile.mkdtemp(prefix="bench_plan_slot_")
+    atexit.register(shutil.rmtree, tmp, True)  # the modules stay imported; their folder goes with the process
+    pkg = Path(tmp) / tag
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     for m in BASELINE_MODULES:

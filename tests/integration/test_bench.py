@@ -163,10 +163,13 @@ def test_tiny_bench_writes_complete_json_and_plots(tmp_path):
     assert all(seen[j]["flows"] == 2 and seen[j]["tx_bytes"] > 0 for j in seen)
     ring = one["daemons"]["h1"]["jobs"]["ring"]
     assert ring["flows"] >= 1 and ring["tx_bytes"] > 0
-    # workers = true: the worker hosts order their workers' gradients under the same job names
+    # workers = true: the worker hosts order their workers' gradients under the same job names. Bytes
+    # counted under the job's name and a band prove it; not the flows list: it holds the connections alive
+    # at a status sample (about 1 s apart), and on a loaded machine a worker's short job can fall between two.
     for h in ("h1", "h2"):
         wk = one["daemons"][h]["jobs"]
-        assert {"ps-01", "ps-02"} <= set(wk) and all(wk[j]["flows"] >= 1 for j in ("ps-01", "ps-02"))
+        assert {"ps-01", "ps-02"} <= set(wk)
+        assert all(wk[j]["tx_bytes"] > 0 and wk[j]["bands"] for j in ("ps-01", "ps-02")), wk
     s = d["summary"]
     assert s["fifo"]["ratio_vs_fifo"] == pytest.approx(1.0) and s["one"]["ratio_vs_fifo"] > 0
     assert d["lower_bound"]["avg_jct_s"] > 0

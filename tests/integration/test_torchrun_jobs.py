@@ -54,9 +54,10 @@ dist.destroy_process_group()
 """
 
 
-def _env(host: Host) -> dict[str, str]:
+def _env(host: Host, tmp_path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV_KEYS}
-    env.update(GLOO_SOCKET_IFNAME=host.dev, OMP_NUM_THREADS="1")
+    # TMPDIR: torchrun's agent keeps its log folder (torchelastic_*) in the temporary directory after it exits
+    env.update(GLOO_SOCKET_IFNAME=host.dev, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
     return env
 
 
@@ -89,7 +90,7 @@ def _launch(pair: Pair, tmp_path, rdzv: str, ports: tuple[int, int]) -> dict[tup
             with open(tmp_path / f"job{job}-node{node}.log", "w") as log:
                 p = pair.start(host, TORCHRUN, "--nnodes", "2", "--nproc-per-node", "2", *launch,
                                str(script), str(tmp_path / f"ready{job}"), str(tmp_path / "stop"),
-                               env=_env(host), stdout=log, stderr=subprocess.STDOUT)
+                               env=_env(host, tmp_path), stdout=log, stderr=subprocess.STDOUT)
             agents[job, node] = p.pid  # `ip netns exec` execs torchrun: the agent keeps this pid
     started = list(agents.values())
 

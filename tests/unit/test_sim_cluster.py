@@ -198,10 +198,13 @@ class _NoMemo(dict):
 
 
 @pytest.mark.parametrize("network", ["one", "rr"])
-def test_the_solve_memo_changes_no_result(network):
-    """Under bands every solve goes through the NumPy path; its rates are kept by the solve's inputs
-    (paths, caps, classes), which recur every iteration. The same events and JCTs, bit for bit, as
-    solving every time."""
+def test_the_solve_memo_changes_no_result(network, monkeypatch):
+    """The NumPy path keeps its rates by the solve's inputs (paths, caps, classes), which recur every
+    iteration (the compiled path solves every time). The same events and JCTs, bit for bit, as solving
+    every time."""
+    from hostctl_lab.sim import kernel
+
+    monkeypatch.setattr(kernel, "COMPILED", False)
     jobs = _mix(2, n=10, iters=(40, 120))
     fab = mlcc_tree(8, per_tor=4, tors_per_edge=2)
     kw = dict(gpus_per_server=2, placement="ls", network=network, rr_interval_s=0.5)
@@ -310,10 +313,10 @@ def test_the_flow_table_rows_follow_open_flows_and_their_components():
     assert sim.stats["parks"] > 0 and len(checks) > 20 and max(checks) > 0
 
 
-@pytest.mark.parametrize("network", ["fifo", "cap", "one"])
+@pytest.mark.parametrize("network", ["fifo", "cap", "one", "rr", "prio-every-link"])
 def test_the_compiled_solve_gives_the_numpy_path_results(network, monkeypatch):
-    """The compiled solve (one call per component under one class) and the NumPy path (kernel.rates)
-    give the same events and JCTs."""
+    """The compiled solve (one call per component: one class, or bands at the NICs) and the NumPy path
+    (kernel.rates, its memo) give the same events, solves and JCTs."""
     from hostctl_lab.sim import kernel
 
     if kernel._kernel_nb is None:
@@ -325,4 +328,5 @@ def test_the_compiled_solve_gives_the_numpy_path_results(network, monkeypatch):
     monkeypatch.setattr(kernel, "COMPILED", False)
     numpy_path = simulate(fab, jobs, **kw)
     assert compiled["events"] == numpy_path["events"]
+    assert compiled["stats"]["solves"] == numpy_path["stats"]["solves"]
     assert compiled["jct_s"] == pytest.approx(numpy_path["jct_s"], rel=1e-12)

@@ -301,3 +301,64 @@ def test_compiled_host_prio_does_not_leak_on_singular_exact_steps():
         kernel._host_prio(*args)
     grown = (proc.memory_info().rss - before) / 2**20
     assert grown < 4.0, f"RSS grew {grown:.1f} MiB over 20,000 solves"
+
+
+def _sparse_system(data, m_max: int):
+    """A square system like the exact step's: a small count (1-3) on the diagonal of most rows, a few
+    off-diagonal counts, sometimes a dense block (a core no peeling removes), sometimes a zero row."""
+    m = data.draw(st.integers(1, m_max))
+    M = np.zeros((m, m))
+    for g in range(m):
+        if data.draw(st.integers(0, 9)):
+            M[g, g] = data.draw(st.integers(1, 3))
+    for _ in range(data.draw(st.integers(0, m))):
+        M[data.draw(st.integers(0, m - 1)), data.draw(st.integers(0, m - 1))] = data.draw(st.integers(1, 3))
+    if m >= 3 and data.draw(st.booleans()):
+        k = data.draw(st.integers(2, m))
+        M[m - k:, m - k:] += np.array(data.draw(st.lists(st.integers(0, 2), min_size=k * k, max_size=k * k)),
+                                      float).reshape(k, k)
+    perm = np.array(data.draw(st.permutations(range(m))))
+    b = np.array(data.draw(st.lists(st.floats(-50, 50, allow_nan=False), min_size=m, max_size=m)))
+    return M[perm], b
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_peeled_exact_step_solves_the_system(data):
+    """The exact step's solver (singletons peeled, LU on the core): the compiled and NumPy versions give
+    the same bits; a solution solves M x = b (checked by the residual, not by the solver); a refusal is a
+    singular matrix (checked by its rank)."""
+    from hostctl_lab.sim import _kernel_nb, kernel
+
+    M, b = _sparse_system(data, 12)
+    x = kernel._peel_solve(M, b)
+    xc, ok = _kernel_nb.peel_solve(M, b)
+    assert ok == (x is not None)
+    if x is None:
+        assert np.linalg.matrix_rank(M) < len(b)
+        return
+    assert xc.tolist() == x.tolist()
+    if np.linalg.cond(M) < 1e8:
+        np.testing.assert_allclose(M @ x, b, atol=1e-8 * (1 + np.abs(b).max()) * np.linalg.cond(M))
+
+
+def test_peeled_exact_step_hand_cases():
+    """A chain solved by row singletons, a column set aside and solved last, a 2x2 core, a singular
+    matrix whose rows repeat."""
+    from hostctl_lab.sim import _kernel_nb, kernel
+
+    cases = [
+        # x0 = 2 (row 0); row 1: x0 + x1 = 5 -> x1 = 3; row 2: x1 + 2 x2 = 7 -> x2 = 2
+        (np.array([[1.0, 0, 0], [1, 1, 0], [0, 1, 2]]), np.array([2.0, 5, 7]), [2.0, 3, 2]),
+        # column 2 is only in row 0: set aside; rows 1, 2 are the core (x0 + x1 = 3, 2 x0 + x1 = 4); then
+        # row 0 gives x2 = 6 - 1 - 2
+        (np.array([[1.0, 1, 1], [1, 1, 0], [2, 1, 0]]), np.array([6.0, 3, 4]), [1.0, 2, 3]),
+    ]
+    for M, b, want in cases:
+        x = kernel._peel_solve(M, b)
+        np.testing.assert_allclose(x, want, rtol=1e-15)
+        xc, ok = _kernel_nb.peel_solve(M, b)
+        assert ok and xc.tolist() == x.tolist()
+    singular = np.array([[1.0, 1, 0], [1, 1, 0], [0, 0, 1]])
+    assert kernel._peel_solve(singular, np.ones(3)) is None
+    assert not _kernel_nb.peel_solve(singular, np.ones(3))[1]

@@ -144,10 +144,10 @@ def remap(links, loc):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def solve_rows(left, rate, t, cap, paths, idx, now, capacity, loc, eps, done_bytes):  # pragma: no cover
-    """ClusterSim.solve for one class (no priority), on the flow table's rows ``idx``, in one call:
-    bytes left brought to ``now``, the rows' paths as CSR on local link ids (as remap), the max-min
-    rates (as maxmin) written to ``rate``. Returns (the first flow end, rounds)."""
+def _gather(left, rate, t, cap, paths, idx, now, loc):  # pragma: no cover - compiled
+    """The rows ``idx`` of the flow table made a kernel's input: bytes left brought to ``now`` (written
+    back), their caps, their paths as CSR on local link ids (as remap). Returns (left, caps, ptr,
+    links' fabric ids, local links)."""
     n = idx.shape[0]
     lf = np.empty(n)
     caps = np.empty(n)
@@ -174,13 +174,16 @@ def solve_rows(left, rate, t, cap, paths, idx, now, capacity, loc, eps, done_byt
                 links[e] = paths[s, w]
                 e += 1
     u, local = remap(links, loc)
-    resid = np.empty(u.shape[0])
-    for q in range(u.shape[0]):
-        resid[q] = capacity[u[q]]
-    out, rounds = maxmin(ptr, local, resid, caps, np.arange(n), eps)
+    return lf, caps, ptr, u, local
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter(rate, idx, out, lf, now, done_bytes):  # pragma: no cover - compiled
+    """The solved rates ``out`` written to the rows ``idx``; returns the first flow end (``now`` when
+    a flow has nothing left)."""
     first = np.inf
     done = False
-    for k in range(n):
+    for k in range(idx.shape[0]):
         rate[idx[k]] = out[k]
         if lf[k] <= done_bytes:
             done = True
@@ -190,7 +193,20 @@ def solve_rows(left, rate, t, cap, paths, idx, now, capacity, loc, eps, done_byt
                 first = x
     if done:
         first = now
-    return first, rounds
+    return first
+
+
+@numba.njit(cache=True, nogil=True)
+def solve_rows(left, rate, t, cap, paths, idx, now, capacity, loc, eps, done_bytes):  # pragma: no cover
+    """ClusterSim.solve for one class (no priority), on the flow table's rows ``idx``, in one call:
+    bytes left brought to ``now``, the rows' paths as CSR on local link ids (as remap), the max-min
+    rates (as maxmin) written to ``rate``. Returns (the first flow end, rounds)."""
+    lf, caps, ptr, u, local = _gather(left, rate, t, cap, paths, idx, now, loc)
+    resid = np.empty(u.shape[0])
+    for q in range(u.shape[0]):
+        resid[q] = capacity[u[q]]
+    out, rounds = maxmin(ptr, local, resid, caps, np.arange(idx.shape[0]), eps)
+    return _scatter(rate, idx, out, lf, now, done_bytes), rounds
 
 
 @numba.njit(cache=True, nogil=True)
@@ -237,6 +253,32 @@ def solve_comp(comp, key, job, left, rate, t, cap, paths, c, now, capacity, loc,
         return np.inf, 0, 0, -1
     first, rounds = solve_rows(left, rate, t, cap, paths, rows, now, capacity, loc, eps, done_bytes)
     return first, rounds, rows.shape[0], job[rows[0]]
+
+
+@numba.njit(cache=True, nogil=True)
+def solve_comp_prio(comp, key, job, left, rate, t, cap, prio, paths, c, now, capacity, nic, loc, eps, done_bytes,
+                    max_rounds, dense_max, active_steps):  # pragma: no cover - compiled
+    """ClusterSim.solve under classes at the hosts' NICs for component c, in one call: its rows
+    (select_rows), their inputs (as solve_numpy builds them), host_prio, the rates written. Returns
+    (the first flow end, the number of rows, the job of the first row, host_prio's status and rounds).
+    With status HP_FALLBACK nothing is written but the bytes left: the caller solves in NumPy."""
+    rows = select_rows(comp, key, c)
+    n = rows.shape[0]
+    if n == 0:
+        return np.inf, 0, -1, HP_ROUND, 0
+    lf, caps, ptr, u, local = _gather(left, rate, t, cap, paths, rows, now, loc)
+    cp = np.empty(u.shape[0])
+    pl = np.empty(u.shape[0], dtype=np.bool_)
+    for q in range(u.shape[0]):
+        cp[q] = capacity[u[q]]
+        pl[q] = nic[u[q]]
+    pr = np.empty(n, dtype=np.int64)
+    for k in range(n):
+        pr[k] = prio[rows[k]]
+    out, status, rounds = host_prio(ptr, local, cp, caps, pr, pl, eps, max_rounds, dense_max, active_steps)
+    if status == HP_FALLBACK:
+        return np.inf, n, job[rows[0]], status, rounds
+    return _scatter(rate, rows, out, lf, now, done_bytes), n, job[rows[0]], status, rounds
 
 
 @numba.njit(cache=True, nogil=True)
@@ -425,29 +467,32 @@ def _polish(own, lk, n, L, cap, caps, prio, onp, key, ncls, scale, r, delta, pri
     fgroup = np.full(n, -1, dtype=np.int64)
     for q in range(n2):
         fgroup[f2[q]] = gidx[q]
-    Mt = np.zeros((m, m))
-    x = np.empty(m)  # rhs, solved in place
+    M = np.zeros((m, m))
+    rhs = np.empty(m)
+    eg = np.empty(E, dtype=np.int64)  # M's nonzeros, each once
+    eh = np.empty(E, dtype=np.int64)
+    nnz = 0
     for g in range(m):
-        x[g] = cap[glink[g]]
+        rhs[g] = cap[glink[g]]
     for e in range(E):
         g = gof[lk[e]]
         if g >= 0:
             f = own[e]
             if kind[f] == 0:
-                x[g] -= caps[f]
+                rhs[g] -= caps[f]
             elif kind[f] == 2:
-                Mt[fgroup[f], g] += 1.0
+                h = fgroup[f]
+                if M[g, h] == 0.0:
+                    eg[nnz] = g
+                    eh[nnz] = h
+                    nnz += 1
+                M[g, h] += 1.0
     for f in range(n):
         if kind[f] == 0:
             out[f] = caps[f]
     if m > 0:
-        dims = np.full(4, m, dtype=np.int32)  # n, lda, ldb; nrhs
-        dims[3] = 1
-        ipiv = np.empty(m, dtype=np.int32)
-        info = np.zeros(1, dtype=np.int32)
-        d = dims.ctypes.data  # n at d, lda at d + 4, ldb at d + 8, nrhs at d + 12 (int32)
-        _dgesv(d, d + 12, Mt.ctypes.data, d + 4, ipiv.ctypes.data, x.ctypes.data, d + 8, info.ctypes.data)
-        if info[0] != 0:  # singular
+        x, ok = _peel(M, rhs, eg[:nnz], eh[:nnz])
+        if not ok:  # singular
             return out, 1
         for q in range(n2):
             out[f2[q]] = x[gidx[q]]
@@ -457,6 +502,168 @@ def _polish(own, lk, n, L, cap, caps, prio, onp, key, ncls, scale, r, delta, pri
         if abs(out[f]) <= 1e-12 * scale:
             out[f] = 0.0
     return out, 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _dense_solve(A, x):  # pragma: no cover - compiled
+    """LAPACK dgesv on the square A (C order; copied to column order), x solved in place; False when
+    A is singular."""
+    k = A.shape[0]
+    At = A.T.copy()  # C order of the transpose = column order of A
+    dims = np.full(4, k, dtype=np.int32)  # n, lda, ldb; nrhs
+    dims[3] = 1
+    ipiv = np.empty(k, dtype=np.int32)
+    info = np.zeros(1, dtype=np.int32)
+    d = dims.ctypes.data  # n at d, lda at d + 4, ldb at d + 8, nrhs at d + 12 (int32)
+    _dgesv(d, d + 12, At.ctypes.data, d + 4, ipiv.ctypes.data, x.ctypes.data, d + 8, info.ctypes.data)
+    return info[0] == 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _csort(key, order, m):  # pragma: no cover - compiled
+    """``order`` stably sorted by ``key`` (values 0..m-1; a counting sort), and each key's start."""
+    ptr = np.zeros(m + 1, dtype=np.int64)
+    for q in range(order.shape[0]):
+        ptr[key[order[q]] + 1] += 1
+    for k in range(m):
+        ptr[k + 1] += ptr[k]
+    fill = ptr[:m].copy()
+    out = np.empty(order.shape[0], dtype=np.int64)
+    for q in range(order.shape[0]):
+        k = key[order[q]]
+        out[fill[k]] = order[q]
+        fill[k] += 1
+    return out, ptr
+
+
+@numba.njit(cache=True, nogil=True)
+def peel_solve(M, b):  # pragma: no cover - compiled
+    """kernel._peel_solve: (x, True) with M x = b, or (_, False) when M is singular."""
+    m = b.shape[0]
+    nnz = 0
+    for g in range(m):
+        for h in range(m):
+            if M[g, h] != 0.0:
+                nnz += 1
+    eg = np.empty(nnz, dtype=np.int64)
+    eh = np.empty(nnz, dtype=np.int64)
+    q = 0
+    for g in range(m):
+        for h in range(m):
+            if M[g, h] != 0.0:
+                eg[q] = g
+                eh[q] = h
+                q += 1
+    return _peel(M, b, eg, eh)
+
+
+@numba.njit(cache=True, nogil=True)
+def _peel(M, b, eg, eh):  # pragma: no cover - compiled
+    """peel_solve given M's nonzeros (eg[q], eh[q]), each once, in any order: kernel._peel_solve's
+    operations on each number in the same order (the same bits), the rows and columns walked as lists
+    of their nonzeros in index order instead of scanning M."""
+    m = b.shape[0]
+    every = np.arange(eg.shape[0])
+    by_g, _ = _csort(eg, every, m)
+    by_h, _ = _csort(eh, every, m)
+    rows_of, cptr = _csort(eh, by_g, m)  # by column, rows ascending
+    cols_of, rptr = _csort(eg, by_h, m)  # by row, columns ascending
+    rcol = np.empty(eg.shape[0], dtype=np.int64)
+    crow = np.empty(eg.shape[0], dtype=np.int64)
+    for q in range(eg.shape[0]):
+        rcol[q] = eh[cols_of[q]]
+        crow[q] = eg[rows_of[q]]
+    rcnt = np.empty(m, dtype=np.int64)
+    ccnt = np.empty(m, dtype=np.int64)
+    for g in range(m):
+        rcnt[g] = rptr[g + 1] - rptr[g]
+        ccnt[g] = cptr[g + 1] - cptr[g]
+    ract = np.ones(m, dtype=np.bool_)
+    cact = np.ones(m, dtype=np.bool_)
+    bb = b.copy()
+    x = np.zeros(m)
+    aside_g = np.empty(m, dtype=np.int64)
+    aside_h = np.empty(m, dtype=np.int64)
+    na = 0
+    progress = True
+    while progress:
+        progress = False
+        for g in range(m):
+            if not ract[g]:
+                continue
+            if rcnt[g] == 0:
+                return x, False
+            if rcnt[g] == 1:
+                h = -1
+                for q in range(rptr[g], rptr[g + 1]):
+                    if cact[rcol[q]]:
+                        h = rcol[q]
+                        break
+                xv = bb[g] / M[g, h]
+                x[h] = xv
+                ract[g] = False
+                cact[h] = False
+                for q in range(cptr[h], cptr[h + 1]):
+                    g2 = crow[q]
+                    if ract[g2]:
+                        bb[g2] -= M[g2, h] * xv
+                        rcnt[g2] -= 1
+                progress = True
+        for h in range(m):
+            if not cact[h]:
+                continue
+            if ccnt[h] == 0:
+                return x, False
+            if ccnt[h] == 1:
+                g = -1
+                for q in range(cptr[h], cptr[h + 1]):
+                    if ract[crow[q]]:
+                        g = crow[q]
+                        break
+                ract[g] = False
+                cact[h] = False
+                for q in range(rptr[g], rptr[g + 1]):
+                    if cact[rcol[q]]:
+                        ccnt[rcol[q]] -= 1
+                aside_g[na] = g
+                aside_h[na] = h
+                na += 1
+                progress = True
+    k = 0
+    for g in range(m):
+        if ract[g]:
+            k += 1
+    if k > 0:
+        R = np.empty(k, dtype=np.int64)
+        C = np.empty(k, dtype=np.int64)
+        i = 0
+        j = 0
+        for g in range(m):
+            if ract[g]:
+                R[i] = g
+                i += 1
+            if cact[g]:
+                C[j] = g
+                j += 1
+        A = np.empty((k, k))
+        xc = np.empty(k)
+        for i in range(k):
+            xc[i] = bb[R[i]]
+            for j in range(k):
+                A[i, j] = M[R[i], C[j]]
+        if not _dense_solve(A, xc):
+            return x, False
+        for j in range(k):
+            x[C[j]] = xc[j]
+    for q in range(na - 1, -1, -1):
+        g = aside_g[q]
+        h = aside_h[q]
+        v = b[g]
+        for p in range(rptr[g], rptr[g + 1]):
+            if rcol[p] != h:
+                v -= M[g, rcol[p]] * x[rcol[p]]
+        x[h] = v / M[g, h]
+    return x, True
 
 
 @numba.njit(cache=True, nogil=True)

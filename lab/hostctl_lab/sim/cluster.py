@@ -955,6 +955,15 @@ class ClusterSim:
                     kernel.STATS["rounds"] += rounds
                     self.solved(c, n, first, job0)
             return
+        if kernel.COMPILED and self.network != "prio-every-link":  # bands at the NICs: one compiled call
+            ft = self.ft
+            for c in comps:
+                got = kernel.solve_comp_prio(ft, c, self.now, self.fab.capacity, self.fab.nic, self._loc, DONE_BYTES)
+                if got is None:  # an exact step too large for the compiled solver
+                    self.solve(c, self.comp_rows(c))
+                elif got[1]:
+                    self.solved(c, got[1], got[0], got[2])
+            return
         by_comp: dict[int, np.ndarray] = {}
         for c in comps:
             idx = self.comp_rows(c)

@@ -261,12 +261,10 @@ class _Net:
         if m:
             with np.errstate(all="ignore"):
                 if m <= DENSE_MAX:  # small systems: dense is faster than building a sparse matrix
-                    from scipy.linalg import lapack
-
                     M = np.zeros((m, m))
                     np.add.at(M, (eg[k2], fgroup[ef[k2]]), 1.0)
-                    _, _, x, info = lapack.dgesv(M, rhs)  # (the compiled path calls the same routine)
-                    if info != 0:  # singular
+                    x = _peel_solve(M, rhs)
+                    if x is None:  # singular
                         return None
                 else:
                     import warnings
@@ -283,6 +281,69 @@ class _Net:
             return None
         out[np.abs(out) <= 1e-12 * self.scale] = 0.0
         return out
+
+
+def _peel_solve(M: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """x with M x = b (M square, dense, mostly zeros), or None when M is singular.
+
+    The exact step's systems have about 1.4 nonzeros a row: most groups' links carry only their own
+    flows. So, before any LU: a row with one nonzero left gives its variable (substituted into the
+    other rows), a column with one nonzero left is set aside with its row (solved from that row at the
+    end, in reverse order), repeated until neither is left; LAPACK's dgesv solves the core that remains
+    (usually empty). A row or column with nothing left is a singular matrix. _kernel_nb.peel_solve is
+    this function compiled, operation for operation (the same bits)."""
+    from scipy.linalg import lapack
+
+    m = len(b)
+    nz = M != 0.0
+    rcnt = nz.sum(1)
+    ccnt = nz.sum(0)
+    ract = np.ones(m, dtype=bool)
+    cact = np.ones(m, dtype=bool)
+    bb = b.astype(float)
+    x = np.zeros(m)
+    aside: list[tuple[int, int]] = []
+    progress = True
+    while progress:
+        progress = False
+        for g in range(m):
+            if not ract[g]:
+                continue
+            if rcnt[g] == 0:
+                return None
+            if rcnt[g] == 1:
+                h = int(np.flatnonzero(cact & nz[g])[0])
+                xv = bb[g] / M[g, h]
+                x[h] = xv
+                ract[g] = cact[h] = False
+                rows = np.flatnonzero(ract & nz[:, h])
+                bb[rows] -= M[rows, h] * xv
+                rcnt[rows] -= 1
+                progress = True
+        for h in range(m):
+            if not cact[h]:
+                continue
+            if ccnt[h] == 0:
+                return None
+            if ccnt[h] == 1:
+                g = int(np.flatnonzero(ract & nz[:, h])[0])
+                ract[g] = cact[h] = False
+                ccnt[cact & nz[g]] -= 1
+                aside.append((g, h))
+                progress = True
+    R, C = np.flatnonzero(ract), np.flatnonzero(cact)
+    if len(R):
+        _, _, xc, info = lapack.dgesv(M[np.ix_(R, C)], bb[R])  # (the compiled path calls the same routine)
+        if info != 0:
+            return None
+        x[C] = xc
+    for g, h in reversed(aside):
+        v = float(b[g])
+        for h2 in np.flatnonzero(nz[g]):
+            if h2 != h:
+                v -= M[g, h2] * x[h2]
+        x[h] = v / M[g, h]
+    return x
 
 
 ACTIVE_SET_STEPS = 4
@@ -317,6 +378,30 @@ def host_prio_violations(ptr, links, capacity, caps, prio, plinks, r, rtol: floa
     net = _Net(np.asarray(ptr, np.int64), np.asarray(links, np.int64), np.asarray(capacity, float),
                np.asarray(caps, float), np.asarray(prio, np.int64), np.asarray(plinks, bool))
     return net.violations(np.asarray(r, float), rtol)
+
+
+def _counted(status: int, rounds: int) -> bool:
+    """The compiled host-priority solver's outcome in STATS; False: it handed the solve to NumPy."""
+    if status == _kernel_nb.HP_FALLBACK:
+        return False
+    STATS["rounds"] += rounds
+    STATS["host_prio_polished"] += status == _kernel_nb.HP_POLISHED
+    STATS["host_prio_unconverged"] += status == _kernel_nb.HP_UNCONVERGED
+    return True
+
+
+def solve_comp_prio(ft, c: int, now: float, capacity, nic, loc, done_bytes: float):
+    """ClusterSim's solve of component c under classes at the hosts' NICs in one compiled call (the
+    rows' inputs built, _host_prio, the rates written to the flow table ``ft``): the same rates and
+    counters as rates() on those inputs. Returns (the first flow end, rows, the first row's job), or
+    None when the solve needs the NumPy path (an exact step larger than DENSE_MAX)."""
+    first, n, job0, status, rounds = _kernel_nb.solve_comp_prio(
+        ft.comp, ft.key, ft.job, ft.left, ft.rate, ft.t, ft.cap, ft.prio, ft.paths, c, now, capacity, nic, loc,
+        EPS, done_bytes, HOST_PRIO_ROUNDS, DENSE_MAX, ACTIVE_SET_STEPS)
+    if n and not _counted(status, rounds):
+        return None
+    STATS["solves"] += n > 0
+    return first, n, job0
 
 
 def _host_prio(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
@@ -354,10 +439,7 @@ def _host_prio(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
     if COMPILED:
         r, status, rounds = _kernel_nb.host_prio(ptr, links, capacity, caps.astype(float), prio, plinks, EPS,
                                                    HOST_PRIO_ROUNDS, DENSE_MAX, ACTIVE_SET_STEPS)
-        if status != _kernel_nb.HP_FALLBACK:
-            STATS["rounds"] += rounds
-            STATS["host_prio_polished"] += status == _kernel_nb.HP_POLISHED
-            STATS["host_prio_unconverged"] += status == _kernel_nb.HP_UNCONVERGED
+        if _counted(status, rounds):
             return r
         STATS["host_prio_fallbacks"] += 1  # an exact step larger than DENSE_MAX: solved sparse below
     n = len(ptr) - 1

@@ -27,9 +27,17 @@ import time
 import types
 
 
+def _through_rates(kernel) -> None:
+    """Every solve under bands through kernel.rates, so through the _host_prio this script swaps: the
+    simulator's one-call compiled solve (kernel.solve_comp_prio) answers None, "use the NumPy path"."""
+    kernel.solve_comp_prio = lambda *a: None
+
+
 def _use(before: str | None, check: bool = False) -> dict:
     """Make the kernel's _host_prio the one of git revision ``before`` (None: this tree's)."""
     from hostctl_lab.sim import kernel
+
+    _through_rates(kernel)
 
     if before:
         src = subprocess.run(["git", "show", f"{before}:lab/hostctl_lab/sim/kernel.py"], capture_output=True,
@@ -116,6 +124,7 @@ def _replay(before: str | None, calls: int) -> dict:
     from hostctl_lab.sim.workload import philly
 
     got = []
+    _through_rates(kernel)
     solve = kernel._host_prio
 
     def rec(*a):

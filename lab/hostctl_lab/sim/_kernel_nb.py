@@ -5,7 +5,8 @@
   bottlenecks, the freezes; ``solve_rows``/``solve_comp``/``settle_rows``: the simulator's per-event
   steps around it (one class);
 - ``host_prio``: strict priority at the hosts' NICs, max-min fair elsewhere: kernel._host_prio with
-  kernel._Net.violations and kernel._Net.polish, step by step (dense exact steps only).
+  kernel._Net.violations, kernel._Net.polish and kernel._peel_solve, step by step (exact steps of up
+  to dense_max groups); ``solve_comp_prio``: the simulator's solve of a component around it.
 
 Imported only when numba is installed; ``kernel.COMPILED`` says whether it is used, and
 tests/unit/test_sim_kernel.py compares every function with the NumPy path on random cases. First use
@@ -337,7 +338,7 @@ def host_prio_violations(own, lk, n, L, cap, caps, prio, onp, key, ncls, scale, 
 
 # ---------------------------------------------------------------- priority at the hosts' NICs
 # kernel._host_prio and kernel._Net.polish, compiled: the same steps in the same order (the same sums,
-# the same linear systems, SciPy's dgesv in both), so the same rates as the NumPy path.
+# the same linear systems solved the same way: peeled, then SciPy's dgesv on the core), so the same rates.
 # Status codes of host_prio:
 HP_ROUND = 0  # a round's own rates passed the definition
 HP_POLISHED = 1  # an exact step (or the filled-back round) passed it

@@ -31,10 +31,15 @@ as linear equations); it returns the first allocation that passes the definition
 no allocation passing the definition in ``HOST_PRIO_ROUNDS`` rounds (the last round is returned),
 ``host_prio_fallbacks`` compiled solves handed to the NumPy path (below).
 
+The exact step's linear system (one equation per bottleneck group, about 1.4 nonzeros a row) is solved
+by its structure first (:func:`_peel_solve`: rows and columns with one nonzero peeled, LAPACK's dgesv on
+the core that remains, usually empty); one with more than ``DENSE_MAX`` groups is solved sparse.
+
 Compiled (numba, optional): the progressive filling, the host-priority solver's check, and the whole
 host-priority solver (_kernel_nb.host_prio: the same steps in the same order; the tests compare its
-rates bit for bit). Its exact steps solve densely (LAPACK's dgesv, as the NumPy path's); one with more
-than ``DENSE_MAX`` bottleneck groups hands the whole solve to the NumPy path, which solves it sparse.
+rates bit for bit); :func:`solve_comp_prio` runs a simulator component's solve under bands in one
+compiled call. An exact step with more than ``DENSE_MAX`` groups hands the whole solve to the NumPy
+path.
 """
 
 from __future__ import annotations

@@ -960,7 +960,9 @@ class ClusterSim:
             for c in comps:
                 got = kernel.solve_comp_prio(ft, c, self.now, self.fab.capacity, self.fab.nic, self._loc, DONE_BYTES)
                 if got is None:  # an exact step too large for the compiled solver
-                    self.solve(c, self.comp_rows(c))
+                    idx = self.comp_rows(c)
+                    if len(idx):
+                        self.solve(c, idx)
                 elif got[1]:
                     self.solved(c, got[1], got[0], got[2])
             return

@@ -29,8 +29,10 @@ import types
 
 def _through_rates(kernel) -> None:
     """Every solve under bands through kernel.rates, so through the _host_prio this script swaps: the
-    simulator's one-call compiled solve (kernel.solve_comp_prio) answers None, "use the NumPy path"."""
+    simulator's one-call compiled solve (kernel.solve_comp_prio) answers None, "use the NumPy path";
+    and every solve cold (kernel.WARM_START off: the revisions' solvers are compared from nothing)."""
     kernel.solve_comp_prio = lambda *a: None
+    kernel.WARM_START = False
 
 
 def _use(before: str | None, check: bool = False) -> dict:

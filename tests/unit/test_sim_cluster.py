@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from hostctl.errors import ConfigError
@@ -201,10 +202,11 @@ class _NoMemo(dict):
 def test_the_solve_memo_changes_no_result(network, monkeypatch):
     """The NumPy path keeps its rates by the solve's inputs (paths, caps, classes), which recur every
     iteration (the compiled path solves every time). The same events and JCTs, bit for bit, as solving
-    every time."""
+    every time. (Cold solves: a solve from the last rates, kernel.WARM_START, takes no memo.)"""
     from hostctl_lab.sim import kernel
 
     monkeypatch.setattr(kernel, "COMPILED", False)
+    monkeypatch.setattr(kernel, "WARM_START", False)
     jobs = _mix(2, n=10, iters=(40, 120))
     fab = mlcc_tree(8, per_tor=4, tors_per_edge=2)
     kw = dict(gpus_per_server=2, placement="ls", network=network, rr_interval_s=0.5)
@@ -216,6 +218,31 @@ def test_the_solve_memo_changes_no_result(network, monkeypatch):
     assert r1["stats"]["memo_hits"] > r1["stats"]["solves"] / 4
     assert r2["stats"]["memo_hits"] == 0
     assert r1["events"] == r2["events"] and r1["jct_s"] == r2["jct_s"]
+
+
+@pytest.mark.parametrize("network", ["one", "rr"])
+def test_solves_from_the_last_rates_are_the_cold_solves(network, monkeypatch):
+    """Under bands every solve starts from the flows' last rates (kernel.WARM_START, kernel._repair):
+    on random ring/PS mixes, each such answer is the solve from nothing up to rounding (1e-12 of the
+    largest capacity), and the repair ends most of them."""
+    from hostctl_lab.sim import kernel
+
+    monkeypatch.setattr(kernel, "solve_comp_prio", lambda *a: None)  # every solve through _host_prio
+    solve, seen = kernel._host_prio, []
+
+    def both(ptr, links, cap, caps, prio, plinks, warm=None):
+        r = solve(ptr, links, cap, caps, prio, plinks, warm)
+        if warm is not None:
+            seen.append(float(np.abs(r - solve(ptr, links, cap, caps, prio, plinks)).max() / cap.max()))
+        return r
+
+    monkeypatch.setattr(kernel, "_host_prio", both)
+    before = kernel.STATS["host_prio_warm"]
+    for seed in (0, 1, 2):
+        ClusterSim(mlcc_tree(8, per_tor=4, tors_per_edge=2), _mix(seed, n=10, iters=(40, 120)), gpus_per_server=2,
+                   placement="ls", network=network, rr_interval_s=0.5).run()
+    assert len(seen) > 1000 and max(seen) <= 1e-12
+    assert kernel.STATS["host_prio_warm"] - before > 0.8 * len(seen)
 
 
 def test_steady_must_be_a_count():

@@ -134,6 +134,38 @@ def test_the_kernel_returns_one_of_the_brute_force_equilibria(c):
     assert any(np.allclose(r, y, rtol=1e-6, atol=1e-6) for y in eq), (r, eq)
 
 
+@settings(max_examples=120, deadline=None)
+@given(cases(4), st.data())
+def test_a_solve_from_other_rates_returns_one_of_the_brute_force_equilibria(c, data):
+    """From the last rates (kernel._repair; here drawn), the answer is still an equilibrium of the
+    definition, one of those the brute force finds."""
+    paths, cap, nic, prio, caps = c
+    eq = all_equilibria(paths, cap, nic, prio, caps)
+    warm = [data.draw(st.sampled_from([0.0, 0.5, 1.0, 3.0, 10.0])) for _ in paths]
+    r = rates(*csr(paths), cap, caps=caps, prio=prio, prio_links=np.asarray(nic, bool), warm=warm)
+    assert broken(paths, cap, nic, prio, caps, r) == []
+    assert any(np.allclose(r, y, rtol=1e-6, atol=1e-6) for y in eq), (r, eq)
+
+
+def test_a_solve_from_the_last_rates_mends_only_what_changed():
+    """NIC A (10) sends f (band 1) over X (10); h (band 0) arrives at NIC A: from f's old rates the
+    repair gives NIC A to h. Then h ends: f takes NIC A back. Both answers by the repair (counted in
+    host_prio_warm), both the cold solve's. A flow far away (g, NIC B over Y) keeps its rate."""
+    before = dict(kernel.STATS)
+    nic, cap = [True, True, False, False], [10.0, 10.0, 10.0, 4.0]
+    paths = [[0, 2], [1, 3], [0]]  # f, g, h
+    prio = [1, 0, 0]
+    cold = solve(paths, cap, nic, prio)
+    assert cold == pytest.approx([0.0, 4.0, 10.0])
+    r = rates(*csr(paths), cap, caps=[np.inf] * 3, prio=prio, prio_links=np.asarray(nic, bool),
+              warm=[10.0, 4.0, 0.0])
+    assert r.tolist() == pytest.approx([0.0, 4.0, 10.0])
+    r = rates(*csr(paths[:2]), cap, caps=[np.inf] * 2, prio=prio[:2], prio_links=np.asarray(nic, bool),
+              warm=r[:2])
+    assert r.tolist() == pytest.approx([10.0, 4.0])
+    assert kernel.STATS["host_prio_warm"] - before["host_prio_warm"] == 2
+
+
 def test_equilibria_are_not_unique():
     # NIC A sends a0 (band 0) over X and a1 (band 1) over Y; NIC B sends b0 over Y and b1 over X.
     # Priority wins (a0 = b0 = 10, a1 = b1 = 0) and an even split (5 each) both meet the definition:
@@ -145,6 +177,10 @@ def test_equilibria_are_not_unique():
     r = solve(paths, cap, nic, prio)
     assert any(np.allclose(r, y) for y in eq)
     assert r == pytest.approx([10.0, 0.0, 10.0, 0.0])  # the fixed-point rounds start from priority
+    # from the rates of either one, a solve stays in it (the repair finds nothing broken)
+    for y in eq:
+        w = rates(*csr(paths), cap, caps=[np.inf] * 4, prio=prio, prio_links=np.asarray(nic, bool), warm=y)
+        assert w == pytest.approx(y)
 
 
 def test_waiting_for_the_higher_bands_is_not_enough():

@@ -225,7 +225,7 @@ def _host_case(data, max_flows):
     return paths, cap, caps, prio, np.array([True] * hosts + [False] * fabric)
 
 
-def _both_paths(paths, cap, caps, prio, plinks):
+def _both_paths(paths, cap, caps, prio, plinks, warm=None):
     """rates() compiled and in NumPy, with the kernel's counters of each."""
     from hostctl_lab.sim import kernel
 
@@ -236,7 +236,7 @@ def _both_paths(paths, cap, caps, prio, plinks):
             kernel.COMPILED = compiled
             for k in kernel.STATS:
                 kernel.STATS[k] = 0
-            r = rates(*csr(paths), cap, caps=caps, prio=prio, prio_links=plinks)
+            r = rates(*csr(paths), cap, caps=caps, prio=prio, prio_links=plinks, warm=warm)
             got[compiled] = (r, dict(kernel.STATS))
     finally:
         kernel.COMPILED = True
@@ -257,6 +257,38 @@ def test_compiled_host_prio_is_the_numpy_one(data):
     got = _both_paths(*_host_case(data, 40))
     assert got[True][0].tolist() == got[False][0].tolist()
     assert got[True][1] == got[False][1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_compiled_repair_is_the_numpy_one(data):
+    """The solve from the last rates (kernel._repair, then the rounds if it gives up) compiled and in
+    NumPy: the same rates bit for bit and the same counters, from the rates before a flow arrived (its
+    own 0), before one ended, or from drawn rates; every answer meets the definition."""
+    from hostctl_lab.sim import kernel
+
+    paths, cap, caps, prio, plinks = _host_case(data, 30)
+    n = len(paths)
+    how = data.draw(st.sampled_from(["arrival", "end", "drawn"]))
+    if how == "arrival" and n > 1:  # flow k is new
+        k = data.draw(st.integers(0, n - 1))
+        keep = [f for f in range(n) if f != k]
+        before = rates(*csr([paths[f] for f in keep]), cap, caps=[caps[f] for f in keep],
+                       prio=[prio[f] for f in keep], prio_links=plinks)
+        warm = np.insert(before, k, 0.0)
+    elif how == "end":  # one more flow was there
+        extra = [data.draw(st.integers(0, int(plinks.sum()) - 1))]
+        before = rates(*csr(paths + [extra]), cap, caps=caps + [np.inf], prio=prio + [0], prio_links=plinks)
+        warm = before[:-1]
+    else:
+        warm = np.array([data.draw(st.sampled_from([0.0, 0.4, 1.0, 2.5, 7.0])) for _ in range(n)])
+    got = _both_paths(paths, cap, caps, prio, plinks, warm)
+    assert got[True][0].tolist() == got[False][0].tolist()
+    assert got[True][1] == got[False][1]
+    assert got[True][1]["host_prio_warm"] + got[True][1]["host_prio_polished"] + \
+        got[True][1]["host_prio_unconverged"] <= 1
+    ptr, links = csr(paths)
+    assert not kernel.host_prio_violations(ptr, links, cap, caps, prio, plinks, got[True][0]).any()
 
 
 def test_compiled_host_prio_hands_large_exact_steps_to_numpy(monkeypatch):

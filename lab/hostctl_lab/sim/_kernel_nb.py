@@ -258,9 +258,10 @@ def solve_comp(comp, key, job, left, rate, t, cap, paths, c, now, capacity, loc,
 
 @numba.njit(cache=True, nogil=True)
 def solve_comp_prio(comp, key, job, left, rate, t, cap, prio, paths, c, now, capacity, nic, loc, eps, done_bytes,
-                    max_rounds, dense_max, active_steps):  # pragma: no cover - compiled
+                    max_rounds, dense_max, active_steps, warm_start):  # pragma: no cover - compiled
     """ClusterSim.solve under classes at the hosts' NICs for component c, in one call: its rows
-    (select_rows), their inputs (as solve_numpy builds them), host_prio, the rates written. Returns
+    (select_rows), their inputs (as solve_numpy builds them), host_prio (from the rows' last rates with
+    ``warm_start``), the rates written. Returns
     (the first flow end, the number of rows, the job of the first row, host_prio's status and rounds).
     With status HP_FALLBACK nothing is written but the bytes left: the caller solves in NumPy."""
     rows = select_rows(comp, key, c)
@@ -276,7 +277,10 @@ def solve_comp_prio(comp, key, job, left, rate, t, cap, prio, paths, c, now, cap
     pr = np.empty(n, dtype=np.int64)
     for k in range(n):
         pr[k] = prio[rows[k]]
-    out, status, rounds = host_prio(ptr, local, cp, caps, pr, pl, eps, max_rounds, dense_max, active_steps)
+    warm = np.empty(n if warm_start else 0)  # the rows' rates at the last solve (a new flow's: 0)
+    for k in range(warm.shape[0]):
+        warm[k] = rate[rows[k]]
+    out, status, rounds = host_prio(ptr, local, cp, caps, pr, pl, eps, max_rounds, dense_max, active_steps, warm)
     if status == HP_FALLBACK:
         return np.inf, n, job[rows[0]], status, rounds
     return _scatter(rate, rows, out, lf, now, done_bytes), n, job[rows[0]], status, rounds
@@ -344,6 +348,8 @@ HP_ROUND = 0  # a round's own rates passed the definition
 HP_POLISHED = 1  # an exact step (or the filled-back round) passed it
 HP_UNCONVERGED = 2  # nothing passed in the rounds: the last round's rates
 HP_FALLBACK = 3  # an exact step needed a system larger than dense_max: solve it in NumPy (sparse)
+HP_WARM = 4  # the repair from the last solve's rates passed it
+REPAIR_STEPS = 3  # kernel.REPAIR_STEPS
 
 
 @numba.njit(cache=True, nogil=True)
@@ -721,8 +727,24 @@ def _classes_of(prio, mask, ncls):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def host_prio(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_max, active_steps):  # pragma: no cover
-    """kernel._host_prio (its docstring), compiled. Returns (rates, status (HP_*), maxmin rounds)."""
+def host_prio(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_max, active_steps, warm):  # pragma: no cover
+    """kernel._host_prio (its docstring), compiled: the repair from ``warm`` (the flows' rates at the
+    last solve; an empty array: none), else the rounds. Returns (rates, status (HP_*), maxmin rounds)."""
+    rounds = 0
+    if warm.shape[0] == ptr.shape[0] - 1:
+        x, st, rounds = _repair(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_max, active_steps,
+                                warm)
+        if st == HP_WARM:
+            return x, st, rounds
+    r, st, rr = _cold(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_max, active_steps)
+    return r, st, rounds + rr
+
+
+@numba.njit(cache=True, nogil=True)
+def _prelude(ptr, links, capacity, prio, plinks):  # pragma: no cover - compiled
+    """A solve's tables, as kernel._Net builds them: each entry's flow and whether its link is a
+    priority link, the classes ranked (0, 1, ...; the default class is 99: tables per (link, class)
+    stay small), each entry's (link, class) key, the number of classes, the largest capacity."""
     n = ptr.shape[0] - 1
     L = capacity.shape[0]
     E = links.shape[0]
@@ -730,8 +752,6 @@ def host_prio(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_m
     for f in range(n):
         for e in range(ptr[f], ptr[f + 1]):
             own[e] = f
-    onp = np.empty(E, dtype=np.bool_)
-    # classes by rank, as kernel._Net (the default class is 99: tables per (link, class) stay small)
     top = np.int64(0)
     for f in range(n):
         if prio[f] > top:
@@ -744,15 +764,95 @@ def host_prio(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_m
         if rank[c] == 0:
             rank[c] = ncls
             ncls += 1
-    prio = rank[prio]
+    rp = rank[prio]
+    onp = np.empty(E, dtype=np.bool_)
     key = np.empty(E, dtype=np.int64)
     for e in range(E):
         onp[e] = plinks[links[e]]
-        key[e] = links[e] * ncls + prio[own[e]]
-    scale = 1.0  # capacity.max(initial=1.0), as _Net
+        key[e] = links[e] * ncls + rp[own[e]]
+    scale = 1.0  # capacity.max(initial=1.0)
     for ln in range(L):
         if capacity[ln] > scale:
             scale = capacity[ln]
+    return own, onp, rp, key, ncls, scale
+
+
+@numba.njit(cache=True, nogil=True)
+def _repair(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_max, active_steps, warm):  # pragma: no cover
+    """kernel._repair, compiled (the same steps: the same bits). Returns (rates, HP_WARM or HP_ROUND
+    when it found none, maxmin rounds)."""
+    n = ptr.shape[0] - 1
+    L = capacity.shape[0]
+    E = links.shape[0]
+    own, onp, rp, key, ncls, scale = _prelude(ptr, links, capacity, prio, plinks)
+    x = warm.copy()
+    for f in range(n):
+        x[f] = max(x[f], 0.0)
+    rounds = 0
+    sub = np.zeros(n, dtype=np.bool_)
+    for _ in range(REPAIR_STEPS):
+        lost = host_prio_violations(own, links, n, L, capacity, caps, rp, onp, key, ncls, scale, x, 1e-7)
+        if not _any(lost):
+            return x, HP_WARM, rounds
+        for f in range(n):
+            if lost[f]:
+                sub[f] = True
+        hit = np.zeros(L, dtype=np.bool_)  # the set widened: every flow on a link of it
+        for e in range(E):
+            if sub[own[e]]:
+                hit[links[e]] = True
+        m = 0
+        cnt = 0
+        for e in range(E):
+            if hit[links[e]]:
+                sub[own[e]] = True
+        for f in range(n):
+            if sub[f]:
+                m += 1
+                cnt += ptr[f + 1] - ptr[f]
+        if m == n:  # the whole component: that is the rounds' job
+            return x, HP_ROUND, rounds
+        load = np.zeros(L)  # what the others leave
+        for e in range(E):
+            if not sub[own[e]]:
+                load[links[e]] += x[own[e]]
+        resid = np.empty(L)
+        for ln in range(L):
+            resid[ln] = max(capacity[ln] - load[ln], 0.0)
+        sptr = np.zeros(m + 1, dtype=np.int64)
+        slk = np.empty(cnt, dtype=np.int64)
+        scaps = np.empty(m)
+        sprio = np.empty(m, dtype=np.int64)
+        idx = np.empty(m, dtype=np.int64)
+        q = 0
+        for f in range(n):
+            if sub[f]:
+                idx[q] = f
+                scaps[q] = caps[f]
+                sprio[q] = prio[f]
+                k = sptr[q]
+                for e in range(ptr[f], ptr[f + 1]):
+                    slk[k] = links[e]
+                    k += 1
+                sptr[q + 1] = k
+                q += 1
+        r, st, rr = _cold(sptr, slk, resid, scaps, sprio, plinks, eps, max_rounds, dense_max, active_steps)
+        rounds += rr
+        if st == HP_FALLBACK or st == HP_UNCONVERGED:
+            return x, HP_ROUND, rounds
+        for q in range(m):
+            x[idx[q]] = r[q]
+    lost = host_prio_violations(own, links, n, L, capacity, caps, rp, onp, key, ncls, scale, x, 1e-7)
+    return x, HP_ROUND if _any(lost) else HP_WARM, rounds
+
+
+@numba.njit(cache=True, nogil=True)
+def _cold(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_max, active_steps):  # pragma: no cover
+    """kernel._host_prio's rounds (its docstring), compiled. Returns (rates, status (HP_*), maxmin rounds)."""
+    n = ptr.shape[0] - 1
+    L = capacity.shape[0]
+    E = links.shape[0]
+    own, onp, prio, key, ncls, scale = _prelude(ptr, links, capacity, prio, plinks)
     pptr, plk = _entries_on(ptr, links, onp, True, n)
     fptr, flk = _entries_on(ptr, links, onp, False, n)
     allf = np.arange(n)

@@ -958,7 +958,8 @@ class ClusterSim:
         if kernel.COMPILED and self.network != "prio-every-link":  # bands at the NICs: one compiled call
             ft = self.ft
             for c in comps:
-                got = kernel.solve_comp_prio(ft, c, self.now, self.fab.capacity, self.fab.nic, self._loc, DONE_BYTES)
+                got = kernel.solve_comp_prio(ft, c, self.now, self.fab.capacity, self.fab.nic, self._loc, DONE_BYTES,
+                                             kernel.WARM_START)
                 if got is None:  # an exact step too large for the compiled solver
                     idx = self.comp_rows(c)
                     if len(idx):
@@ -980,7 +981,7 @@ class ClusterSim:
         ptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
         return self.rates_csr(ptr, np.concatenate(paths), caps, prio)
 
-    def rates_csr(self, ptr: np.ndarray, links: np.ndarray, caps, prio=None) -> np.ndarray:
+    def rates_csr(self, ptr: np.ndarray, links: np.ndarray, caps, prio=None, warm=None) -> np.ndarray:
         if kernel.COMPILED:  # the same as np.unique's, compiled
             uniq, local = kernel._kernel_nb.remap(links.astype(np.int64), self._loc)
         else:
@@ -988,7 +989,7 @@ class ClusterSim:
         if prio is None:
             return kernel.rates(ptr, local, self.fab.capacity[uniq], caps)
         plinks = None if self.network == "prio-every-link" else self.fab.nic[uniq]
-        return kernel.rates(ptr, local, self.fab.capacity[uniq], caps, prio, plinks)
+        return kernel.rates(ptr, local, self.fab.capacity[uniq], caps, prio, plinks, warm)
 
     def solve(self, c: int, idx: np.ndarray) -> None:
         """Component c's rates from the kernel; ``idx``: its flows' rows (comp_rows). (Under one class
@@ -1017,21 +1018,27 @@ class ClusterSim:
         P = ft.paths[idx]
         caps = ft.cap[idx]
         prio = ft.prio[idx] if self.driver is not None else None
-        key = P.tobytes() + caps.tobytes() + (b"" if prio is None else prio.tobytes())
-        r = self._memo.get(key)
-        if r is None:
-            m = P >= 0
-            ptr = np.zeros(len(idx) + 1, dtype=np.int64)
+        m = P >= 0
+        ptr = np.zeros(len(idx) + 1, dtype=np.int64)
+        if prio is not None and self.network != "prio-every-link" and kernel.WARM_START:
+            # from the rows' last rates, as the compiled one-call solve; no memo (a remembered answer
+            # was found from other rates)
             np.cumsum(m.sum(1), out=ptr[1:])
-            r = self.rates_csr(ptr, P[m], caps, prio)
-            size = len(key) + r.nbytes
-            if self._memo_bytes + size > MEMO_BYTES:
-                self._memo.clear()  # bounded: start again
-                self._memo_bytes = 0
-            self._memo[key] = r
-            self._memo_bytes += size
+            r = self.rates_csr(ptr, P[m], caps, prio, ft.rate[idx])
         else:
-            self.stats["memo_hits"] += 1
+            key = P.tobytes() + caps.tobytes() + (b"" if prio is None else prio.tobytes())
+            r = self._memo.get(key)
+            if r is None:
+                np.cumsum(m.sum(1), out=ptr[1:])
+                r = self.rates_csr(ptr, P[m], caps, prio)
+                size = len(key) + r.nbytes
+                if self._memo_bytes + size > MEMO_BYTES:
+                    self._memo.clear()  # bounded: start again
+                    self._memo_bytes = 0
+                self._memo[key] = r
+                self._memo_bytes += size
+            else:
+                self.stats["memo_hits"] += 1
         ft.rate[idx] = r
         if (left <= DONE_BYTES).any():
             first = now

@@ -49,8 +49,9 @@ import os
 import numpy as np
 
 EPS = 1e-9
+WARM_START = True  # ClusterSim starts the host-priority solver from the last rates (_repair); off: cold solves
 HOST_PRIO_ROUNDS = 200  # the slowest solves seen in the cluster runs converged within 150 (tests/unit/data)
-STATS = {"solves": 0, "rounds": 0, "host_prio_polished": 0, "host_prio_unconverged": 0, "host_prio_fallbacks": 0}
+STATS = {"solves": 0, "rounds": 0, "host_prio_warm": 0, "host_prio_polished": 0, "host_prio_unconverged": 0, "host_prio_fallbacks": 0}
 
 try:  # the compiled progressive filling (optional: numba); HOSTCTL_SIM_NUMBA=0 keeps the NumPy path
     if os.environ.get("HOSTCTL_SIM_NUMBA", "1") == "0":
@@ -115,8 +116,9 @@ def _maxmin(ptr: np.ndarray, links: np.ndarray, resid: np.ndarray, caps: np.ndar
     return out
 
 
-def rates(ptr, links, capacity, caps=None, prio=None, prio_links=None) -> np.ndarray:
-    """Rates (bytes/s) of every flow: see the module docstring."""
+def rates(ptr, links, capacity, caps=None, prio=None, prio_links=None, warm=None) -> np.ndarray:
+    """Rates (bytes/s) of every flow: see the module docstring. ``warm``: under classes at some links
+    only, the flows' rates at the last solve (a new flow: 0), where the solver starts (_repair)."""
     ptr = np.asarray(ptr, dtype=np.int64)
     links = np.asarray(links, dtype=np.int64)
     capacity = np.asarray(capacity, dtype=float)
@@ -133,7 +135,10 @@ def rates(ptr, links, capacity, caps=None, prio=None, prio_links=None) -> np.nda
             fl = np.flatnonzero(prio == c)
             out[fl] = _maxmin(ptr, links, resid, caps, fl)
         return out
-    return _host_prio(ptr, links, capacity, caps, prio, np.asarray(prio_links, dtype=bool))
+    plinks = np.asarray(prio_links, dtype=bool)
+    if warm is None:
+        return _host_prio(ptr, links, capacity, caps, prio, plinks)
+    return _host_prio(ptr, links, capacity, caps, prio, plinks, np.asarray(warm, dtype=float))
 
 
 class _Net:
@@ -391,25 +396,26 @@ def _counted(status: int, rounds: int) -> bool:
         return False
     STATS["rounds"] += rounds
     STATS["host_prio_polished"] += status == _kernel_nb.HP_POLISHED
+    STATS["host_prio_warm"] += status == _kernel_nb.HP_WARM
     STATS["host_prio_unconverged"] += status == _kernel_nb.HP_UNCONVERGED
     return True
 
 
-def solve_comp_prio(ft, c: int, now: float, capacity, nic, loc, done_bytes: float):
+def solve_comp_prio(ft, c: int, now: float, capacity, nic, loc, done_bytes: float, warm: bool = True):
     """ClusterSim's solve of component c under classes at the hosts' NICs in one compiled call (the
     rows' inputs built, _host_prio, the rates written to the flow table ``ft``): the same rates and
     counters as rates() on those inputs. Returns (the first flow end, rows, the first row's job), or
     None when the solve needs the NumPy path (an exact step larger than DENSE_MAX)."""
     first, n, job0, status, rounds = _kernel_nb.solve_comp_prio(
         ft.comp, ft.key, ft.job, ft.left, ft.rate, ft.t, ft.cap, ft.prio, ft.paths, c, now, capacity, nic, loc,
-        EPS, done_bytes, HOST_PRIO_ROUNDS, DENSE_MAX, ACTIVE_SET_STEPS)
+        EPS, done_bytes, HOST_PRIO_ROUNDS, DENSE_MAX, ACTIVE_SET_STEPS, warm)
     if n and not _counted(status, rounds):
         return None
     STATS["solves"] += n > 0
     return first, n, job0
 
 
-def _host_prio(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
+def _host_prio(ptr, links, capacity, caps, prio, plinks, warm=None) -> np.ndarray:
     """Strict priority at the links of ``plinks``, max-min fair at the others.
 
     Definition (:func:`host_prio_violations` checks it): rates ``r >= 0`` that fit every link, where
@@ -443,10 +449,60 @@ def _host_prio(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
     exact step."""
     if COMPILED:
         r, status, rounds = _kernel_nb.host_prio(ptr, links, capacity, caps.astype(float), prio, plinks, EPS,
-                                                   HOST_PRIO_ROUNDS, DENSE_MAX, ACTIVE_SET_STEPS)
+                                                   HOST_PRIO_ROUNDS, DENSE_MAX, ACTIVE_SET_STEPS,
+                                                   np.empty(0) if warm is None else warm)
         if _counted(status, rounds):
             return r
         STATS["host_prio_fallbacks"] += 1  # an exact step larger than DENSE_MAX: solved sparse below
+    if warm is not None:
+        x = _repair(ptr, links, capacity, caps, prio, plinks, warm)
+        if x is not None:
+            STATS["host_prio_warm"] += 1
+            return x
+    r, status = _cold(ptr, links, capacity, caps, prio, plinks)
+    if status != "round":
+        STATS[f"host_prio_{status}"] += 1
+    return r
+
+
+REPAIR_STEPS = 3  # widenings of the repair before it gives the solve to the rounds
+
+
+def _repair(ptr, links, capacity, caps, prio, plinks, warm) -> np.ndarray | None:
+    """The solve from ``warm``, the flows' rates at the last solve (a new flow's: 0): the flows that
+    break the definition under them and every flow on their links solved anew (the rounds, _cold) in
+    what the others leave, widened the same way up to REPAIR_STEPS times while some flow still breaks
+    it. Returns an allocation that passes the definition on the whole, or None (the set grew to every
+    flow, or its solve did not converge): the caller runs the rounds. _kernel_nb._repair is this,
+    compiled, step for step."""
+    net = _Net(ptr, links, capacity, caps, prio, plinks)
+    own, lk = net.own, net.lk
+    x = np.maximum(np.asarray(warm, dtype=float), 0.0)
+    sub = np.zeros(net.n, dtype=bool)
+    for _ in range(REPAIR_STEPS):
+        lost = net.violations(x)
+        if not lost.any():
+            return x
+        sub |= lost
+        hit = np.zeros(net.L, dtype=bool)
+        hit[lk[sub[own]]] = True
+        sub[own[hit[lk]]] = True
+        if sub.all():
+            return None
+        keep = ~sub[own]
+        resid = np.maximum(capacity - np.bincount(lk[keep], weights=x[own[keep]], minlength=net.L), 0.0)
+        idx = np.flatnonzero(sub)
+        sptr = np.concatenate([[0], np.cumsum(np.diff(ptr)[idx])]).astype(np.int64)
+        r, status = _cold(sptr, links[sub[own]], resid, caps[idx], prio[idx], plinks)
+        if status == "unconverged":
+            return None
+        x[idx] = r
+    return None if net.violations(x).any() else x
+
+
+def _cold(ptr, links, capacity, caps, prio, plinks) -> tuple[np.ndarray, str]:
+    """_host_prio's rounds (its docstring) from nothing. Returns (rates, how they were found: "round",
+    "polished" (an exact step or a filled-back round) or "unconverged")."""
     n = len(ptr) - 1
     net = _Net(ptr, links, capacity, caps, prio, plinks)
     owner = net.own
@@ -467,7 +523,7 @@ def _host_prio(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
         new = _maxmin(fptr, flk, capacity.copy(), np.minimum(pcap, caps), np.arange(n))
         lost = net.violations(new)
         if not lost.any():
-            return new
+            return new, "round"
         # an oscillating round alternates between two structures: its mean with the last round is
         # often nearer the equilibrium than either
         guesses = [new] if k == 0 else [new, 0.5 * (new + out)]
@@ -481,8 +537,7 @@ def _host_prio(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
             fill[fl] = _maxmin(ptr, links, resid, caps, fl)
         guesses.append(fill)
         if not net.violations(fill).any():
-            STATS["host_prio_polished"] += 1
-            return fill
+            return fill, "polished"
         # the exact step: one reading a round, every reading every third round (each costs a linear solve)
         tries = ([(gi, d, pf) for gi in range(len(guesses)) for d in (1e-6, 1e-3, 3e-2) for pf in (True, False)]
                  if k % 3 == 2 else [(gi, 1e-3, True) for gi in range(len(guesses))])
@@ -492,15 +547,13 @@ def _host_prio(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
             if delta == 1e-3:
                 first_steps[gi, pf] = x
             if x is not None and not net.violations(x).any():
-                STATS["host_prio_polished"] += 1
-                return x
+                return x, "polished"
         if k % 3 == 2:  # the exact step repeated from its own solution
             for gi in range(len(guesses)):
                 for pf in (True, False):
                     x = _active_set(net, first_steps[gi, pf], 1e-3, pf)
                     if x is not None:
-                        STATS["host_prio_polished"] += 1
-                        return x
+                        return x, "polished"
         out = new
         held_fair = new < pcap * (1 - 1e-9)
         target = np.where(held_fair, new, caps)
@@ -514,5 +567,4 @@ def _host_prio(ptr, links, capacity, caps, prio, plinks) -> np.ndarray:
             target = np.where(keep, new, np.where(sat, probe, target))
         demand = target if k < 8 else np.where(np.isfinite(demand) & np.isfinite(target),
                                                0.5 * (demand + target), target)
-    STATS["host_prio_unconverged"] += 1
-    return out
+    return out, "unconverged"

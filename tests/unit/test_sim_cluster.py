@@ -221,10 +221,11 @@ def test_the_solve_memo_changes_no_result(network, monkeypatch):
 
 
 @pytest.mark.parametrize("network", ["one", "rr"])
-def test_solves_from_the_last_rates_are_the_cold_solves(network, monkeypatch):
+def test_solves_from_the_last_rates_are_the_cold_solves_on_these_mixes(network, monkeypatch):
     """Under bands every solve starts from the flows' last rates (kernel.WARM_START, kernel._repair):
-    on random ring/PS mixes, each such answer is the solve from nothing up to rounding (1e-12 of the
-    largest capacity), and the repair ends most of them."""
+    on these random ring/PS mixes each such answer is the solve from nothing up to rounding (1e-12 of
+    the largest capacity), and the repair ends most of them. (Where the definition has several
+    equilibria the two may differ: docs/simulator.md counts how often on larger runs.)"""
     from hostctl_lab.sim import kernel
 
     monkeypatch.setattr(kernel, "solve_comp_prio", lambda *a: None)  # every solve through _host_prio

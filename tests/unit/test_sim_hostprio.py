@@ -29,7 +29,8 @@ def broken(paths, cap, nic, prio, caps, r, tol=1e-6):
     full = [load[ln] >= cap[ln] * (1 - tol) - tol * scale for ln in range(len(cap))]
     bad = []
     for f, p in enumerate(paths):
-        if r[f] < -tol * scale or any(load[ln] > cap[ln] * (1 + tol) + tol * scale for ln in p):
+        if r[f] < -tol * scale or r[f] > caps[f] * (1 + tol) + tol * scale or \
+                any(load[ln] > cap[ln] * (1 + tol) + tol * scale for ln in p):
             bad.append(f)
             continue
         if r[f] >= caps[f] * (1 - tol) - tol * scale:
@@ -118,10 +119,10 @@ def test_the_kernel_meets_the_definition(c):
     assert kernel.STATS["host_prio_unconverged"] == before
     # the kernel's own check agrees with the loops on this allocation and on a perturbed one
     assert not host_prio_violations(*csr(paths), cap, caps, prio, nic, r).any()
-    bump = r.copy()
-    bump[0] *= 0.9
-    assert set(np.flatnonzero(host_prio_violations(*csr(paths), cap, caps, prio, nic, bump, rtol=1e-6))) == \
-        set(broken(paths, cap, nic, prio, caps, bump))
+    for bump in (r.copy(), r + 0.05):  # one flow lower; every flow higher (over links and caps)
+        bump[0] *= 0.9
+        assert set(np.flatnonzero(host_prio_violations(*csr(paths), cap, caps, prio, nic, bump, rtol=1e-6))) == \
+            set(broken(paths, cap, nic, prio, caps, bump))
 
 
 @settings(max_examples=120, deadline=None)

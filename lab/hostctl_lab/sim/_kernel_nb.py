@@ -320,7 +320,7 @@ def host_prio_violations(own, lk, n, L, cap, caps, prio, onp, key, ncls, scale, 
     bad = np.zeros(n, dtype=np.bool_)
     has = np.zeros(n, dtype=np.bool_)
     for f in range(n):
-        if r[f] < -atol:
+        if r[f] < -atol or r[f] > caps[f] * (1 + rtol) + atol:
             bad[f] = True
     for e in range(lk.shape[0]):
         ln = lk[e]

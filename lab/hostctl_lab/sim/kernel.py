@@ -174,7 +174,7 @@ class _Net:
         tight = load >= self.cap * (1 - rtol) - atol
         bad = np.zeros(self.n, dtype=bool)
         bad[own[over[lk]]] = True
-        bad |= r < -atol
+        bad |= (r < -atol) | (r > self.caps * (1 + rtol) + atol)
         # fair link: tight and the flow has the most among all its flows
         lmax = np.full(L, -np.inf)
         np.maximum.at(lmax, lk, re_)
@@ -377,7 +377,7 @@ def host_prio_violations(ptr, links, capacity, caps, prio, plinks, r, rtol: floa
     """The flows of ``r`` that break the definition of the allocation (a boolean mask; empty: ``r``
     is an equilibrium). The definition, every flow f:
 
-    - every link carries at most its capacity, and ``0 <= r[f]``;
+    - every link carries at most its capacity, and ``0 <= r[f] <= caps[f]``;
     - f is at its cap, or has a *bottleneck* on its path: a full link where f is served last, i.e.
       a fair link where no flow has more than f, or a priority link where no flow of f's class has
       more than f and no flow of a lower class (larger number) has anything.
@@ -418,7 +418,7 @@ def solve_comp_prio(ft, c: int, now: float, capacity, nic, loc, done_bytes: floa
 def _host_prio(ptr, links, capacity, caps, prio, plinks, warm=None) -> np.ndarray:
     """Strict priority at the links of ``plinks``, max-min fair at the others.
 
-    Definition (:func:`host_prio_violations` checks it): rates ``r >= 0`` that fit every link, where
+    Definition (:func:`host_prio_violations` checks it): rates ``0 <= r <= caps`` that fit every link, where
     every flow is at its cap or has a bottleneck, a full link on its path where it is served last:
 
     - a fair link where no flow has more than it (max-min: the link treats all flows as equals);
@@ -429,8 +429,12 @@ def _host_prio(ptr, links, capacity, caps, prio, plinks, warm=None) -> np.ndarra
     Not a progressive filling: a lower class that waits for the higher classes of its NIC while a fair
     link keeps its share can end with that share unused (test_waiting_for_the_higher_bands_is_not_enough),
     and two allocations can both meet the definition (test_equilibria_are_not_unique: priority wins, or an
-    even split held in place by two NICs' lower bands). Which one the solver returns is the one its
-    fixed-point rounds reach first (they start from priority: the NICs serve the classes in order).
+    even split held in place by two NICs' lower bands). Which one the solver returns: from nothing, the
+    one its fixed-point rounds reach first (they start from priority: the NICs serve the classes in
+    order); from ``warm`` (the flows' last rates, :func:`_repair`), the one the repair reaches from
+    them, so an equilibrium the flows are in is kept while it still holds. The two differ rarely (by more
+    than 1e-6 of the largest capacity in 0.1-0.4% of the solves of 200-job cluster runs, in none of
+    4,000 sampled on the trace's chain).
 
     Termination: at most HOST_PRIO_ROUNDS rounds of a fixed number of max-min solves and exact steps
     (each a linear solve in the bottleneck groups' levels, repeated at most ACTIVE_SET_STEPS times).

@@ -151,19 +151,20 @@ def test_a_solve_from_other_rates_returns_one_of_the_brute_force_equilibria(c, d
 def test_a_solve_from_the_last_rates_mends_only_what_changed():
     """NIC A (10) sends f (band 1) over X (10); h (band 0) arrives at NIC A: from f's old rates the
     repair gives NIC A to h. Then h ends: f takes NIC A back. Both answers by the repair (counted in
-    host_prio_warm), both the cold solve's. A flow far away (g, NIC B over Y) keeps its rate."""
+    host_prio_warm), both the cold solve's. Flows far away (g1, g2 from NIC B over Y) keep their rates
+    (the repair gives a change that reaches more than half of the flows to the rounds)."""
     before = dict(kernel.STATS)
     nic, cap = [True, True, False, False], [10.0, 10.0, 10.0, 4.0]
-    paths = [[0, 2], [1, 3], [0]]  # f, g, h
-    prio = [1, 0, 0]
+    paths = [[0, 2], [1, 3], [1, 3], [0]]  # f, g1, g2, h
+    prio = [1, 0, 0, 0]
     cold = solve(paths, cap, nic, prio)
-    assert cold == pytest.approx([0.0, 4.0, 10.0])
-    r = rates(*csr(paths), cap, caps=[np.inf] * 3, prio=prio, prio_links=np.asarray(nic, bool),
-              warm=[10.0, 4.0, 0.0])
-    assert r.tolist() == pytest.approx([0.0, 4.0, 10.0])
-    r = rates(*csr(paths[:2]), cap, caps=[np.inf] * 2, prio=prio[:2], prio_links=np.asarray(nic, bool),
-              warm=r[:2])
-    assert r.tolist() == pytest.approx([10.0, 4.0])
+    assert cold == pytest.approx([0.0, 2.0, 2.0, 10.0])
+    r = rates(*csr(paths), cap, caps=[np.inf] * 4, prio=prio, prio_links=np.asarray(nic, bool),
+              warm=[10.0, 2.0, 2.0, 0.0])
+    assert r.tolist() == pytest.approx([0.0, 2.0, 2.0, 10.0])
+    r = rates(*csr(paths[:3]), cap, caps=[np.inf] * 3, prio=prio[:3], prio_links=np.asarray(nic, bool),
+              warm=r[:3])
+    assert r.tolist() == pytest.approx([10.0, 2.0, 2.0])
     assert kernel.STATS["host_prio_warm"] - before["host_prio_warm"] == 2
 
 

@@ -810,7 +810,7 @@ def _repair(ptr, links, capacity, caps, prio, plinks, eps, max_rounds, dense_max
             if sub[f]:
                 m += 1
                 cnt += ptr[f + 1] - ptr[f]
-        if m == n:  # the whole component: that is the rounds' job
+        if 2 * m > n:  # most of the component: that is the rounds' job
             return x, HP_ROUND, rounds
         load = np.zeros(L)  # what the others leave
         for e in range(E):

@@ -476,8 +476,8 @@ def _repair(ptr, links, capacity, caps, prio, plinks, warm) -> np.ndarray | None
     """The solve from ``warm``, the flows' rates at the last solve (a new flow's: 0): the flows that
     break the definition under them and every flow on their links solved anew (the rounds, _cold) in
     what the others leave, widened the same way up to REPAIR_STEPS times while some flow still breaks
-    it. Returns an allocation that passes the definition on the whole, or None (the set grew to every
-    flow, or its solve did not converge): the caller runs the rounds. _kernel_nb._repair is this,
+    it. Returns an allocation that passes the definition on the whole, or None (the set grew to more
+    than half the flows, or its solve did not converge): the caller runs the rounds. _kernel_nb._repair is this,
     compiled, step for step."""
     net = _Net(ptr, links, capacity, caps, prio, plinks)
     own, lk = net.own, net.lk
@@ -491,7 +491,7 @@ def _repair(ptr, links, capacity, caps, prio, plinks, warm) -> np.ndarray | None
         hit = np.zeros(net.L, dtype=bool)
         hit[lk[sub[own]]] = True
         sub[own[hit[lk]]] = True
-        if sub.all():
+        if 2 * int(sub.sum()) > net.n:  # most of the component: the rounds cost no more
             return None
         keep = ~sub[own]
         resid = np.maximum(capacity - np.bincount(lk[keep], weights=x[own[keep]], minlength=net.L), 0.0)

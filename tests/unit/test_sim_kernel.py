@@ -267,6 +267,7 @@ def test_compiled_repair_is_the_numpy_one(data):
     own 0), before one ended, or from drawn rates; every answer meets the definition."""
     from hostctl_lab.sim import kernel
 
+    assert kernel.REPAIR_STEPS == kernel._kernel_nb.REPAIR_STEPS  # (the compiled one is its own constant)
     paths, cap, caps, prio, plinks = _host_case(data, 30)
     n = len(paths)
     how = data.draw(st.sampled_from(["arrival", "end", "drawn"]))

@@ -1018,27 +1018,25 @@ class ClusterSim:
         P = ft.paths[idx]
         caps = ft.cap[idx]
         prio = ft.prio[idx] if self.driver is not None else None
-        m = P >= 0
-        ptr = np.zeros(len(idx) + 1, dtype=np.int64)
-        if prio is not None and self.network != "prio-every-link" and kernel.WARM_START:
-            # from the rows' last rates, as the compiled one-call solve; no memo (a remembered answer
-            # was found from other rates)
+        # under bands at the NICs, from the rows' last rates as the compiled one-call solve; no memo
+        # then (a remembered answer was found from other rates)
+        warm = ft.rate[idx] if prio is not None and self.network != "prio-every-link" and kernel.WARM_START else None
+        key = None if warm is not None else P.tobytes() + caps.tobytes() + (b"" if prio is None else prio.tobytes())
+        r = None if key is None else self._memo.get(key)
+        if r is None:
+            m = P >= 0
+            ptr = np.zeros(len(idx) + 1, dtype=np.int64)
             np.cumsum(m.sum(1), out=ptr[1:])
-            r = self.rates_csr(ptr, P[m], caps, prio, ft.rate[idx])
-        else:
-            key = P.tobytes() + caps.tobytes() + (b"" if prio is None else prio.tobytes())
-            r = self._memo.get(key)
-            if r is None:
-                np.cumsum(m.sum(1), out=ptr[1:])
-                r = self.rates_csr(ptr, P[m], caps, prio)
+            r = self.rates_csr(ptr, P[m], caps, prio, warm)
+            if key is not None:
                 size = len(key) + r.nbytes
                 if self._memo_bytes + size > MEMO_BYTES:
                     self._memo.clear()  # bounded: start again
                     self._memo_bytes = 0
                 self._memo[key] = r
                 self._memo_bytes += size
-            else:
-                self.stats["memo_hits"] += 1
+        else:
+            self.stats["memo_hits"] += 1
         ft.rate[idx] = r
         if (left <= DONE_BYTES).any():
             first = now

@@ -51,7 +51,8 @@ import numpy as np
 EPS = 1e-9
 WARM_START = True  # ClusterSim starts the host-priority solver from the last rates (_repair); off: cold solves
 HOST_PRIO_ROUNDS = 200  # the slowest solves seen in the cluster runs converged within 150 (tests/unit/data)
-STATS = {"solves": 0, "rounds": 0, "host_prio_warm": 0, "host_prio_polished": 0, "host_prio_unconverged": 0, "host_prio_fallbacks": 0}
+STATS = {"solves": 0, "rounds": 0, "host_prio_warm": 0, "host_prio_polished": 0, "host_prio_unconverged": 0,
+         "host_prio_fallbacks": 0}
 
 try:  # the compiled progressive filling (optional: numba); HOSTCTL_SIM_NUMBA=0 keeps the NumPy path
     if os.environ.get("HOSTCTL_SIM_NUMBA", "1") == "0":
@@ -136,7 +137,7 @@ def rates(ptr, links, capacity, caps=None, prio=None, prio_links=None, warm=None
             out[fl] = _maxmin(ptr, links, resid, caps, fl)
         return out
     plinks = np.asarray(prio_links, dtype=bool)
-    if warm is None:
+    if warm is None:  # (the six-argument call: benchmarks/sim_hostprio.py swaps in old revisions' solvers)
         return _host_prio(ptr, links, capacity, caps, prio, plinks)
     return _host_prio(ptr, links, capacity, caps, prio, plinks, np.asarray(warm, dtype=float))
 
@@ -477,8 +478,8 @@ def _repair(ptr, links, capacity, caps, prio, plinks, warm) -> np.ndarray | None
     break the definition under them and every flow on their links solved anew (the rounds, _cold) in
     what the others leave, widened the same way up to REPAIR_STEPS times while some flow still breaks
     it. Returns an allocation that passes the definition on the whole, or None (the set grew to more
-    than half the flows, or its solve did not converge): the caller runs the rounds. _kernel_nb._repair is this,
-    compiled, step for step."""
+    than half the flows, or its solve did not converge): the caller runs the rounds.
+    _kernel_nb._repair is this, compiled, step for step."""
     net = _Net(ptr, links, capacity, caps, prio, plinks)
     own, lk = net.own, net.lk
     x = np.maximum(np.asarray(warm, dtype=float), 0.0)

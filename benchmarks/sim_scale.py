@@ -55,7 +55,8 @@ def _one(a: dict) -> dict:
         kw = {}
     setup = time.perf_counter() - t0
     sim = ClusterSim(fab, js, network=a["network"], steady=a["steady"], park=a.get("park", True),
-                     until_s=a.get("until_s"), seed=a.get("seed", 0), reconfirm=a.get("reconfirm", True), **kw)
+                     until_s=a.get("until_s"), seed=a.get("seed", 0), reconfirm=a.get("reconfirm", True),
+                     quorum=a.get("quorum", True), **kw)
     curve = []
     w0 = time.perf_counter()
 
@@ -109,12 +110,15 @@ def main() -> int:
     ap.add_argument("--accuracy-steady", default="20,50")
     ap.add_argument("--reconfirm", default="1", help="--steady's shorter re-measure after a change (1), the full one "
                     "(0), or both (1,0): trace and accuracy parts")
+    ap.add_argument("--quorum", default="1", help="--steady's quorum (1: a component parks once 90%% of its jobs have "
+                    "their means), without it (0), or both (1,0): accuracy part")
     ap.add_argument("--out", default="results/sim/scale")
     a = ap.parse_args()
     parts = set(a.parts.split(","))
     nets = [n for n in a.networks.split(",") if n]
     steadies = [int(x) for x in a.steady.split(",") if x]
     reconf = [x == "1" for x in a.reconfirm.split(",") if x]
+    quorums = [x == "1" for x in a.quorum.split(",") if x]
     res: dict = {"trace": [], "dense": [], "growth": [], "accuracy": []}
     if "trace" in parts:
         for net, st, rc in [(n, st, rc) for n in nets for st in steadies for rc in (reconf if st else [True])]:
@@ -154,20 +158,23 @@ def main() -> int:
         for net in nets:
             for seed in range(a.accuracy_seeds):
                 exact = run({"kind": "accuracy", "network": net, "steady": 0, "park": False, "seed": seed})
-                for st, rc in [(st, rc) for st in [int(x) for x in a.accuracy_steady.split(",") if x] for rc in reconf]:
-                    r = run({"kind": "accuracy", "network": net, "steady": st, "seed": seed, "reconfirm": rc})
+                for st, rc, qu in [(st, rc, qu) for st in [int(x) for x in a.accuracy_steady.split(",") if x]
+                                   for rc in reconf for qu in quorums]:
+                    r = run({"kind": "accuracy", "network": net, "steady": st, "seed": seed, "reconfirm": rc,
+                             "quorum": qu})
                     same = [k for k in exact["jct_s"] if r["placed"][k] == exact["placed"][k]]
                     err = [abs(r["jct_s"][k] / exact["jct_s"][k] - 1) for k in same] or [0.0]
-                    row = {"network": net, "seed": seed, "steady": st, "reconfirm": rc,
+                    row = {"network": net, "seed": seed, "steady": st, "reconfirm": rc, "quorum": qu,
                            "avg_jct_ratio": r["avg_jct_s"] / exact["avg_jct_s"],
                            "p95_jct_ratio": r["p95_jct_s"] / exact["p95_jct_s"],
                            "placed_differently": len(exact["jct_s"]) - len(same),
                            "worst_job_err": max(err), "mean_job_err": sum(err) / len(err),
                            "wall_s": r["wall_s"], "exact_wall_s": exact["wall_s"], "events": r["events"],
                            "exact_events": exact["events"], "steady_parks": r["stats"]["steady_parks"],
-                           "parks": r["stats"]["parks"]}
+                           "parks": r["stats"]["parks"], "steady_quorum": r["stats"]["steady_quorum"]}
                     res["accuracy"].append(row)
-                    print(f"accuracy {net:>5} seed {seed} steady {st}{'' if rc else ' (full)'}: avg JCT x{row['avg_jct_ratio']:.4f}, p95 "
+                    print(f"accuracy {net:>5} seed {seed} steady {st}{'' if rc else ' (full)'}"
+                          f"{'' if qu else ' (no quorum)'}: avg JCT x{row['avg_jct_ratio']:.4f}, p95 "
                           f"x{row['p95_jct_ratio']:.4f}, {row['placed_differently']} placed differently, worst other job "
                           f"{row['worst_job_err']:.2%}, wall {r['wall_s']:.1f} "
                           f"s vs exact {exact['wall_s']:.1f} s", flush=True)

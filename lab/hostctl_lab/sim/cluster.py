@@ -40,6 +40,9 @@ remainder carried); a job that starts on its links before then interrupts it (``
 moved on by the time parked so far instead). After a change, a job that had a mean before confirms it
 over a shorter window (steady // 5 iterations after the warm-up, agreeing to STEADY_AGREE) instead of
 being measured in full (``reconfirm``, the default; a job whose mean moved more is measured in full).
+Once STEADY_QUORUM (90%) of a component's jobs have their means, the others are taken at their windows'
+means so far when each window holds at least steady // 5 iterations (``quorum``, the default): a
+component is not held for a job whose iterations are long or whose halves a beat keeps apart.
 
 The flows' numbers live in a FlowTable (one row per flow: bytes left, rate, cap, class, path, job,
 component), so a settle or a solve reads and writes a component's rows at once; the rate kernel's
@@ -86,6 +89,9 @@ PARK_KEYS = 4096  # (component, job, shape) keys kept at most
 PARK_MIN_PERIODS = 2  # park only when at least this many whole periods fit
 STEADY_AGREE = 0.01  # --steady: the two halves of a job's window agree on its mean iteration time to 1%
 STEADY_MAX_WINDOW = 20  # ... or the window has grown to this many times N: its mean is taken as it is
+# --steady's quorum: once this share of a component's jobs have their means, each job still measuring is
+# taken at its window's mean so far if the window holds at least N // 5 iterations (a confirm's length)
+STEADY_QUORUM = 0.9
 MEMO_BYTES = 64 << 20  # solve_numpy's memo of rates by inputs holds at most this much
 
 
@@ -234,13 +240,21 @@ def confirm_iteration(e, warm: int, n: int, T0: float) -> float | bool | None:
     return T0 if abs(m - T0) <= STEADY_AGREE * T0 else False
 
 
+def window_mean(e, warm: int, n: int) -> float | None:
+    """A job's mean iteration time over its window after ``warm`` ends (as mean_iteration counts), if
+    the window holds at least ``n`` iterations; else None (--steady's quorum)."""
+    if len(e) - 1 - warm < 1 or e[-1][1] - e[warm][1] < n:
+        return None
+    return (e[-1][0] - e[warm][0]) / (e[-1][1] - e[warm][1])
+
+
 class ClusterSim:
     def __init__(self, fabric: Fabric, jobs: list[JobSpec], *, placement: str = "ff", order: str = "fifo",
                  network: str = "fifo", seed: int = 0, gpus_per_server: int = 8, until_s: float | None = None,
                  bands: int = 6, rr_interval_s: float = 2.0, cap_bps: int | None = None,
                  backfill: bool = True, fast_forward: bool = True, park: bool = True, steady: int = 0,
                  jitter: float = 0.0, adadual_eta: float | None = None, slot_s: float = 0.06,
-                 reconfirm: bool = True) -> None:
+                 reconfirm: bool = True, quorum: bool = True) -> None:
         for what, v, ok in (("order", order, ORDERS), ("network", network, NETWORKS)):
             if v not in ok and not (what == "network" and sched.is_admission(v)):
                 raise ConfigError(f"unknown {what} {v!r}: choose {', '.join(ok)}")
@@ -272,6 +286,7 @@ class ClusterSim:
         # window (reconfirm; see park_steady)
         self.job_T_prev: dict[int, float] = {}
         self.reconfirm = reconfirm
+        self.quorum = quorum  # (see park_steady and STEADY_QUORUM)
         self.job_carry: dict[int, float] = {}  # the fraction of an iteration its parks rounded away
         self.park_hist: dict[tuple, list] = {}  # (component, job, shape) -> [(time, floats, iterations done)]
         self.parked: dict[int, tuple] = {}  # park id -> (component's jobs, the job whose exchange waits, saved)
@@ -312,7 +327,7 @@ class ClusterSim:
         self.running_net: set[int] = set()  # running jobs on more than one server
         self.stats = {"events": 0, "solves": 0, "full_solves": 0, "solved_flows": 0, "max_active_flows": 0,
                       "ticks": 0, "fast_forwards": 0, "resumes": 0, "parks": 0, "steady_parks": 0,
-                      "interrupted_parks": 0, "steady_confirmed": 0, "steady_remeasured": 0,
+                      "interrupted_parks": 0, "steady_confirmed": 0, "steady_remeasured": 0, "steady_quorum": 0,
                       "memo_hits": 0, "parked_s": 0.0}
         # communication admission (--network adadual / srsf<n>: hostctl_lab.sim.sched.Admission)
         # (adadual_eta: the rule's eta in s/byte, None: hostctl.core.adadual's; 0 gives the threshold 0.5
@@ -698,14 +713,18 @@ class ClusterSim:
     def park_steady(self, jobs: tuple, a: int) -> bool:
         """Extrapolate the component at each job's mean iteration time since its jobs last changed
         (after a warm-up of steady // 5, at least 2): a window of at least ``steady`` iterations whose
-        two halves agree to STEADY_AGREE, or that has grown to STEADY_MAX_WINDOW x steady."""
+        two halves agree to STEADY_AGREE, or that has grown to STEADY_MAX_WINDOW x steady. With
+        ``quorum``, once STEADY_QUORUM of the component's jobs have their means, the others (slow
+        iterations, or a beat that keeps their halves apart) are taken at their windows' means so far
+        if each holds at least steady // 5 iterations: the component is not held for its stragglers,
+        and a mean's error moves only its own job (each job advances by the span over its own mean)."""
         n, warm = self.steady, max(2, self.steady // 5)
-        ready = True
+        waiting = []
         for i in jobs:
             if i in self.job_T:
                 continue
             if i not in self.job_ends_new:  # the same ends as when it was last found not ready
-                ready = False
+                waiting.append(i)
                 continue
             self.job_ends_new.discard(i)
             e = self.job_ends.get(i, ())
@@ -719,12 +738,25 @@ class ClusterSim:
             if T is None:
                 T = mean_iteration(e, warm, n)
             if T is None:
-                ready = False
+                waiting.append(i)
                 continue
             self.job_T[i] = T
             del self.job_ends[i]
-        if not ready:
-            return False
+        if waiting:
+            if not self.quorum or len(waiting) > (1 - STEADY_QUORUM) * len(jobs):
+                return False
+            late = {}
+            for i in waiting:
+                T = window_mean(self.job_ends.get(i, ()), warm, max(2, n // 5))
+                if T is None:
+                    return False
+                late[i] = T
+            for i, T in late.items():
+                self.job_T[i] = T
+                del self.job_ends[i]
+                self.job_ends_new.discard(i)
+                self.job_T_prev.pop(i, None)
+            self.stats["steady_quorum"] += len(late)
         T, carry = self.job_T, self.job_carry
         # until its first job's end: a job that starts on its links before interrupts it (start_job)
         span = (math.inf if self.until is None else self.until) - self.now

@@ -21,14 +21,13 @@ import multiprocessing as mp
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_stretch import snapshot  # noqa: E402
+from sim_stretch import snapshot, stretch_args  # noqa: E402
 
-MIN_ITERS = 20  # jobs with fewer iterations in the exact stretch are listed, not in the relative errors
+MIN_ITERS = 20  # jobs with fewer iterations in the exact stretch are left out of the relative errors
 
 
 def _run(snap: str, to_h: float, mode: str) -> dict:
@@ -68,12 +67,8 @@ def compare(exact: dict, r: dict) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--network", default="one")
-    ap.add_argument("--steady", type=int, default=50)
-    ap.add_argument("--from-h", type=float, default=586.0)
-    ap.add_argument("--to-h", type=float, default=590.0)
-    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "hostctl-sim-stretch"))
-    ap.add_argument("--out", default="docs/results/sim/scale/steady_chain_one")
+    stretch_args(ap, "docs/results/sim/scale/steady_chain_one")
+    ap.set_defaults(to_h=590.0)
     a = ap.parse_args()
     if a.to_h <= a.from_h or a.steady < 1:
         print("sim_steady_chain: need --to-h > --from-h and --steady >= 1", file=sys.stderr)

@@ -66,6 +66,17 @@ def snapshot(network: str, steady: int, hours: float, cache: Path) -> Path:
     return path
 
 
+def stretch_args(ap: argparse.ArgumentParser, out: str) -> None:
+    """The options that name a stretch of the trace and its cached state (this script's and
+    sim_steady_chain.py's)."""
+    ap.add_argument("--network", default="one")
+    ap.add_argument("--steady", type=int, default=50)
+    ap.add_argument("--from-h", type=float, default=586.0)
+    ap.add_argument("--to-h", type=float, default=587.0)
+    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "hostctl-sim-stretch"))
+    ap.add_argument("--out", default=out)
+
+
 def child(tree: Path, snap: Path, to_h: float) -> dict:
     env = {**os.environ, "PYTHONPATH": f"{tree / 'lab'}{os.pathsep}{tree}"}
     r = subprocess.run([sys.executable, "-c", CHILD, str(snap), str(to_h)], capture_output=True, text=True,
@@ -81,13 +92,8 @@ def child(tree: Path, snap: Path, to_h: float) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", required=True, help="the git revision to compare this tree with")
-    ap.add_argument("--network", default="one")
-    ap.add_argument("--steady", type=int, default=50)
-    ap.add_argument("--from-h", type=float, default=586.0)
-    ap.add_argument("--to-h", type=float, default=587.0)
+    stretch_args(ap, "docs/results/sim/scale/stretch_one")
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "hostctl-sim-stretch"))
-    ap.add_argument("--out", default="docs/results/sim/scale/stretch_one")
     a = ap.parse_args()
     if a.to_h <= a.from_h or a.repeat < 1:
         print("sim_stretch: need --to-h > --from-h and --repeat >= 1", file=sys.stderr)

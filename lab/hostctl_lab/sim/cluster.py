@@ -719,6 +719,7 @@ class ClusterSim:
         if each holds at least steady // 5 iterations: the component is not held for its stragglers,
         and a mean's error moves only its own job (each job advances by the span over its own mean)."""
         n, warm = self.steady, max(2, self.steady // 5)
+        short = max(2, n // 5)  # a confirm's window, and the least a quorum takes
         waiting = []
         for i in jobs:
             if i in self.job_T:
@@ -730,7 +731,7 @@ class ClusterSim:
             e = self.job_ends.get(i, ())
             T = None
             if i in self.job_T_prev:
-                seen = confirm_iteration(e, warm, max(2, n // 5), self.job_T_prev[i])
+                seen = confirm_iteration(e, warm, short, self.job_T_prev[i])
                 if seen is not None:  # confirmed (its old mean), or False: moved, measured in full
                     del self.job_T_prev[i]
                     self.stats["steady_confirmed" if seen else "steady_remeasured"] += 1
@@ -747,7 +748,7 @@ class ClusterSim:
                 return False
             late = {}
             for i in waiting:
-                T = window_mean(self.job_ends.get(i, ()), warm, max(2, n // 5))
+                T = window_mean(self.job_ends.get(i, ()), warm, short)
                 if T is None:
                     return False
                 late[i] = T

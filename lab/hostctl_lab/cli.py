@@ -276,6 +276,9 @@ def sim(
     slot: float = typer.Option(0.06, "--slot", help="mlcc, mlcc-switch: the planner's slot (s)."),
     ps_fraction: float = typer.Option(0.0, "--ps-fraction", help="Each job is a parameter-server job (the PS on "
                                       "its first server) with this probability, seeded; the others are rings."),
+    iter_model: str = typer.Option("serial", "--iter-model", help="A ring job's iteration: serial (compute, then "
+                                   "the exchange) or paper 003's model of wfbp_fifo, horovod_fusion or pace (the "
+                                   "exchange overlaps the backward pass; fifo, one, rr, cap, prio-every-link)."),
     workers: int = typer.Option(1, "--workers", help="Runs in parallel (processes)."),
     out: str = typer.Option("results/sim", "--out", help="Folder for sim.json and the JCT CDF plot."),
     plots: bool = typer.Option(True, "--plots/--no-plots"),
@@ -299,7 +302,7 @@ def sim(
         seeds=tuple(range(seed, seed + repeat)), until_s=until, time_scale=time_scale,
         max_iterations=max_iterations, bands=bands, rr_interval_s=rr_interval,
         cap_bps=parse_rate_bps(cap) if cap else None, jitter=jitter, steady=steady, slot_s=slot,
-        ps_fraction=ps_fraction)
+        ps_fraction=ps_fraction, iter_model=iter_model)
     exact = simrun.check(spec)
     con = Console(stderr=True)
     if exact:

@@ -29,6 +29,23 @@ def test_a_sweep_writes_sim_json_and_the_cdf(tmp_path):
     assert "hostctl sim" in r.stdout and "results:" in r.stdout
 
 
+def test_the_iter_model_reaches_every_run(tmp_path):
+    # the same sweep serial and under paper 003's pace model: every job ends, the spec says which model
+    # ran, and overlapping the exchange with the backward pass makes no job slower on average
+    avg = {}
+    for m in ("serial", "pace"):
+        out = tmp_path / m
+        r = run(["sim", "--topology", "single-switch", "--servers", "4", "--synthetic", "8", "--network", "fifo,one",
+                 "--iter-model", m, "--no-plots", "--out", str(out)], tmp_path)
+        assert r.returncode == 0, show(r)
+        doc = json.loads((out / "sim.json").read_text())
+        assert doc["spec"]["iter_model"] == m
+        assert all(x["finished"] == x["jobs"] == 8 for x in doc["runs"])
+        avg[m] = {x["network"]: x["avg_jct_s"] for x in doc["runs"]}
+    for net in ("fifo", "one"):
+        assert avg["pace"][net] < avg["serial"][net]
+
+
 def test_steady_where_it_has_no_effect_is_one_note(tmp_path):
     # mcs runs exact (its stages are state a park does not save); fifo and mlcc park: named once, no error
     r = run(["sim", "--topology", "single-switch", "--servers", "4", "--jobs", "3", "--max-iterations", "5",
@@ -52,6 +69,8 @@ def test_steady_where_it_has_no_effect_is_one_note(tmp_path):
     (["--network", "cap"], "needs a cap"),
     (["--repeat", "0"], "at least 1"),
     (["--steady", "-5"], "--steady must be a whole number"),
+    (["--iter-model", "overlap"], "unknown --iter-model 'overlap'"),
+    (["--iter-model", "pace", "--network", "fifo,mlcc"], "--iter-model pace works with the networks"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, fragment):
     r = run(["sim", "--jobs", "5", "--out", str(tmp_path / "o"), *args], tmp_path)

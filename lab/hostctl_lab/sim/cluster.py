@@ -12,6 +12,9 @@ Event-driven fluid model (``python -m hostctl_lab.sim`` or ``hostctl sim``):
   server reduce over NVLink for free) is S flows, server i to server i+1, of 2(S-1)/S x size bytes
   each, all at once. A parameter server (on the job's first server) is a push (every other server
   sends it ``size``) followed, once the push is done, by a pull (it sends ``size`` to each);
+- with ``iter_model`` one of paper 003's strategies (wfbp_fifo, horovod_fusion, pace), a ring job's
+  compute before each exchange is its model's iteration time T(B) at the rate B its last exchange got,
+  less that exchange's duration (``overlap_compute``): a job that keeps getting B iterates in T(B);
 - flows are rates on paths (hostctl_lab.sim.topo); rates are piecewise constant between events and
   come from the rate kernel (hostctl_lab.sim.kernel) under the network policy.
 
@@ -72,7 +75,7 @@ import numpy as np
 
 from hostctl.core.pace import job_caps_Bps
 from hostctl.errors import ConfigError
-from hostctl_lab.sim import kernel, mlccnet, sched
+from hostctl_lab.sim import kernel, mlccnet, pace, sched
 from hostctl_lab.sim import placement as gpu_placement
 from hostctl_lab.sim.topo import Fabric
 from hostctl_lab.sim.workload import JobSpec
@@ -81,6 +84,9 @@ ARRIVAL, COMPUTE_END, FLOW_END, LOCAL_END, TICK, FF_END, PARK_END = range(7)
 DONE_BYTES = 1e-3  # a flow with this little left is done
 NETWORKS = ("fifo", "one", "rr", "cap", "prio-every-link", "adadual", "srsf1", "srsf2", "srsf3") + mlccnet.POLICIES  # + srsf<n>
 ORDERS = sched.ORDERS  # fifo, srsf, ada-srsf
+# a ring job's iteration: compute then exchange (serial), or paper 003's iteration-time model of a strategy
+# (hostctl_lab.sim.pace: the exchange overlaps the backward pass; see ClusterSim.overlap_compute)
+ITER_MODELS = ("serial",) + pace.STRATEGIES
 PLACEMENTS = ("ff", "pack", "ls", "rand", "lwf1", "lwf2", "sjfbco")  # + lwf<k> (hostctl_lab.sim.placement)
 DEFAULT_CLASS = 99  # a flow of a job without a band (a host with one job): below every band
 PARK_MAX_JOBS = 32  # components up to this many jobs are watched for a repeating state (parking)
@@ -183,6 +189,14 @@ class JobState:
     ce_ver: int = 0  # COMPUTE_END events carry it: a parked job's pending one is void
     parked_until: float | None = None  # parked with its component until then
     park_steady: bool = False  # ... by --steady (a start on its links interrupts it)
+    # --iter-model other than serial (ring jobs on several servers): paper 003's iteration time at the
+    # rate its last exchange got (ClusterSim.overlap_compute)
+    tab: pace.IterTable | None = None
+    ex_start: float = 0.0  # when its exchange (this or the last) started
+    ex_wire: float = 0.0  # bytes each ring flow carries an iteration
+    ex_B: float = 0.0  # its last exchange's rate: ex_wire / its duration (bytes/s)
+    floor_s: float = 0.0  # the least compute overlap_compute gives it
+    min_iter_s: float = 0.0  # the least an iteration of it can take (horizon)
 
 
 def place(name: str, free: np.ndarray, n: int, rng: np.random.Generator,
@@ -249,18 +263,36 @@ def window_mean(e, warm: int, n: int) -> float | None:
 
 
 class ClusterSim:
+    iter_model = "serial"  # (a class default too: a state pickled before --iter-model existed still loads)
+
     def __init__(self, fabric: Fabric, jobs: list[JobSpec], *, placement: str = "ff", order: str = "fifo",
                  network: str = "fifo", seed: int = 0, gpus_per_server: int = 8, until_s: float | None = None,
                  bands: int = 6, rr_interval_s: float = 2.0, cap_bps: int | None = None,
                  backfill: bool = True, fast_forward: bool = True, park: bool = True, steady: int = 0,
                  jitter: float = 0.0, adadual_eta: float | None = None, slot_s: float = 0.06,
-                 reconfirm: bool = True, quorum: bool = True) -> None:
+                 reconfirm: bool = True, quorum: bool = True, iter_model: str = "serial") -> None:
         for what, v, ok in (("order", order, ORDERS), ("network", network, NETWORKS)):
             if v not in ok and not (what == "network" and sched.is_admission(v)):
                 raise ConfigError(f"unknown {what} {v!r}: choose {', '.join(ok)}")
         err = gpu_placement.exclusive_name(placement)
         if err:
             raise ConfigError(err)
+        if iter_model not in ITER_MODELS:
+            raise ConfigError(f"unknown --iter-model {iter_model!r}: choose {', '.join(ITER_MODELS)}")
+        if iter_model != "serial":
+            if network in mlccnet.POLICIES or sched.is_admission(network) or network not in NETWORKS:
+                raise ConfigError(f"--iter-model {iter_model} works with the networks fifo, one, rr, cap and "
+                                  f"prio-every-link, not {network} (it plans from the jobs' compute times): "
+                                  "use --iter-model serial")
+            for j in jobs:
+                if j.kind == "ring":
+                    try:
+                        pace.canonical_name(j.model)
+                    except ValueError:
+                        raise ConfigError(f"--iter-model {iter_model} needs models that paper 003 profiles "
+                                          f"({', '.join(pace.MODELS)}): job {j.name} is {j.model!r}; use "
+                                          "--iter-model serial") from None
+        self.iter_model = iter_model
         if network == "cap" and not cap_bps:
             raise ConfigError("network cap needs a cap: --cap RATE (e.g. 5gbit)")
         big = [j.name for j in jobs if j.gpus > gpus_per_server * fabric.n_hosts and not j.hosts]
@@ -299,6 +331,7 @@ class ClusterSim:
         self.jitter = jitter
         self.jrng = np.random.default_rng([seed, 7])
         self.reserved: dict[int, int] = {}  # link -> the fast-forwarded job that has it
+        self._tabs: dict[tuple, pace.IterTable] = {}  # (model, ring servers) -> paper 003's table
         self.link_users = np.zeros(fabric.n_links, dtype=np.int64)  # running jobs whose exchange uses the link
         self.jobs = [JobState(j) for j in sorted(jobs, key=lambda j: (j.arrival_s, j.name))]
         self.free = np.full(fabric.n_hosts, gpus_per_server, dtype=np.int64)
@@ -483,6 +516,8 @@ class ClusterSim:
             self.host_jobs.setdefault(s, set()).add(i)
         j.phases = (self.netpol and self.netpol.exchange(j.spec, j.servers)) or exchange(j.spec, j.servers)
         j.links = tuple(sorted({int(ln) for ph in j.phases for a, b, _ in ph for ln in self.fab.path(a, b)}))
+        if self.iter_model != "serial" and j.spec.kind == "ring":
+            self.overlap_setup(j)
         for ln in j.links:  # a steady park on these links comes back to now (an exact one cannot be here)
             pid = self.parked_links.get(ln)
             if pid is not None:
@@ -520,9 +555,38 @@ class ClusterSim:
         self.schedule()
 
     def compute_s(self, j: JobState) -> float:
-        """One iteration's compute: compute_s, times U(1 - jitter, 1 + jitter) with --jitter."""
-        c = j.spec.compute_s
+        """One iteration's compute: compute_s (serial) or overlap_compute, times U(1 - jitter, 1 +
+        jitter) with --jitter."""
+        c = j.spec.compute_s if j.tab is None else self.overlap_compute(j)
         return c * (1 + self.jitter * (2 * self.jrng.random() - 1)) if self.jitter else c
+
+    def overlap_setup(self, j: JobState) -> None:
+        """--iter-model (not serial), a ring job starting on several servers: paper 003's table of its
+        iteration time for its model over its ring's servers (one worker a server: the GPUs of a server
+        reduce over NVLink), its floor and its first iteration's rate (alone on its slowest link)."""
+        ring = len(j.phases[0])
+        key = (j.spec.model, ring)
+        tab = self._tabs.get(key)
+        if tab is None:
+            tab = self._tabs[key] = pace.iter_table(j.spec.model, ring, self.iter_model)
+        j.tab = tab
+        j.ex_wire = float(j.phases[0][0][2])
+        # iter_s - busy_s is piecewise linear in 1/B between the grid points (IterTable) and busy_s >=
+        # ex_wire / B (the channel carries the bytes, plus a latency a transfer), so this bounds
+        # overlap_compute below at every rate
+        j.floor_s = max(0.0, float(np.min(tab.iter_s_grid - tab.busy_s_grid)))
+        top = float(self.fab.capacity[list(j.links)].max())
+        j.min_iter_s = j.floor_s + j.ex_wire / top  # (no flow of it is faster than its fastest link)
+        j.ex_B = float(self.fab.capacity[list(j.links)].min())
+
+    @staticmethod
+    def overlap_compute(j: JobState) -> float:
+        """The compute before a ring job's next exchange under --iter-model: its iteration time at the
+        rate B its last exchange got (paper 003's T_iter(B): the exchange overlaps the backward pass)
+        less that exchange's duration, at least its floor. A job that keeps getting B iterates in
+        T_iter(B); its flows still go out in one burst after the compute (the engine's exchange)."""
+        B = j.ex_B
+        return max(j.floor_s, j.tab.iter_s(B) - j.ex_wire / B)
 
     # ---------------------------------------------------------------- iterations
     def start_exchange(self, i: int) -> None:
@@ -534,6 +598,7 @@ class ClusterSim:
         if self.adm is not None and not self.adm.request(i):
             return  # waits: asked again when an exchange ends (Admission.release)
         j.phase = 0
+        j.ex_start = self.now
         self.add_flows(i, j.phases[0])
 
     def exchange_done(self, i: int) -> None:
@@ -544,6 +609,9 @@ class ClusterSim:
             return
         if self.adm is not None:
             self.adm.release(i)
+        if j.tab is not None:
+            d = self.now - j.ex_start
+            j.ex_B = j.ex_wire / d if d > 0 else math.inf
         j.done_iters += 1
         if self.steady and i not in self.job_T:
             self.job_ends.setdefault(i, []).append((self.now, j.done_iters))
@@ -580,7 +648,11 @@ class ClusterSim:
                 return False
             rates.append(r)
             durs.append(float(max(nb / x for (_, _, nb), x in zip(pairs, r))))
-        period = j.spec.compute_s + sum(durs)
+        if j.tab is None:
+            period = j.spec.compute_s + sum(durs)
+        else:
+            j.ex_B = j.ex_wire / sum(durs)
+            period = self.overlap_compute(j) + sum(durs)
         j.ff = (self.now, j.done_iters, period, durs, rates)
         j.ff_ver += 1
         for ln in j.links:
@@ -610,6 +682,7 @@ class ClusterSim:
         k = int(e // period)
         w = e - k * period
         j.done_iters = base + k
+        j.ex_start = self.now - w  # (a period starts with the exchange)
         for p, d in enumerate(durs):
             if w < d:
                 pairs = [(a, b, nb - r * w) for (a, b, nb), r in zip(j.phases[p], rates[p])]
@@ -624,25 +697,28 @@ class ClusterSim:
         if j.done_iters >= j.spec.iterations:
             self.finish_job(i)
         else:
-            self.compute_until(i, self.now + max(0.0, j.spec.compute_s - w))
+            c = j.spec.compute_s if j.tab is None else period - sum(durs)
+            self.compute_until(i, self.now + max(0.0, c - w))
 
     # ---------------------------------------------------------------- parking
     def comp_state(self, jobs: tuple, a: int) -> tuple[tuple, list[float]]:
         """A component's state now, as its shape (each job's phase and open flows, or computing) and
         its numbers (bytes left per flow, compute left per job)."""
-        shape, rows, rest = [a, self.epoch], [], []
+        shape, rows, rest, held = [a, self.epoch], [], [], []
         ft, flows = self.ft, self.flows
         for k in jobs:
             fids = self.job_flows.get(k)
             if fids:
                 shape.append((self.jobs[k].phase, tuple((flows[x].src, flows[x].dst) for x in fids)))
                 rows.extend(fids.values())
+                if self.jobs[k].tab is not None:  # its next compute depends on when its exchange began
+                    held.append(self.now - self.jobs[k].ex_start)
             else:
                 shape.append(None)
                 rest.append(self.jobs[k].ce_at - self.now)
         # (the flows' bytes left in job order, then the computing jobs' compute left: one order per shape)
         vals = (ft.left[rows] - ft.rate[rows] * (self.now - ft.t[rows])).tolist() + rest if rows else rest
-        return tuple(shape), vals
+        return tuple(shape), vals + held
 
     def horizon(self, jobs: set, ticks: bool) -> float:
         """Until when nothing outside the component ``jobs`` can change it: no job can start on its
@@ -665,7 +741,8 @@ class ClusterSim:
                 t = min(t, j.ff_end)
             else:  # (a steady park may be interrupted: its jobs may end from now on)
                 base = self.now if j.parked_until is None or j.park_steady else j.parked_until
-                t = min(t, base + max(0, j.spec.iterations - j.done_iters - 1) * j.spec.compute_s)
+                lo = j.spec.compute_s if j.tab is None else j.min_iter_s
+                t = min(t, base + max(0, j.spec.iterations - j.done_iters - 1) * lo)
         return t
 
     def try_park(self, a: int) -> bool:
@@ -793,7 +870,7 @@ class ClusterSim:
                 for f in fl:
                     f.left -= f.rate * (self.now - f.t)
                     f.t = self.now
-                saved.append((i, fl, 0.0))
+                saved.append((i, fl, self.now - j.ex_start))  # (how long its exchange has run)
             else:
                 saved.append((i, None, j.ce_at - self.now))
                 j.ce_ver += 1  # voids its pending COMPUTE_END
@@ -835,6 +912,7 @@ class ClusterSim:
             for ln in j.links:
                 self.parked_links.pop(ln, None)
             if fl:
+                j.ex_start = self.now - rel
                 for f in fl:
                     f.t = self.now
                     if self.driver is not None:  # a rotation may have moved the job's band

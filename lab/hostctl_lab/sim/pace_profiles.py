@@ -279,11 +279,12 @@ TABLE_III = {
 TRANSFORMER_BATCH_TOKENS = 2048  # paper 003's per-GPU batch for the Transformer
 MODELS = (*TABLE_III, "transformer")
 _ALIASES = {"vgg16": "vgg16", "resnet50": "resnet50", "inceptionv3": "inception_v3", "lstmptb": "lstm_ptb",
-            "transformer": "transformer"}
+            "transformer": "transformer", "inception3": "inception_v3"}  # (inception3: the engine's zoo name)
 
 
 def canonical_name(name: str) -> str:
-    """'VGG-16', 'vgg16', 'ResNet-50', 'Inception-V3', 'LSTM-PTB', 'transformer' -> the profile key."""
+    """'VGG-16', 'vgg16', 'ResNet-50', 'Inception-V3' (or 'inception3'), 'LSTM-PTB', 'transformer' -> the
+    profile key."""
     key = "".join(ch for ch in str(name).lower() if ch.isalnum())
     if key not in _ALIASES:
         raise ValueError(f"unknown model {name!r}; use one of {', '.join(MODELS)}")

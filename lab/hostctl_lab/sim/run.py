@@ -44,6 +44,7 @@ class SweepSpec:
     steady: int = 0
     slot_s: float = 0.06  # mlcc, mlcc-switch: the planner's slot (hostctl_lab.sim.mlccnet)
     ps_fraction: float = 0.0  # each trace or synthetic job is a parameter-server job with this probability
+    iter_model: str = "serial"  # a ring job's iteration: serial or one of paper 003's strategies (cluster.ITER_MODELS)
     extra: dict = field(default_factory=dict)
 
     def combos(self) -> list[dict]:
@@ -91,7 +92,7 @@ def run_one(spec: dict, combo: dict) -> dict:
     r = simulate(fab, jobs, placement=combo["placement"], order=combo["order"], network=combo["network"],
                  seed=combo["seed"], gpus_per_server=sp.gpus_per_server, until_s=sp.until_s, bands=sp.bands,
                  rr_interval_s=sp.rr_interval_s, cap_bps=sp.cap_bps, jitter=sp.jitter, steady=sp.steady,
-                 slot_s=sp.slot_s)
+                 slot_s=sp.slot_s, iter_model=sp.iter_model)
     return {**combo, **r}
 
 
@@ -107,7 +108,8 @@ def check(spec: SweepSpec) -> list[str]:
     for p, o, n in itertools.product(spec.placements, spec.orders, spec.networks):
         sim = ClusterSim(fab, jobs, placement=p, order=o, network=n,
                          gpus_per_server=spec.gpus_per_server, bands=spec.bands, rr_interval_s=spec.rr_interval_s,
-                         cap_bps=spec.cap_bps, jitter=spec.jitter, steady=spec.steady, slot_s=spec.slot_s)
+                         cap_bps=spec.cap_bps, jitter=spec.jitter, steady=spec.steady, slot_s=spec.slot_s,
+                         iter_model=spec.iter_model)
         if spec.steady and not sim.steady and n not in exact:
             exact.append(n)
     return exact

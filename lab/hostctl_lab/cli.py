@@ -246,8 +246,50 @@ def _demo_scenario() -> str:
     return p
 
 
+def sweep_file(ctx: typer.Context, path: str) -> dict:
+    """``hostctl sim --config FILE``: the sweep's settings from a TOML file, keyed by the flags' names
+    (``time-scale`` or ``time_scale``; ``placement``, ``order`` and ``network`` a list or a comma string).
+    Returns {parameter: value} for the keys whose flag was not given on the command line (a flag wins).
+    A missing or unreadable file, an unknown key or a value of the wrong type: one ConfigError line."""
+    import tomllib
+    import typing
+
+    from hostctl.errors import ConfigError
+
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise ConfigError(f"cannot read the sweep file {path}: {e.strerror or e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML: {e}") from None
+    kinds = {k: v for k, v in typing.get_type_hints(sim).items() if k not in ("ctx", "config", "return")}
+    out = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        kind = kinds.get(name)
+        if kind is None:
+            raise ConfigError(f"{path}: unknown key {key!r}; the keys are the flags of hostctl sim: "
+                              + ", ".join(sorted(n.replace("_", "-") for n in kinds)))
+        kind = next((a for a in typing.get_args(kind) if a is not type(None)), kind)  # Optional[X] -> X
+        if name in ("placement", "order", "network") and isinstance(value, list) \
+                and all(isinstance(v, str) for v in value):
+            value = ",".join(value)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            want = {str: "a string", int: "a whole number", float: "a number", bool: "true or false"}[kind]
+            more = " (a list of names or a comma string)" if name in ("placement", "order", "network") else ""
+            shown = json.dumps(value) if isinstance(value, (bool, int, float, str, list)) else repr(value)
+            raise ConfigError(f"{path}: {key} must be {want}{more}, got {shown}")
+        if ctx.get_parameter_source(name).name != "COMMANDLINE":  # a flag given on the command line wins
+            out[name] = value
+    return out
+
+
 @lab_app.command()
 def sim(
+    ctx: typer.Context,
     topology: str = typer.Option("mlcc-tree", "--topology", help="lingjun, mlcc-tree, single-switch, or a topology "
                                  "file (switchemu TOML or Lingjun CSV)."),
     servers: Optional[int] = typer.Option(None, "--servers", help="Servers (mlcc-tree: 1000, single-switch: 16)."),
@@ -282,8 +324,14 @@ def sim(
     workers: int = typer.Option(1, "--workers", help="Runs in parallel (processes)."),
     out: str = typer.Option("results/sim", "--out", help="Folder for sim.json and the JCT CDF plot."),
     plots: bool = typer.Option(True, "--plots/--no-plots"),
+    config: Optional[str] = typer.Option(None, "--config", help="A TOML file of these settings, keyed by the "
+                                         "flags' names (e.g. time-scale = 0.001, network = [\"fifo\", \"one\"]); "
+                                         "a flag given here wins over the file."),
 ) -> None:
     """Simulate a cluster: every combination of placement x order x network x seed (docs/simulator.md)."""
+    from types import SimpleNamespace
+
+    o = SimpleNamespace(**{k: v for k, v in locals().items() if k not in ("ctx", "config")})  # the settings
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -292,34 +340,36 @@ def sim(
     from hostctl_lab.sim import run as simrun
     from hostctl_lab.sim.cluster import ORDERS
 
-    if repeat < 1 or workers < 1 or jobs < 1:
+    if config:  # the file's values where the command line gave none
+        vars(o).update(sweep_file(ctx, config))
+    if o.repeat < 1 or o.workers < 1 or o.jobs < 1:
         raise ConfigError("--repeat, --workers and --jobs must be at least 1")
     spec = simrun.SweepSpec(
-        topology=topology, servers=servers, oversub=oversub, trace=trace, synthetic=synthetic, jobs=jobs,
+        topology=o.topology, servers=o.servers, oversub=o.oversub, trace=o.trace, synthetic=o.synthetic, jobs=o.jobs,
         # lwf<k> and srsf<n> are families: names are checked by simrun.check (ClusterSim's one-line errors)
-        placements=simrun.parse_list(placement, None, "placement"),
-        orders=simrun.parse_list(order, ORDERS, "order"), networks=simrun.parse_list(network, None, "network"),
-        seeds=tuple(range(seed, seed + repeat)), until_s=until, time_scale=time_scale,
-        max_iterations=max_iterations, bands=bands, rr_interval_s=rr_interval,
-        cap_bps=parse_rate_bps(cap) if cap else None, jitter=jitter, steady=steady, slot_s=slot,
-        ps_fraction=ps_fraction, iter_model=iter_model)
+        placements=simrun.parse_list(o.placement, None, "placement"),
+        orders=simrun.parse_list(o.order, ORDERS, "order"), networks=simrun.parse_list(o.network, None, "network"),
+        seeds=tuple(range(o.seed, o.seed + o.repeat)), until_s=o.until, time_scale=o.time_scale,
+        max_iterations=o.max_iterations, bands=o.bands, rr_interval_s=o.rr_interval,
+        cap_bps=parse_rate_bps(o.cap) if o.cap else None, jitter=o.jitter, steady=o.steady, slot_s=o.slot,
+        ps_fraction=o.ps_fraction, iter_model=o.iter_model)
     exact = simrun.check(spec)
     con = Console(stderr=True)
     if exact:
-        why = "--jitter makes iterations differ" if jitter else "their state is not saved by a park"
+        why = "--jitter makes iterations differ" if o.jitter else "their state is not saved by a park"
         con.print(f"note: --steady has no effect under {', '.join(exact)} ({why}): those runs are exact "
                   "(docs/simulator.md)", highlight=False)
     n = len(spec.combos())
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=con) as prog:
         task = prog.add_task("runs", total=n)
-        runs = simrun.sweep(spec, workers, progress=lambda r: prog.advance(task), checked=True)
+        runs = simrun.sweep(spec, o.workers, progress=lambda r: prog.advance(task), checked=True)
     rows = simrun.summarize(runs)
     simrun.print_table(rows)
-    path = simrun.write(out, spec, runs, rows, " ".join(["hostctl"] + sys.argv[1:]))
+    path = simrun.write(o.out, spec, runs, rows, " ".join(["hostctl"] + sys.argv[1:]))
     typer.echo(f"results: {path}")
-    if plots:
-        p = simrun.plot_cdf(runs, os.path.join(out, "jct_cdf.png"))
+    if o.plots:
+        p = simrun.plot_cdf(runs, os.path.join(o.out, "jct_cdf.png"))
         if p:
             typer.echo(f"plot: {p}")
 

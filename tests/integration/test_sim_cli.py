@@ -46,6 +46,35 @@ def test_the_iter_model_reaches_every_run(tmp_path):
         assert avg["pace"][net] < avg["serial"][net]
 
 
+def test_a_sweep_file_sets_the_flags_and_a_flag_given_wins(tmp_path):
+    conf = tmp_path / "sweep.toml"
+    conf.write_text('topology = "single-switch"\nservers = 4\njobs = 3\nmax-iterations = 5\n'
+                    'time_scale = 0.0001\nnetwork = ["fifo", "one"]\nplots = false\n')
+    out = tmp_path / "o"
+    r = run(["sim", "--config", str(conf), "--jobs", "2", "--out", str(out)], tmp_path)
+    assert r.returncode == 0, show(r)
+    spec = json.loads((out / "sim.json").read_text())["spec"]
+    assert (spec["topology"], spec["servers"], spec["jobs"], spec["max_iterations"], spec["time_scale"],
+            spec["networks"]) == ("single-switch", 4, 2, 5, 0.0001, ["fifo", "one"])
+    assert not (out / "jct_cdf.png").exists()  # plots = false, from the file
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("bogus = 1\n", "unknown key 'bogus'; the keys are the flags of hostctl sim"),
+    ('servers = "four"\n', "servers must be a whole number, got \"four\""),
+    ("plots = 3\n", "plots must be true or false, got 3"),
+    ("network = [1, 2]\n", "network must be a string (a list of names or a comma string)"),
+    ("servers = [\n", "is not valid TOML"),
+    (None, "cannot read the sweep file"),
+])
+def test_a_bad_sweep_file_is_one_line(tmp_path, text, fragment):
+    conf = tmp_path / "sweep.toml"
+    if text is not None:
+        conf.write_text(text)
+    r = run(["sim", "--config", str(conf), "--out", str(tmp_path / "o")], tmp_path)
+    assert_one_line_error(r, fragment, exit_code=2)
+
+
 def test_steady_where_it_has_no_effect_is_one_note(tmp_path):
     # mcs runs exact (its stages are state a park does not save); fifo and mlcc park: named once, no error
     r = run(["sim", "--topology", "single-switch", "--servers", "4", "--jobs", "3", "--max-iterations", "5",

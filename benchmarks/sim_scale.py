@@ -200,29 +200,30 @@ def _plot(res: dict, a, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    ax = axes[0]
-    for r in res["trace"]:
-        t = [c[0] / 3600 for c in r["curve"]]
-        w = [c[1] / 60 for c in r["curve"]]
-        ax.plot(w, t, label=f"{r['network']}, steady {r['steady'] or 'off (exact)'}")
-    ax.set_xlabel("wall minutes")
-    ax.set_ylabel("simulated hours")
-    ax.set_title(f"Philly, {a.jobs} jobs at their own arrivals, {a.servers} servers")
-    ax.grid(alpha=0.3)
-    if res["trace"]:
-        ax.legend(fontsize=8)
-    ax = axes[1]
-    for s, net in sorted({(g["servers"], g["network"]) for g in res["growth"]}):
-        gs = [g for g in res["growth"] if g["servers"] == s and g["network"] == net]
-        ax.plot([g["jobs"] for g in gs], [g["wall_s"] for g in gs], "o-", label=f"{net}, {s} servers")
-    ax.set_xlabel("jobs (Philly, first N multi-GPU), arrivals compressed")
-    ax.set_ylabel(f"wall s for {a.sweep_hours:g} simulated h (exact)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.grid(alpha=0.3)
-    if res["growth"]:
-        ax.legend()
+    parts = [k for k in ("trace", "growth") if res[k]]  # a panel for each part that ran
+    if not parts:
+        return
+    fig, axes = plt.subplots(1, len(parts), figsize=(5.5 * len(parts), 4), squeeze=False)
+    for ax, part in zip(axes[0], parts):
+        if part == "trace":
+            for r in res["trace"]:
+                t = [c[0] / 3600 for c in r["curve"]]
+                w = [c[1] / 60 for c in r["curve"]]
+                ax.plot(w, t, label=f"{r['network']}, steady {r['steady'] or 'off (exact)'}")
+            ax.set_xlabel("wall minutes")
+            ax.set_ylabel("simulated hours")
+            ax.set_title(f"Philly, {a.jobs} jobs at their own arrivals, {a.servers} servers")
+            ax.legend(fontsize=8)
+        else:
+            for s, net in sorted({(g["servers"], g["network"]) for g in res["growth"]}):
+                gs = [g for g in res["growth"] if g["servers"] == s and g["network"] == net]
+                ax.plot([g["jobs"] for g in gs], [g["wall_s"] for g in gs], "o-", label=f"{net}, {s} servers")
+            ax.set_xlabel("jobs (Philly, first N multi-GPU), arrivals compressed")
+            ax.set_ylabel(f"wall s for {a.sweep_hours:g} simulated h (exact)")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.legend()
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"wrote {path}")

@@ -16,6 +16,7 @@ each model's average JCT against serial's on the same seed. Writes ``iter_model.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -24,18 +25,19 @@ import numpy as np
 
 from hostctl_lab.bench.results import write_results
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sim_sched import paper000_jobs, setting_args, spread  # noqa: E402  (paper 000's setting, shared)
+
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("serial", "wfbp_fifo", "horovod_fusion", "pace")
 NETWORKS = ("fifo", "one")
 
 
 def run_one(model: str, network: str, seed: int, scale: float) -> dict:
-    from hostctl_lab.sim import workload
     from hostctl_lab.sim.cluster import simulate
     from hostctl_lab.sim.topo import single_switch
 
-    jobs = workload.synthetic(160, seed=seed, window_s=1200 * scale,
-                              iterations=(round(1000 * scale), round(6000 * scale)))
+    jobs = paper000_jobs(seed, scale)
     t0 = time.process_time()
     r = simulate(single_switch(16), jobs, network=network, seed=seed, gpus_per_server=4, iter_model=model)
     return {"model": model, "network": network, "seed": seed, "finished": r["finished"], "jobs": r["jobs"],
@@ -46,10 +48,8 @@ def run_one(model: str, network: str, seed: int, scale: float) -> dict:
 def ratio(runs: list[dict], model: str, base: str, network: str, base_network: str | None = None) -> dict:
     by = {(r["model"], r["network"], r["seed"]): r for r in runs}
     seeds = sorted({r["seed"] for r in runs})
-    v = np.array([by[(model, network, s)]["avg_jct"] / by[(base, base_network or network, s)]["avg_jct"]
-                  for s in seeds])
-    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
-            "min": float(v.min()), "max": float(v.max()), "per_seed": v.tolist()}
+    return spread([by[(model, network, s)]["avg_jct"] / by[(base, base_network or network, s)]["avg_jct"]
+                   for s in seeds])
 
 
 def plot(body: dict, path: Path) -> None:
@@ -78,14 +78,8 @@ def plot(body: dict, path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--scale", type=float, default=0.05, help="iterations and arrival window x this (paper 000: 1)")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default=str(ROOT / "docs/results/sim/iter_model"))
-    a = ap.parse_args()
-    if a.seeds < 1 or not 0 < a.scale <= 1 or a.workers < 1:
-        raise SystemExit("sim_iter_model: --seeds >= 1, 0 < --scale <= 1 and --workers >= 1")
+    a = setting_args(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]),
+                     str(ROOT / "docs/results/sim/iter_model"))
     wall0 = time.time()
     tasks = [(m, n, s) for s in range(a.seeds) for n in NETWORKS for m in MODELS]
     with ProcessPoolExecutor(a.workers) as ex:

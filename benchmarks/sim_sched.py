@@ -53,14 +53,41 @@ COMPARE = [
 ]
 
 
-def run_one(name: str, seed: int, scale: float) -> dict:
+def paper000_jobs(seed: int, scale: float) -> list:
+    """Paper 000's 160 jobs of seed ``seed``, iterations and arrival window x ``scale`` (also
+    benchmarks/sim_iter_model.py's setting)."""
     from hostctl_lab.sim import workload
+
+    return workload.synthetic(160, seed=seed, window_s=1200 * scale,
+                              iterations=(round(1000 * scale), round(6000 * scale)))
+
+
+def setting_args(ap: argparse.ArgumentParser, out: str) -> argparse.Namespace:
+    """--seeds, --scale, --workers, --out (default ``out``) of a benchmark on paper 000's setting, parsed
+    and checked (exits with one line)."""
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--scale", type=float, default=0.05, help="iterations and arrival window x this (paper: 1)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", default=out)
+    a = ap.parse_args()
+    if a.seeds < 1 or not 0 < a.scale <= 1 or a.workers < 1:
+        raise SystemExit(f"{ap.prog}: --seeds >= 1, 0 < --scale <= 1 and --workers >= 1")
+    return a
+
+
+def spread(v) -> dict:
+    """Per-seed values as their mean, sample std (0 for one seed), min, max and the list."""
+    v = np.asarray(v, dtype=float)
+    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
+            "min": float(v.min()), "max": float(v.max()), "per_seed": v.tolist()}
+
+
+def run_one(name: str, seed: int, scale: float) -> dict:
     from hostctl_lab.sim.cluster import simulate
     from hostctl_lab.sim.topo import single_switch
 
     p, o, n, eta = CONFIGS[name]
-    jobs = workload.synthetic(160, seed=seed, window_s=1200 * scale,
-                              iterations=(round(1000 * scale), round(6000 * scale)))
+    jobs = paper000_jobs(seed, scale)
     t0 = time.process_time()
     r = simulate(single_switch(16), jobs, placement=p, order=o, network=n, seed=seed, gpus_per_server=4,
                  adadual_eta=eta)
@@ -76,9 +103,7 @@ def run_one(name: str, seed: int, scale: float) -> dict:
 
 def ratios(runs: dict, a: str, b: str, metric: str) -> dict:
     seeds = sorted(set(runs[a]) & set(runs[b]))
-    v = np.array([runs[a][s][metric] / runs[b][s][metric] - 1 for s in seeds])
-    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
-            "min": float(v.min()), "max": float(v.max()), "per_seed": v.tolist()}
+    return spread([runs[a][s][metric] / runs[b][s][metric] - 1 for s in seeds])
 
 
 def task_level(a: str, b: str, metric: str) -> float | None:
@@ -124,14 +149,8 @@ def plot(rows: list[dict], runs: dict, path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--scale", type=float, default=0.05, help="iterations and arrival window x this (paper: 1)")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default=str(ROOT / "docs/results/sim/sched"))
-    a = ap.parse_args()
-    if a.seeds < 1 or not 0 < a.scale <= 1 or a.workers < 1:
-        raise SystemExit("sim_sched: --seeds >= 1, 0 < --scale <= 1 and --workers >= 1")
+    a = setting_args(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]),
+                     str(ROOT / "docs/results/sim/sched"))
     wall0 = time.time()
     tasks = [(n, s) for n in ["sjfbco+fifo"] + [c for c in CONFIGS if c != "sjfbco+fifo"] for s in range(a.seeds)]
     with ProcessPoolExecutor(a.workers) as ex:

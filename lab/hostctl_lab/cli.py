@@ -246,6 +246,9 @@ def _demo_scenario() -> str:
     return p
 
 
+LIST_FLAGS = ("placement", "order", "network")  # hostctl sim's comma-list flags
+
+
 def sweep_file(ctx: typer.Context, path: str) -> dict:
     """``hostctl sim --config FILE``: the sweep's settings from a TOML file, keyed by the flags' names
     (``time-scale`` or ``time_scale``; ``placement``, ``order`` and ``network`` a list or a comma string).
@@ -272,14 +275,14 @@ def sweep_file(ctx: typer.Context, path: str) -> dict:
             raise ConfigError(f"{path}: unknown key {key!r}; the keys are the flags of hostctl sim: "
                               + ", ".join(sorted(n.replace("_", "-") for n in kinds)))
         kind = next((a for a in typing.get_args(kind) if a is not type(None)), kind)  # Optional[X] -> X
-        if name in ("placement", "order", "network") and isinstance(value, list) \
+        if name in LIST_FLAGS and isinstance(value, list) \
                 and all(isinstance(v, str) for v in value):
             value = ",".join(value)
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             want = {str: "a string", int: "a whole number", float: "a number", bool: "true or false"}[kind]
-            more = " (a list of names or a comma string)" if name in ("placement", "order", "network") else ""
+            more = " (a list of names or a comma string)" if name in LIST_FLAGS else ""
             shown = json.dumps(value) if isinstance(value, (bool, int, float, str, list)) else repr(value)
             raise ConfigError(f"{path}: {key} must be {want}{more}, got {shown}")
         if ctx.get_parameter_source(name).name != "COMMANDLINE":  # a flag given on the command line wins

@@ -195,7 +195,6 @@ class JobState:
     ex_start: float = 0.0  # when its exchange (this or the last) started
     ex_wire: float = 0.0  # bytes each ring flow carries an iteration
     ex_B: float = 0.0  # its last exchange's rate: ex_wire / its duration (bytes/s)
-    floor_s: float = 0.0  # the least compute overlap_compute gives it
     min_iter_s: float = 0.0  # the least an iteration of it can take (horizon)
 
 
@@ -331,7 +330,6 @@ class ClusterSim:
         self.jitter = jitter
         self.jrng = np.random.default_rng([seed, 7])
         self.reserved: dict[int, int] = {}  # link -> the fast-forwarded job that has it
-        self._tabs: dict[tuple, pace.IterTable] = {}  # (model, ring servers) -> paper 003's table
         self.link_users = np.zeros(fabric.n_links, dtype=np.int64)  # running jobs whose exchange uses the link
         self.jobs = [JobState(j) for j in sorted(jobs, key=lambda j: (j.arrival_s, j.name))]
         self.free = np.full(fabric.n_hosts, gpus_per_server, dtype=np.int64)
@@ -563,30 +561,24 @@ class ClusterSim:
     def overlap_setup(self, j: JobState) -> None:
         """--iter-model (not serial), a ring job starting on several servers: paper 003's table of its
         iteration time for its model over its ring's servers (one worker a server: the GPUs of a server
-        reduce over NVLink), its floor and its first iteration's rate (alone on its slowest link)."""
-        ring = len(j.phases[0])
-        key = (j.spec.model, ring)
-        tab = self._tabs.get(key)
-        if tab is None:
-            tab = self._tabs[key] = pace.iter_table(j.spec.model, ring, self.iter_model)
-        j.tab = tab
+        reduce over NVLink), the least an iteration of it can take and its first iteration's rate (alone on its slowest link)."""
+        j.tab = pace.iter_table(j.spec.model, len(j.phases[0]), self.iter_model)  # (cached by pace)
         j.ex_wire = float(j.phases[0][0][2])
-        # iter_s - busy_s is piecewise linear in 1/B between the grid points (IterTable) and busy_s >=
-        # ex_wire / B (the channel carries the bytes, plus a latency a transfer), so this bounds
-        # overlap_compute below at every rate
-        j.floor_s = max(0.0, float(np.min(tab.iter_s_grid - tab.busy_s_grid)))
-        top = float(self.fab.capacity[list(j.links)].max())
-        j.min_iter_s = j.floor_s + j.ex_wire / top  # (no flow of it is faster than its fastest link)
-        j.ex_B = float(self.fab.capacity[list(j.links)].min())
+        caps = self.fab.capacity[list(j.links)]
+        # (no flow of it is faster than its fastest link; overlap_compute is at least the floor)
+        j.min_iter_s = j.tab.off_channel_floor_s + j.ex_wire / float(caps.max())
+        j.ex_B = float(caps.min())
 
     @staticmethod
     def overlap_compute(j: JobState) -> float:
         """The compute before a ring job's next exchange under --iter-model: its iteration time at the
         rate B its last exchange got (paper 003's T_iter(B): the exchange overlaps the backward pass)
-        less that exchange's duration, at least its floor. A job that keeps getting B iterates in
-        T_iter(B); its flows still go out in one burst after the compute (the engine's exchange)."""
+        less that exchange's duration, at least the table's off-channel floor (a bound, not a clip, as
+        busy_s(B) >= ex_wire / B: the channel carries the bytes plus a latency a transfer). A job that
+        keeps getting B iterates in T_iter(B); its flows still go out in one burst after the compute
+        (the engine's exchange)."""
         B = j.ex_B
-        return max(j.floor_s, j.tab.iter_s(B) - j.ex_wire / B)
+        return max(j.tab.off_channel_floor_s, j.tab.iter_s(B) - j.ex_wire / B)
 
     # ---------------------------------------------------------------- iterations
     def start_exchange(self, i: int) -> None:

@@ -719,6 +719,13 @@ class IterTable:
         return cls(str(name), int(workers), strategy, bw, np.array([p.iter_s for p in pts]),
                    np.array([p.busy_s for p in pts]), pts[0].wire_bytes)
 
+    @cached_property
+    def off_channel_floor_s(self) -> float:
+        """A lower bound on iter_s(B) - busy_s(B) at every B >= 0: its least value on the grid (both are
+        linear in 1/B between grid points, and their slopes agree below the smallest bandwidth), at
+        least 0. The time of an iteration that its all-reduce channel is idle is never below it."""
+        return max(0.0, float(np.min(self.iter_s_grid - self.busy_s_grid)))
+
     def __post_init__(self) -> None:
         xs = (1.0 / self.bandwidth_Bps[::-1]).tolist()  # ascending: 0 (B = inf), ..., 1/B_min
         object.__setattr__(self, "_xs", xs)

@@ -225,7 +225,8 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
     (+inf: none), applied with apply_reductions to the schedule the flow *publishes* (rates_Bps),
     not to the rate it is paced at (applied_Bps): see the module docstring.
 
-    waves [n] int (optional): the planned flows' waves, lower first (a job order); overrides by_job.
+    waves [n] int (optional): the planned flows' jobs' waves, lower first (a job order); overrides by_job.
+    It decides before known or unknown size: unknown sizes go last only within their wave.
 
     idle_share=False: an idle flow's rate is its path's slot-0 headroom only (at least the wait
     floor), not at least an equal share of its tightest link: under a job order (policy.mlcc), a job's
@@ -260,9 +261,10 @@ def host_slot(G_bytes, B_Bps, sent_bytes, job, path, cap_Bps, avail_Bps, load_Bp
         w = np.zeros(planned.size, dtype=np.int64)
         known = active[planned]
         if waves is not None:
-            w = np.asarray(waves, dtype=np.int64)[planned].copy()
-            if (~known).any():  # unknown sizes after every known one, in their own order
-                w[~known] += int(w.max()) + 1 - int(w[~known].min())
+            # the job order decides, as on the switches (and in policy mlcc-bands' bands): a later job's
+            # flow of known size never goes before an earlier job's flow of unknown size. Within a job,
+            # its flows of unknown size after its known ones.
+            w = 2 * np.asarray(waves, dtype=np.int64)[planned] + ~known
         elif known.any():
             if by_job:
                 job = np.asarray(job, dtype=object)

@@ -282,9 +282,31 @@ def test_under_a_job_order_an_idle_flow_starts_in_what_the_earlier_jobs_leave():
     assert hs.applied_Bps[1] == pytest.approx(C)
 
 
-def test_flows_of_unknown_size_keep_their_jobs_order_after_the_known_ones():
+def test_flows_of_unknown_size_keep_their_jobs_order():
     # two jobs' flows of unknown size under a job order (waves 0 and 1): the first job's flow takes the link
     G = np.array([np.nan, np.nan])
     hs = host_slot(G, np.full(2, C), np.zeros(2), np.array(["a", "b"], dtype=object), nic_only(2), np.array([C]),
                    np.array([C]), np.zeros((1, P.K)), params=P, idle_share=False, waves=np.array([1, 0]))
     assert hs.applied_Bps[1] == pytest.approx(C) and hs.applied_Bps[0] <= wait_floor_Bps(T) * 1.001
+
+
+@pytest.mark.parametrize("first", [0, 1])
+def test_under_a_job_order_a_later_jobs_known_size_does_not_go_before_an_earlier_jobs_unknown_one(first):
+    # the switches plan the jobs in their order whatever the sizes: the host must agree, or both jobs
+    # book the link (job a of unknown size first: it takes the link; the later job b waits at the floor)
+    G = np.array([np.nan, 20 * C * T])
+    waves = np.array([0, 1]) if first == 0 else np.array([1, 0])
+    hs = host_slot(G, np.full(2, C), np.zeros(2), np.array(["a", "b"], dtype=object), nic_only(2), np.array([C]),
+                   np.array([C]), np.zeros((1, P.K)), params=P, idle_share=False, waves=waves)
+    assert list(hs.kind) == ["unknown", "active"]
+    assert hs.applied_Bps[first] == pytest.approx(C) and hs.applied_Bps[1 - first] <= wait_floor_Bps(T) * 1.001
+
+
+def test_under_a_job_order_a_jobs_unknown_sizes_go_after_its_known_ones():
+    G = np.array([np.nan, 1.2e6, np.nan])
+    hs = host_slot(G, np.full(3, C), np.zeros(3), np.array(["a", "a", "b"], dtype=object), nic_only(3),
+                   np.array([C]), np.array([C]), np.zeros((1, P.K)), params=P, idle_share=False,
+                   waves=np.array([0, 0, 1]))
+    w = hs.wave.tolist()
+    assert w[1] < w[0] < w[2]
+    assert hs.rates_Bps[1, 0] == pytest.approx(1.2e6 / T) and hs.rates_Bps[0, 0] == pytest.approx(C - 1.2e6 / T)

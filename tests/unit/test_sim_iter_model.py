@@ -145,3 +145,26 @@ def test_steady_extrapolates_overlapped_jobs_close_to_the_exact_run():
     assert approx["stats"]["steady_parks"] > 0 and approx["events"] < exact["events"] / 5
     for name, t in exact["jct_s"].items():
         assert approx["jct_s"][name] == pytest.approx(t, rel=0.01)
+
+
+@pytest.mark.parametrize("model", ["serial", "pace"])
+def test_the_schedulers_estimates_use_the_iteration_models_time(model):
+    """SRSF's and Ada-SRSF's remaining service (sched.remaining_s, ada_key) count a ring job's
+    iterations at the time the engine gives them alone: compute + exchange (serial), T_iter at the
+    NIC rate under --iter-model, not the serial compute plus exchange."""
+    from hostctl_lab.sim import sched
+
+    n = 30
+    sim = ClusterSim(single_switch(2), [zoo_job("a", "vgg16", 16, n)], gpus_per_server=8, iter_model=model)
+    sim.run()
+    j = sim.jobs[0]
+    if model == "serial":
+        T = j.spec.compute_s + sched.exchange_s(sim, 0)
+    else:
+        T = pace.iter_table("vgg16", 2, "pace").iter_s(C)
+        assert T < j.spec.compute_s + sched.exchange_s(sim, 0)
+    assert j.end_s - j.start_s == pytest.approx(n * T, rel=1e-9)  # the estimate is the engine's time alone
+    sim.now = j.start_s + 5 * T
+    assert sched.remaining_s(sim, 0) == pytest.approx((n - 5) * T)
+    j.done_iters = 5
+    assert sched.ada_key(sim, 0) == pytest.approx((n - 5) * T * 16)

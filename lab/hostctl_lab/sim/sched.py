@@ -59,21 +59,27 @@ def exchange_s(sim: ClusterSim, i: int) -> float:
     return j.spec.ref_iter_s(sim.gps, sim.fab.nic_rate_Bps()) - j.spec.compute_s
 
 
-def ada_key(sim: ClusterSim, i: int) -> float:
-    """Paper 000's remaining service L_J = (C_J + E_J) x |G|: compute left, plus, once placed on more
-    than one server, the uncontended exchanges left (E_J = 0 while queued)."""
+def iteration_s(sim: ClusterSim, i: int) -> float:
+    """Job i's iteration alone on its NICs (s): compute, plus, once placed on more than one server, its
+    uncontended exchange (E_J = 0 while queued); under --iter-model (a ring job with paper 003's
+    table) the table's T_iter at its NIC rate, in which the exchange overlaps the backward pass."""
     j = sim.jobs[i]
-    left = j.spec.iterations - j.done_iters
-    e = exchange_s(sim, i) if len(j.servers) > 1 else 0.0
-    return left * (j.spec.compute_s + e) * j.spec.gpus
+    if j.tab is not None:
+        return float(j.tab.iter_s(sim.fab.nic_rate_Bps(j.servers[0])))
+    return j.spec.compute_s + (exchange_s(sim, i) if len(j.servers) > 1 else 0.0)
+
+
+def ada_key(sim: ClusterSim, i: int) -> float:
+    """Paper 000's remaining service L_J = (C_J + E_J) x |G|: the iterations left x iteration_s x GPUs."""
+    j = sim.jobs[i]
+    return (j.spec.iterations - j.done_iters) * iteration_s(sim, i) * j.spec.gpus
 
 
 def remaining_s(sim: ClusterSim, i: int) -> float:
-    """A running job's remaining run time, estimated: iterations x (compute + uncontended exchange)
-    minus the time it has run (>= 0). From the clock only (fast-forward keeps done_iters stale)."""
+    """A running job's remaining run time, estimated: iterations x iteration_s minus the time it has run
+    (>= 0). From the clock only (fast-forward keeps done_iters stale)."""
     j = sim.jobs[i]
-    e = exchange_s(sim, i) if len(j.servers) > 1 else 0.0
-    return max(0.0, j.spec.iterations * (j.spec.compute_s + e) - (sim.now - j.start_s))
+    return max(0.0, j.spec.iterations * iteration_s(sim, i) - (sim.now - j.start_s))
 
 
 def running(sim: ClusterSim) -> list[int]:

@@ -64,12 +64,6 @@ Junctions, phases, iterations (per flow):
    iteration of a flow goes into the history only if it was seen whole (the
    counter was <= 1 at first sight, or the first record started after it).
 
-Overrun: an iteration that has carried more than E (an estimate too small for this iteration, or the
-next iteration started before its boundary is decided) has *unknown* bytes left (nan), not 0: the
-planner then plans a flow that still sends as one of unknown size, in its job's place in a job order,
-instead of as an idle flow held to its path's headroom (which, behind a later job, was the wait floor
-for as long as the flow kept sending).
-
 Hints (from a framework hook) override: ``bytes_per_iter`` replaces E for the
 job's flows (split in proportion to their own estimates, equally when some are
 unknown); ``iteration_start_s`` closes every flow's iteration at that time and
@@ -94,14 +88,6 @@ _ENDS = 8  # recent (position, end time) of records, to place hinted boundaries
 INF = math.inf
 NAN = math.nan
 EPS = 1e-9  # seconds: gaps compared to a threshold within float rounding count as equal
-
-
-def _left(bpi: np.ndarray, iter_bytes: np.ndarray) -> np.ndarray:
-    """Bytes left this iteration: E - iter_bytes; nan where E is unknown or the iteration has carried
-    more than E (Overrun, in the module docstring)."""
-    left = bpi - iter_bytes
-    left[left < 0] = NAN
-    return left
 
 
 @dataclass(frozen=True)
@@ -154,7 +140,7 @@ class FlowStats:
     iter_bytes: np.ndarray  # int64, acked bytes of the current iteration
     iterations: np.ndarray  # int64, completed iterations
     bytes_per_iter: np.ndarray  # float64, E of this flow (hint share or median), nan if unknown
-    bytes_left: np.ndarray  # float64, bytes_per_iter - iter_bytes; nan if unknown or past E (see Overrun)
+    bytes_left: np.ndarray  # float64, max(bytes_per_iter - iter_bytes, 0), nan if unknown
     active: np.ndarray  # bool, bytes_slot > 0
     done_bytes: np.ndarray  # int64, bytes of all completed iterations (done + iter = acked since first sight)
 
@@ -169,7 +155,7 @@ class JobStats:
     iterations: int  # max over its flows (a PS's broadcast flows each see one phase per iteration)
     bytes_per_iter: float  # hint if given, else sum of its flows' estimates (nan if any unknown)
     iter_bytes: int  # sum of its flows' iter_bytes
-    bytes_left: float  # bytes_per_iter - iter_bytes; nan if unknown or past it (see Overrun)
+    bytes_left: float  # max(bytes_per_iter - iter_bytes, 0), nan if unknown
     iter_start_s: float  # start of the current iteration (earliest of its flows, or the hint), nan if none
     source: str  # where bytes_per_iter comes from: "estimate" or "hint"
 
@@ -639,7 +625,7 @@ class FlowMonitor:
             if h is not None and h.applied is not None:
                 s = h.applied
             it_bytes = int(round(ib[k]))
-            left = NAN if math.isnan(b) or it_bytes > b else b - it_bytes
+            left = NAN if math.isnan(b) else max(b - it_bytes, 0.0)
             out[name] = JobStats(name, int(flows[k]), int(iters[k]), b, it_bytes, left, s, source)
         return out
 
@@ -655,7 +641,7 @@ class FlowMonitor:
         arrays = dict(
             flow_id=a["ids"].copy(), job=a["job"].copy(), bytes_slot=bytes_slot, rate_Bps=rate,
             max_rate_Bps=max_rate, iter_bytes=iter_bytes, iterations=a["iters"].copy(), bytes_per_iter=bpi,
-            bytes_left=_left(bpi, iter_bytes), active=bytes_slot > 0, done_bytes=a["done"].copy(),
+            bytes_left=np.maximum(bpi - iter_bytes, 0.0), active=bytes_slot > 0, done_bytes=a["done"].copy(),
         )
         for v in arrays.values():
             v.flags.writeable = False

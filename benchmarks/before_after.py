@@ -1,8 +1,8 @@
 """Before and after a change, in one run: the same benchmarks from two source trees, interleaved.
 
 A refactoring must not change behaviour. This runs the README demo (placement #1: fifo, one, rr,
-one-ingress) and an mlcc benchmark (two-rack: fifo, mlcc, mlcc-fixed, mlcc-bands) from an old and a
-new checkout, alternating A B B A ... so that drift of this shared machine hits both alike, and
+one-ingress) and mlcc benchmarks (two-rack or mlcc-mixed: fifo, mlcc, mlcc-fixed, mlcc-bands) from an
+old and a new checkout, alternating A B B A ... so that drift of this shared machine hits both alike, and
 prints each policy's average JCT over fifo per tree, the ratio of the two trees, and the spread over
 repeats. Each tree runs its own ``.venv/bin/hostctl`` (make both with scripts/setup.sh).
 
@@ -31,6 +31,9 @@ BENCHES = {
     # mlcc with and without switchemu's job order, and the hybrid, on two racks
     "mlcc-two-rack": ["bench", "examples/scenarios/two-rack.toml", "--policies", "fifo,mlcc,mlcc-fixed,mlcc-bands",
                       "--repeat", "1"],
+    # the same policies on PS and ring jobs with cross traffic (where mlcc loses to fifo)
+    "mlcc-mixed": ["bench", "examples/scenarios/mlcc-mixed.toml", "--policies", "fifo,mlcc,mlcc-fixed,mlcc-bands",
+                   "--repeat", "1"],
 }
 
 
@@ -49,6 +52,13 @@ def run_one(tree: str, bench: str, out: str) -> dict:
     return {"wall_s": time.time() - t0,
             "ratio_vs_fifo": {p: s.get("ratio_vs_fifo") for p, s in res["summary"].items()},
             "avg_jct_s": {p: s.get("avg_jct_s") for p, s in res["summary"].items()}}
+
+
+def _revision(tree: str) -> str | None:
+    """The tree's git commit (with "+dirty" when it has uncommitted changes), None outside git."""
+    r = subprocess.run(["git", "-C", tree, "describe", "--always", "--dirty=+dirty", "--abbrev=12"],
+                       capture_output=True, text=True)
+    return r.stdout.strip() or None if r.returncode == 0 else None
 
 
 def main() -> None:
@@ -87,7 +97,7 @@ def main() -> None:
             fmt = lambda v: ", ".join(f"{x:.3f}" for x in v)  # noqa: E731
             print(f"{bench:<15}{p:<13}{fmt(t['old']):>20}{fmt(t['new']):>20}{n / o:>9.3f}")
     with open(os.path.join(a.out, "before_after.json"), "w") as f:
-        json.dump({"trees": trees, "started_runs": len(runs), "runs": runs, "ratio_vs_fifo": table,
+        json.dump({"trees": trees, "revisions": {k: _revision(t) for k, t in trees.items()}, "started_runs": len(runs), "runs": runs, "ratio_vs_fifo": table,
                    "command": " ".join(sys.argv), "machine": os.uname().nodename,
                    "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z")}, f, indent=1)
 

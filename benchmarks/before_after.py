@@ -58,7 +58,9 @@ def _revision(tree: str) -> str | None:
     """The tree's git commit (with "+dirty" when it has uncommitted changes), None outside git."""
     r = subprocess.run(["git", "-C", tree, "describe", "--always", "--dirty=+dirty", "--abbrev=12"],
                        capture_output=True, text=True)
-    return r.stdout.strip() or None if r.returncode == 0 else None
+    if r.returncode != 0:
+        return None
+    return r.stdout.strip() or None
 
 
 def main() -> None:
@@ -97,7 +99,8 @@ def main() -> None:
             fmt = lambda v: ", ".join(f"{x:.3f}" for x in v)  # noqa: E731
             print(f"{bench:<15}{p:<13}{fmt(t['old']):>20}{fmt(t['new']):>20}{n / o:>9.3f}")
     with open(os.path.join(a.out, "before_after.json"), "w") as f:
-        json.dump({"trees": trees, "revisions": {k: _revision(t) for k, t in trees.items()}, "started_runs": len(runs), "runs": runs, "ratio_vs_fifo": table,
+        json.dump({"trees": trees, "revisions": {k: _revision(t) for k, t in trees.items()},
+                   "started_runs": len(runs), "runs": runs, "ratio_vs_fifo": table,
                    "command": " ".join(sys.argv), "machine": os.uname().nodename,
                    "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z")}, f, indent=1)
 

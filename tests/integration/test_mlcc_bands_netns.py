@@ -38,6 +38,17 @@ host_rate = "60mbit"
 JOBS = {"hybrid-a": 5401, "hybrid-b": 5402}  # fabric order: hybrid-b first (one would put hybrid-a first)
 
 
+def hybrid_config(tmp_path):
+    """The daemons' config: the two jobs by port. The jobs are bulk streams, not iterations: a phase_gap
+    of 1 s keeps a stall of the sender under CPU load from reading as an iteration end (the monitor would
+    learn an estimate that the stream then overruns, and the planner would plan the first job's stream
+    idle, at its path's headroom: docs/mlcc.md)."""
+    cfg = tmp_path / "hostctl-hybrid.toml"
+    cfg.write_text("phase_gap = 1.0\n" + "".join(f'[[jobs]]\nname = "{n}"\nports = [{p}]\n'
+                                                  for n, p in JOBS.items()))
+    return cfg
+
+
 def test_bands_in_mlccs_order_and_the_pacer_together_and_stop_restores(pair, cgroup, tmp_path):
     ns, dev = pair.ps.ns, pair.ps.dev
     order = fabric_order(JOBS, "fixed")
@@ -49,12 +60,7 @@ def test_bands_in_mlccs_order_and_the_pacer_together_and_stop_restores(pair, cgr
     topo.write_text(TOPO)
     ep = f"ipc://{tmp_path}/hybrid-sw.sock"
     start_switch(pair, str(topo), ep)
-    cfg = tmp_path / "hostctl-hybrid.toml"
-    # bulk streams, not iterations: a phase_gap of 1 s keeps a stall of the sender under CPU load from
-    # reading as an iteration end (the monitor would learn an estimate that the stream then overruns, and
-    # the planner would plan the first job's stream idle, at its path's headroom: docs/mlcc.md)
-    cfg.write_text("phase_gap = 1.0\n" + "".join(f'[[jobs]]\nname = "{n}"\nports = [{p}]\n'
-                                                  for n, p in JOBS.items()))
+    cfg = hybrid_config(tmp_path)
     for port in JOBS.values():
         serve(pair, pair.ps, cgroup, port)
     args = ["--policy", "mlcc-bands", "--switch", ep, "--config", str(cfg), "--iface", dev, "--link-rate", "1gbit",
@@ -141,12 +147,7 @@ def test_local_mode_kill_9_then_clean_restores_the_qdisc_and_releases_the_pacer(
     pair.ps.run("tc", "qdisc", "add", "dev", dev, "root", "handle", "7:", "tbf", "rate", "300mbit",
                 "burst", "64kb", "latency", "50ms")
     before = oracle.qdiscs(ns, dev)
-    cfg = tmp_path / "hostctl-hybrid.toml"
-    # bulk streams, not iterations: a phase_gap of 1 s keeps a stall of the sender under CPU load from
-    # reading as an iteration end (the monitor would learn an estimate that the stream then overruns, and
-    # the planner would plan the first job's stream idle, at its path's headroom: docs/mlcc.md)
-    cfg.write_text("phase_gap = 1.0\n" + "".join(f'[[jobs]]\nname = "{n}"\nports = [{p}]\n'
-                                                  for n, p in JOBS.items()))
+    cfg = hybrid_config(tmp_path)
     for port in JOBS.values():
         serve(pair, pair.ps, cgroup, port)
     d = subprocess.Popen(pair.ps.nsenter(HOSTCTL, "start", "--policy", "mlcc-bands", "--config", str(cfg),

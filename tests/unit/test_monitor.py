@@ -527,4 +527,3 @@ def test_kept_gap_ring_gives_the_gap_rule(gaps, memory):
         last.append(g)
         got, want = ring_thresholds(ring, np.array([count + 1]), 4.0)[0], gap_threshold(last, 4.0)
         assert (math.isnan(got) and math.isnan(want)) or got == want
-

@@ -111,23 +111,27 @@ def main() -> int:
     ap.add_argument("--reconfirm", default="1", help="--steady's shorter re-measure after a change (1), the full one "
                     "(0), or both (1,0): trace and accuracy parts")
     ap.add_argument("--quorum", default="1", help="--steady's quorum (1: a component parks once 90%% of its jobs have "
-                    "their means), without it (0), or both (1,0): accuracy part")
+                    "their means), without it (0), a share (e.g. 0.75: hostctl sim --steady-quorum), or a comma "
+                    "list (1,0): trace and accuracy parts")
     ap.add_argument("--out", default="results/sim/scale")
     a = ap.parse_args()
     parts = set(a.parts.split(","))
     nets = [n for n in a.networks.split(",") if n]
     steadies = [int(x) for x in a.steady.split(",") if x]
     reconf = [x == "1" for x in a.reconfirm.split(",") if x]
-    quorums = [x == "1" for x in a.quorum.split(",") if x]
+    quorums = [True if x == "1" else False if x == "0" else float(x) for x in a.quorum.split(",") if x]
     res: dict = {"trace": [], "dense": [], "growth": [], "accuracy": []}
     if "trace" in parts:
-        for net, st, rc in [(n, st, rc) for n in nets for st in steadies for rc in (reconf if st else [True])]:
+        for net, st, rc, qu in [(n, st, rc, qu) for n in nets for st in steadies
+                                for rc in (reconf if st else [True]) for qu in (quorums if st else [True])]:
             r = run({"kind": "trace", "servers": a.servers, "jobs": a.jobs, "network": net, "steady": st,
                      "until_s": a.until_h * 3600 if a.until_h else None, "wall_limit_s": a.wall_limit,
-                     "reconfirm": rc})
+                     "reconfirm": rc, "quorum": qu})
+            r["quorum"] = qu
             res["trace"].append(r)
             br = r["busy_rate_h_per_min"]
-            print(f"trace {net:>5} steady {st:>3}{'' if rc else ' (full re-measure)'}: "
+            print(f"trace {net:>5} steady {st:>3}{'' if rc else ' (full re-measure)'}"
+                  f"{'' if qu is True else f' (quorum {qu})'}: "
                   f"{r['sim_s'] / 3600:.1f} simulated h in {r['wall_s']:.0f} s, "
                   f"busy window {br if br is None else round(br, 1)} h/min, all {r['sim_h_per_wall_min']:.1f} "
                   f"h/min, {r['events']} events ({r['events_per_s']:.0f}/s), {r['finished']} finished, "
@@ -174,7 +178,7 @@ def main() -> int:
                            "parks": r["stats"]["parks"], "steady_quorum": r["stats"]["steady_quorum"]}
                     res["accuracy"].append(row)
                     print(f"accuracy {net:>5} seed {seed} steady {st}{'' if rc else ' (full)'}"
-                          f"{'' if qu else ' (no quorum)'}: avg JCT x{row['avg_jct_ratio']:.4f}, p95 "
+                          f"{'' if qu is True else ' (no quorum)' if not qu else f' (quorum {qu})'}: avg JCT x{row['avg_jct_ratio']:.4f}, p95 "
                           f"x{row['p95_jct_ratio']:.4f}, {row['placed_differently']} placed differently, worst other job "
                           f"{row['worst_job_err']:.2%}, wall {r['wall_s']:.1f} "
                           f"s vs exact {exact['wall_s']:.1f} s", flush=True)

@@ -318,6 +318,10 @@ def sim(
     steady: int = typer.Option(0, "--steady", help="Extrapolate jobs that share links at their mean iteration "
                                "time measured over N iterations (0: exact; not under mlcc-switch, mcs, ccml, adadual, "
                                "srsf<n>; docs/simulator.md, \"Speed\")."),
+    steady_quorum: Optional[float] = typer.Option(None, "--steady-quorum", help="With --steady: once this share "
+                                                  "of a component's jobs have their means, take the rest at their "
+                                                  "windows so far, slow jobs at 2 iterations (faster, a little less "
+                                                  "exact; default: 90%, slow jobs at 10; docs/simulator.md)."),
     slot: float = typer.Option(0.06, "--slot", help="mlcc, mlcc-switch: the planner's slot (s)."),
     ps_fraction: float = typer.Option(0.0, "--ps-fraction", help="Each job is a parameter-server job (the PS on "
                                       "its first server) with this probability, seeded; the others are rings."),
@@ -354,7 +358,8 @@ def sim(
         orders=simrun.parse_list(o.order, ORDERS, "order"), networks=simrun.parse_list(o.network, None, "network"),
         seeds=tuple(range(o.seed, o.seed + o.repeat)), until_s=o.until, time_scale=o.time_scale,
         max_iterations=o.max_iterations, bands=o.bands, rr_interval_s=o.rr_interval,
-        cap_bps=parse_rate_bps(o.cap) if o.cap else None, jitter=o.jitter, steady=o.steady, slot_s=o.slot,
+        cap_bps=parse_rate_bps(o.cap) if o.cap else None, jitter=o.jitter, steady=o.steady,
+        steady_quorum=o.steady_quorum, slot_s=o.slot,
         ps_fraction=o.ps_fraction, iter_model=o.iter_model)
     exact = simrun.check(spec)
     con = Console(stderr=True)

@@ -304,6 +304,14 @@ def test_reconfirming_stays_close_to_exact(seed):
             assert r["jct_s"][name] == pytest.approx(t, rel=0.03)
 
 
+def _fast_and_slow(seed: int) -> list:
+    """Ten jobs iterating every second or so and one that moves 4 GB an iteration (the quorum tests)."""
+    rng = np.random.default_rng(seed)
+    jobs = [job(f"j{k}", 2, size=float(rng.uniform(1e8, 3e8)), compute=float(rng.uniform(0.2, 0.6)),
+                iters=int(rng.integers(1500, 3000)), arrival=float(k) * 0.5) for k in range(10)]
+    return jobs + [job("slow", 2, size=4e9, compute=0.5, iters=150, arrival=1.0)]
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_quorum_parks_without_waiting_for_a_slow_job_and_stays_close_to_exact(seed):
     """Ten jobs iterating every second or so and one that moves 4 GB an iteration share two NICs (one
@@ -312,10 +320,7 @@ def test_the_quorum_parks_without_waiting_for_a_slow_job_and_stays_close_to_exac
     one has 4 iterations after its warm-up. Fewer events; against the exact run every job within 3%."""
     from hostctl_lab.sim.cluster import window_mean
 
-    rng = np.random.default_rng(seed)
-    jobs = [job(f"j{k}", 2, size=float(rng.uniform(1e8, 3e8)), compute=float(rng.uniform(0.2, 0.6)),
-                iters=int(rng.integers(1500, 3000)), arrival=float(k) * 0.5) for k in range(10)]
-    jobs.append(job("slow", 2, size=4e9, compute=0.5, iters=150, arrival=1.0))
+    jobs = _fast_and_slow(seed)
     kw = dict(gpus_per_server=24, placement="ls", network="fifo", seed=seed)  # ls: every job on both NICs
     exact = simulate(single_switch(2), jobs, park=False, **kw)
     quorum = simulate(single_switch(2), jobs, steady=20, **kw)
@@ -387,3 +392,34 @@ def test_the_compiled_solve_gives_the_numpy_path_results(network, monkeypatch):
     assert compiled["events"] == numpy_path["events"]
     assert compiled["stats"]["solves"] == numpy_path["stats"]["solves"]
     assert compiled["jct_s"] == pytest.approx(numpy_path["jct_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_quorum_share_takes_a_slow_job_at_two_iterations_and_stays_close_to_exact(seed):
+    """--steady-quorum 0.75 (ClusterSim(quorum=0.75)): the component of the quorum test above parks once
+    3/4 of its jobs have their means, the slow job (its iterations over 4x the others' median) taken
+    at 2 iterations after a warm-up of 2 ends instead of 10 after 10. Fewer events than the default
+    rule; against the exact run the average within 1%, every job within 3%."""
+    jobs = _fast_and_slow(seed)
+    kw = dict(gpus_per_server=24, placement="ls", network="fifo", seed=seed)
+    exact = simulate(single_switch(2), jobs, park=False, **kw)
+    default = simulate(single_switch(2), jobs, steady=20, **kw)
+    share = simulate(single_switch(2), jobs, steady=20, quorum=0.75, **kw)
+    assert share["events"] < 0.9 * default["events"]
+    assert share["avg_jct_s"] == pytest.approx(exact["avg_jct_s"], rel=0.01)
+    for name, t in exact["jct_s"].items():
+        assert share["jct_s"][name] == pytest.approx(t, rel=0.03)
+
+
+def test_the_slow_window_and_the_quorum_share_check():
+    """slow_window_mean: after 2 ends, at least 2 iterations spanning SLOW_SPAN of the time since the
+    change; a share outside (0, 1] is one ConfigError line."""
+    from hostctl_lab.sim.cluster import SLOW_SPAN, slow_window_mean
+
+    e = [(1.0 + 8.0 * k, k + 1) for k in range(5)]  # ends at 1, 9, 17, 25, 33 s: 8 s an iteration
+    assert slow_window_mean(e[:4], 30.0) is None  # one iteration after the warm-up
+    assert slow_window_mean(e, 30.0) == pytest.approx(8.0)  # 16 s of window >= 0.5 x 30 s
+    assert slow_window_mean(e, 16.0 / SLOW_SPAN + 1.0) is None  # the window is too short a part of it
+    for bad in (0, 1.5, -0.2, "0.5"):
+        with pytest.raises(ConfigError, match="--steady-quorum"):
+            ClusterSim(single_switch(2), [job("a", 2)], steady=20, quorum=bad)

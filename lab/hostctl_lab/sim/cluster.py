@@ -45,7 +45,10 @@ over a shorter window (steady // 5 iterations after the warm-up, agreeing to STE
 being measured in full (``reconfirm``, the default; a job whose mean moved more is measured in full).
 Once STEADY_QUORUM (90%) of a component's jobs have their means, the others are taken at their windows'
 means so far when each window holds at least steady // 5 iterations (``quorum``, the default): a
-component is not held for a job whose iterations are long or whose halves a beat keeps apart.
+component is not held for a job whose iterations are long or whose halves a beat keeps apart. With a
+share instead (``quorum=0.75``: --steady-quorum), the quorum is that share, and a slow job (its mean at
+least SLOW_RATIO x the component's median) is taken at 2 iterations after a warm-up of 2 ends: faster,
+a little less exact (docs/simulator.md).
 
 The flows' numbers live in a FlowTable (one row per flow: bytes left, rate, cap, class, path, job,
 component), so a settle or a solve reads and writes a component's rows at once; the rate kernel's
@@ -98,6 +101,12 @@ STEADY_MAX_WINDOW = 20  # ... or the window has grown to this many times N: its 
 # --steady's quorum: once this share of a component's jobs have their means, each job still measuring is
 # taken at its window's mean so far if the window holds at least N // 5 iterations (a confirm's length)
 STEADY_QUORUM = 0.9
+# ... with a share given (ClusterSim(quorum=SHARE), `hostctl sim --steady-quorum SHARE`: faster, a little
+# less exact), a slow job too (its mean at least SLOW_RATIO x the median of the component's means): once
+# it has 2 iterations after a warm-up of 2 ends that span at least SLOW_SPAN of the time since its
+# component changed
+SLOW_RATIO = 4.0
+SLOW_SPAN = 0.5
 MEMO_BYTES = 64 << 20  # solve_numpy's memo of rates by inputs holds at most this much
 
 
@@ -253,6 +262,16 @@ def confirm_iteration(e, warm: int, n: int, T0: float) -> float | bool | None:
     return T0 if abs(m - T0) <= STEADY_AGREE * T0 else False
 
 
+def slow_window_mean(e, since: float) -> float | None:
+    """--steady's quorum for a slow job (fewer than a confirm's iterations since its component changed,
+    ``since`` seconds ago): its mean over the window after a warm-up of 2 ends (the iteration the change
+    cut, one whole one), once that window holds at least 2 iterations and spans at least SLOW_SPAN of
+    ``since``; else None."""
+    if len(e) < 5 or e[-1][1] - e[2][1] < 2 or e[-1][0] - e[2][0] < SLOW_SPAN * since:
+        return None
+    return (e[-1][0] - e[2][0]) / (e[-1][1] - e[2][1])
+
+
 def window_mean(e, warm: int, n: int) -> float | None:
     """A job's mean iteration time over its window after ``warm`` ends (as mean_iteration counts), if
     the window holds at least ``n`` iterations; else None (--steady's quorum)."""
@@ -269,7 +288,7 @@ class ClusterSim:
                  bands: int = 6, rr_interval_s: float = 2.0, cap_bps: int | None = None,
                  backfill: bool = True, fast_forward: bool = True, park: bool = True, steady: int = 0,
                  jitter: float = 0.0, adadual_eta: float | None = None, slot_s: float = 0.06,
-                 reconfirm: bool = True, quorum: bool = True, iter_model: str = "serial") -> None:
+                 reconfirm: bool = True, quorum: bool | float = True, iter_model: str = "serial") -> None:
         for what, v, ok in (("order", order, ORDERS), ("network", network, NETWORKS)):
             if v not in ok and not (what == "network" and sched.is_admission(v)):
                 raise ConfigError(f"unknown {what} {v!r}: choose {', '.join(ok)}")
@@ -317,7 +336,15 @@ class ClusterSim:
         # window (reconfirm; see park_steady)
         self.job_T_prev: dict[int, float] = {}
         self.reconfirm = reconfirm
-        self.quorum = quorum  # (see park_steady and STEADY_QUORUM)
+        # --steady's quorum: the share of a component's jobs with means at which the rest are taken at
+        # their windows so far (True: STEADY_QUORUM, False: none, a share: that share and slow jobs
+        # at 2 iterations; see park_steady)
+        if quorum is not True and quorum is not False and not (isinstance(quorum, (int, float))
+                                                                 and 0 < quorum <= 1):
+            raise ConfigError(f"--steady-quorum must be a share in (0, 1] (0.9 is the default; 1: every job "
+                              f"measures in full), got {quorum}")
+        self.quorum = quorum
+        self.job_t0: dict[int, float] = {}  # --steady: when a measuring job's component last changed
         self.job_carry: dict[int, float] = {}  # the fraction of an iteration its parks rounded away
         self.park_hist: dict[tuple, list] = {}  # (component, job, shape) -> [(time, floats, iterations done)]
         self.parked: dict[int, tuple] = {}  # park id -> (component's jobs, the job whose exchange waits, saved)
@@ -788,7 +815,8 @@ class ClusterSim:
         if each holds at least steady // 5 iterations: the component is not held for its stragglers,
         and a mean's error moves only its own job (each job advances by the span over its own mean)."""
         n, warm = self.steady, max(2, self.steady // 5)
-        short = max(2, n // 5)  # a confirm's window, and the least a quorum takes
+        short = max(2, n // 5)  # a confirm's window, and the least a quorum takes (of a slow job, 2: a share)
+        share = STEADY_QUORUM if self.quorum is True else float(self.quorum)
         waiting = []
         for i in jobs:
             if i in self.job_T:
@@ -813,11 +841,21 @@ class ClusterSim:
             self.job_T[i] = T
             del self.job_ends[i]
         if waiting:
-            if not self.quorum or len(waiting) > (1 - STEADY_QUORUM) * len(jobs):
+            if not share or len(waiting) > (1 - share) * len(jobs):
                 return False
             late = {}
+            t0 = self.__dict__.get("job_t0", {})  # (a state pickled before it existed)
+            med = None
             for i in waiting:
-                T = window_mean(self.job_ends.get(i, ()), warm, short)
+                e = self.job_ends.get(i, ())
+                T = window_mean(e, warm, short)
+                if T is None and i in t0 and self.quorum is not True:
+                    T = slow_window_mean(e, self.now - t0[i])
+                    if T is not None:
+                        if med is None:
+                            med = float(np.median([self.job_T[k] for k in jobs if k in self.job_T]))
+                        if T < SLOW_RATIO * med:
+                            T = None
                 if T is None:
                     return False
                 late[i] = T
@@ -992,12 +1030,17 @@ class ClusterSim:
             # the component it joined, or the ones it leaves behind (those of its former neighbours)
             touch = {changed} | {k for ln in self.jobs[changed].links for k in users.get(ln, ())}
             near = {k for x in touch if x in self.comp_of for k in self.comps[self.comp_of[x]]} | {changed}
+            t0 = self.__dict__.setdefault("job_t0", {})  # (a state pickled before it existed)
             for k in near:
                 T = self.job_T.pop(k, None)
                 if T is not None and self.reconfirm:
                     self.job_T_prev[k] = T
                 self.job_ends.pop(k, None)
                 self.job_ends_new.discard(k)
+                if k in self.comp_of:
+                    t0[k] = self.now
+                else:
+                    t0.pop(k, None)
             self.job_T_prev.pop(changed, None)  # (it starts or ends)
         self.dirty.update(i for i in self.running_net if self.job_flows.get(i))
 

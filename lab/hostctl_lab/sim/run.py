@@ -42,6 +42,7 @@ class SweepSpec:
     cap_bps: int | None = None
     jitter: float = 0.0
     steady: int = 0
+    steady_quorum: float | None = None  # --steady's quorum share (None: the default rule; ClusterSim's quorum)
     slot_s: float = 0.06  # mlcc, mlcc-switch: the planner's slot (hostctl_lab.sim.mlccnet)
     ps_fraction: float = 0.0  # each trace or synthetic job is a parameter-server job with this probability
     iter_model: str = "serial"  # a ring job's iteration: serial or one of paper 003's strategies (cluster.ITER_MODELS)
@@ -92,7 +93,8 @@ def run_one(spec: dict, combo: dict) -> dict:
     r = simulate(fab, jobs, placement=combo["placement"], order=combo["order"], network=combo["network"],
                  seed=combo["seed"], gpus_per_server=sp.gpus_per_server, until_s=sp.until_s, bands=sp.bands,
                  rr_interval_s=sp.rr_interval_s, cap_bps=sp.cap_bps, jitter=sp.jitter, steady=sp.steady,
-                 slot_s=sp.slot_s, iter_model=sp.iter_model)
+                 quorum=True if sp.steady_quorum is None else sp.steady_quorum, slot_s=sp.slot_s,
+                 iter_model=sp.iter_model)
     return {**combo, **r}
 
 
@@ -109,6 +111,7 @@ def check(spec: SweepSpec) -> list[str]:
         sim = ClusterSim(fab, jobs, placement=p, order=o, network=n,
                          gpus_per_server=spec.gpus_per_server, bands=spec.bands, rr_interval_s=spec.rr_interval_s,
                          cap_bps=spec.cap_bps, jitter=spec.jitter, steady=spec.steady, slot_s=spec.slot_s,
+                         quorum=True if spec.steady_quorum is None else spec.steady_quorum,
                          iter_model=spec.iter_model)
         if spec.steady and not sim.steady and n not in exact:
             exact.append(n)

@@ -46,6 +46,16 @@ def test_the_iter_model_reaches_every_run(tmp_path):
         assert avg["pace"][net] < avg["serial"][net]
 
 
+def test_the_steady_quorum_reaches_the_runs(tmp_path):
+    out = tmp_path / "q"
+    r = run(["sim", "--topology", "single-switch", "--servers", "4", "--synthetic", "8", "--steady", "20",
+             "--steady-quorum", "0.75", "--no-plots", "--out", str(out)], tmp_path)
+    assert r.returncode == 0, show(r)
+    doc = json.loads((out / "sim.json").read_text())
+    assert doc["spec"]["steady_quorum"] == 0.75
+    assert all(x["finished"] == x["jobs"] == 8 for x in doc["runs"])
+
+
 def test_a_sweep_file_sets_the_flags_and_a_flag_given_wins(tmp_path):
     conf = tmp_path / "sweep.toml"
     conf.write_text('topology = "single-switch"\nservers = 4\njobs = 3\nmax-iterations = 5\n'

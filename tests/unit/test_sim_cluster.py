@@ -423,3 +423,18 @@ def test_the_slow_window_and_the_quorum_share_check():
     for bad in (0, 1.5, -0.2, "0.5"):
         with pytest.raises(ConfigError, match="--steady-quorum"):
             ClusterSim(single_switch(2), [job("a", 2)], steady=20, quorum=bad)
+
+
+@pytest.mark.parametrize("share, quorum", [(None, True), (0.75, 0.75)])
+def test_a_sweep_passes_its_steady_quorum_to_the_engine(share, quorum, monkeypatch):
+    """hostctl sim --steady-quorum reaches ClusterSim through run_one (None: the default rule)."""
+    from dataclasses import asdict
+
+    from hostctl_lab.sim import cluster
+    from hostctl_lab.sim.run import SweepSpec, run_one
+
+    seen = {}
+    monkeypatch.setattr(cluster, "simulate", lambda fab, jobs, **kw: seen.update(kw) or {})
+    spec = SweepSpec(topology="single-switch", servers=4, synthetic=4, steady=20, steady_quorum=share)
+    run_one(asdict(spec), spec.combos()[0])
+    assert seen["quorum"] is quorum or seen["quorum"] == quorum

@@ -177,8 +177,9 @@ def main() -> int:
                            "exact_events": exact["events"], "steady_parks": r["stats"]["steady_parks"],
                            "parks": r["stats"]["parks"], "steady_quorum": r["stats"]["steady_quorum"]}
                     res["accuracy"].append(row)
-                    print(f"accuracy {net:>5} seed {seed} steady {st}{'' if rc else ' (full)'}"
-                          f"{'' if qu is True else ' (no quorum)' if not qu else f' (quorum {qu})'}: avg JCT x{row['avg_jct_ratio']:.4f}, p95 "
+                    how = "" if qu is True else " (no quorum)" if not qu else f" (quorum {qu})"
+                    print(f"accuracy {net:>5} seed {seed} steady {st}{'' if rc else ' (full)'}{how}: "
+                          f"avg JCT x{row['avg_jct_ratio']:.4f}, p95 "
                           f"x{row['p95_jct_ratio']:.4f}, {row['placed_differently']} placed differently, worst other job "
                           f"{row['worst_job_err']:.2%}, wall {r['wall_s']:.1f} "
                           f"s vs exact {exact['wall_s']:.1f} s", flush=True)

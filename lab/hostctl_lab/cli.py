@@ -351,6 +351,9 @@ def sim(
         vars(o).update(sweep_file(ctx, config))
     if o.repeat < 1 or o.workers < 1 or o.jobs < 1:
         raise ConfigError("--repeat, --workers and --jobs must be at least 1")
+    if o.steady_quorum is not None and not o.steady:
+        raise ConfigError("--steady-quorum is a rule of --steady's measuring: give --steady N (e.g. 50) too, "
+                          "or drop it")
     spec = simrun.SweepSpec(
         topology=o.topology, servers=o.servers, oversub=o.oversub, trace=o.trace, synthetic=o.synthetic, jobs=o.jobs,
         # lwf<k> and srsf<n> are families: names are checked by simrun.check (ClusterSim's one-line errors)

@@ -109,6 +109,7 @@ def test_steady_where_it_has_no_effect_is_one_note(tmp_path):
     (["--repeat", "0"], "at least 1"),
     (["--steady", "-5"], "--steady must be a whole number"),
     (["--steady", "50", "--steady-quorum", "1.5"], "--steady-quorum must be a share in (0, 1]"),
+    (["--steady-quorum", "0.75"], "--steady-quorum is a rule of --steady's measuring"),
     (["--iter-model", "overlap"], "unknown --iter-model 'overlap'"),
     (["--iter-model", "pace", "--network", "fifo,mlcc"], "--iter-model pace works with the networks"),
 ])

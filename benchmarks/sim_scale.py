@@ -87,6 +87,11 @@ def _rate(curve: list, lo: float, hi: float) -> float | None:
     return ((w[-1][0] - w[0][0]) / 3600) / ((w[-1][1] - w[0][1]) / 60)
 
 
+def _quorum_label(qu) -> str:
+    """How a run's --quorum shows in the printed lines: nothing for the default rule."""
+    return "" if qu is True else " (no quorum)" if not qu else f" (quorum {qu})"
+
+
 def run(a: dict) -> dict:
     with mp.get_context("spawn").Pool(1) as pool:  # a fresh process: its own peak RSS
         return pool.apply(_one, (a,))
@@ -130,8 +135,7 @@ def main() -> int:
             r["quorum"] = qu
             res["trace"].append(r)
             br = r["busy_rate_h_per_min"]
-            print(f"trace {net:>5} steady {st:>3}{'' if rc else ' (full re-measure)'}"
-                  f"{'' if qu is True else f' (quorum {qu})'}: "
+            print(f"trace {net:>5} steady {st:>3}{'' if rc else ' (full re-measure)'}{_quorum_label(qu)}: "
                   f"{r['sim_s'] / 3600:.1f} simulated h in {r['wall_s']:.0f} s, "
                   f"busy window {br if br is None else round(br, 1)} h/min, all {r['sim_h_per_wall_min']:.1f} "
                   f"h/min, {r['events']} events ({r['events_per_s']:.0f}/s), {r['finished']} finished, "
@@ -177,8 +181,7 @@ def main() -> int:
                            "exact_events": exact["events"], "steady_parks": r["stats"]["steady_parks"],
                            "parks": r["stats"]["parks"], "steady_quorum": r["stats"]["steady_quorum"]}
                     res["accuracy"].append(row)
-                    how = "" if qu is True else " (no quorum)" if not qu else f" (quorum {qu})"
-                    print(f"accuracy {net:>5} seed {seed} steady {st}{'' if rc else ' (full)'}{how}: "
+                    print(f"accuracy {net:>5} seed {seed} steady {st}{'' if rc else ' (full)'}{_quorum_label(qu)}: "
                           f"avg JCT x{row['avg_jct_ratio']:.4f}, p95 "
                           f"x{row['p95_jct_ratio']:.4f}, {row['placed_differently']} placed differently, worst other job "
                           f"{row['worst_job_err']:.2%}, wall {r['wall_s']:.1f} "

@@ -48,6 +48,11 @@ class SweepSpec:
     iter_model: str = "serial"  # a ring job's iteration: serial or one of paper 003's strategies (cluster.ITER_MODELS)
     extra: dict = field(default_factory=dict)
 
+    @property
+    def quorum(self) -> bool | float:
+        """ClusterSim's ``quorum``: the share given, or True (the default rule)."""
+        return True if self.steady_quorum is None else self.steady_quorum
+
     def combos(self) -> list[dict]:
         return [{"placement": p, "order": o, "network": n, "seed": s}
                 for p, o, n, s in itertools.product(self.placements, self.orders, self.networks, self.seeds)]
@@ -93,8 +98,7 @@ def run_one(spec: dict, combo: dict) -> dict:
     r = simulate(fab, jobs, placement=combo["placement"], order=combo["order"], network=combo["network"],
                  seed=combo["seed"], gpus_per_server=sp.gpus_per_server, until_s=sp.until_s, bands=sp.bands,
                  rr_interval_s=sp.rr_interval_s, cap_bps=sp.cap_bps, jitter=sp.jitter, steady=sp.steady,
-                 quorum=True if sp.steady_quorum is None else sp.steady_quorum, slot_s=sp.slot_s,
-                 iter_model=sp.iter_model)
+                 quorum=sp.quorum, slot_s=sp.slot_s, iter_model=sp.iter_model)
     return {**combo, **r}
 
 
@@ -111,7 +115,7 @@ def check(spec: SweepSpec) -> list[str]:
         sim = ClusterSim(fab, jobs, placement=p, order=o, network=n,
                          gpus_per_server=spec.gpus_per_server, bands=spec.bands, rr_interval_s=spec.rr_interval_s,
                          cap_bps=spec.cap_bps, jitter=spec.jitter, steady=spec.steady, slot_s=spec.slot_s,
-                         quorum=True if spec.steady_quorum is None else spec.steady_quorum,
+                         quorum=spec.quorum,
                          iter_model=spec.iter_model)
         if spec.steady and not sim.steady and n not in exact:
             exact.append(n)

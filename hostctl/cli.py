@@ -141,7 +141,7 @@ def start(
     slot: Optional[float] = typer.Option(None, "--slot", help="Pacing slot, seconds (default 0.06)."),
     phase_gap: Optional[float] = typer.Option(None, "--phase-gap", help="cap/mlcc: seconds without ACK progress that end a flow's burst (default 0.02)."),
     switch: Optional[str] = typer.Option(None, "--switch", help="mlcc: switchemu endpoints, e.g. tcp://10.0.0.9:5555[,...]. Default: local mode (this host's NIC only)."),
-    curve_keys: Optional[str] = typer.Option(None, "--curve-keys", help="mlcc: folder with client.key_secret and server.key (switchemu keygen)."),
+    curve_keys: Optional[str] = typer.Option(None, "--curve-keys", help="mlcc: folder with the switch's server.key and this host's NAME.key_secret, or that file (switchemu keygen)."),
     horizon: Optional[int] = typer.Option(None, "--horizon", help="mlcc: slots planned ahead, K (default 10)."),
     plan_offset: Optional[float] = typer.Option(None, "--plan-offset", help="mlcc: seconds into each slot at which this host plans (default: from its host name, 0..35 ms)."),
     deps: Optional[bool] = typer.Option(None, "--deps/--no-deps", help="mlcc: Algorithm 2's dependency rules for jobs with a comm pattern in the config (switch mode; default on)."),
@@ -382,6 +382,11 @@ def _print_pacing(con, pc: dict, s: dict) -> None:
         old = sorted(ep for ep, v in (ml.get("wire_versions") or {}).items() if v < WIRE_VERSION)
         if old:
             con.print(f"switches answering in an older wire version (upgrade switchemu): {', '.join(old)}")
+        offs, sil = ml.get("switch_clock_offset_ms") or {}, ml.get("switch_silent_slots") or {}
+        if offs or any(sil.values()):
+            con.print("switches: " + "; ".join(
+                f"{ep}" + (f" clock {offs[ep]:+.1f} ms" if ep in offs else "")
+                + (f", silent {sil[ep]} slots" if sil.get(ep) else "") for ep in sorted(set(offs) | set(sil))))
         jo = ml.get("job_order")
         if jo and jo.get("order") != "none":
             con.print(f"job order ({jo['order']}" + (f", every {jo['interval_s']:g} s" if jo["order"] == "rotate" else "")

@@ -55,7 +55,7 @@ class Config:
     slot_s: float = consts.DEFAULT_SLOT_S
     phase_gap_s: float = consts.DEFAULT_PHASE_GAP_S
     switch: tuple[str, ...] = ()  # mlcc: switchemu endpoints; () = local mode only
-    curve_keys: str | None = None  # mlcc: folder with client.key_secret and server.key (switchemu keygen)
+    curve_keys: str | None = None  # mlcc: folder with server.key and this host's NAME.key_secret, or that file
     horizon: int = consts.DEFAULT_HORIZON  # mlcc: K, slots planned ahead
     plan_offset_s: float | None = None  # mlcc: when in the slot this host plans; None: from its host name
     ingress_rate: str | None = None  # ingress bands: "97%" of the link rate or a rate; None: off

@@ -121,6 +121,15 @@ def _pacing_metrics(pc: dict, stats: dict, decision: dict | None):
         yield from _mlcc_metrics(ml, pc)
 
 
+def _per_endpoint(name: str, what: str, values: dict | None, scale: float = 1.0):
+    """A gauge with one series per switch endpoint (none if there are no values)."""
+    if values:
+        g = GaugeMetricFamily(name, what, labels=["endpoint"])
+        for ep, v in sorted(values.items()):
+            g.add_metric([ep], v * scale)
+        yield g
+
+
 def _mlcc_metrics(ml: dict, pc: dict):
     flows = pc.get("flows", [])
     mode = GaugeMetricFamily("hostctl_mlcc_switch_mode", "1: planning with switchemu feedback, 0: local mode")
@@ -134,13 +143,13 @@ def _mlcc_metrics(ml: dict, pc: dict):
                    ml.get("negotiation_seconds"))
     if h is not None:
         yield h
-    wv = ml.get("wire_versions")
-    if wv:
-        g = GaugeMetricFamily("hostctl_mlcc_switch_wire_version", "Wire version spoken to each switch endpoint (below "
-                              "the newest: an older switchemu)", labels=["endpoint"])
-        for ep, v in sorted(wv.items()):
-            g.add_metric([ep], v)
-        yield g
+    yield from _per_endpoint("hostctl_mlcc_switch_wire_version", "Wire version spoken to each switch endpoint (below "
+                             "the newest: an older switchemu)", ml.get("wire_versions"))
+    yield from _per_endpoint("hostctl_mlcc_switch_clock_offset_seconds", "Each switch's clock minus this host's, "
+                             "measured from its last reply (beyond the switch's --max-skew-ms it "
+                             "refuses this host's slots)", ml.get("switch_clock_offset_ms"), 1e-3)
+    yield from _per_endpoint("hostctl_mlcc_switch_silent_slots", "Slots in a row each switch endpoint did not "
+                             "answer (late or refused answers count as silence)", ml.get("switch_silent_slots"))
     err = CounterMetricFamily("hostctl_mlcc_switch_errors", "Error replies from the switches, by code", labels=["code"])
     for code, n in sorted(ml.get("errors", {}).items()):
         err.add_metric([code], n)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -126,7 +127,7 @@ def serve(
 @app.command()
 def probe(
     connect: str = typer.Option(..., "--connect", help="Endpoint of a running switchemu, e.g. tcp://127.0.0.1:5555."),
-    curve_keys: Optional[str] = typer.Option(None, "--curve-keys", help="DIR with client.key_secret and server.key."),
+    curve_keys: Optional[str] = typer.Option(None, "--curve-keys", help="DIR with server.key and this host's NAME.key_secret (or that file)."),
     timeout: float = typer.Option(2.0, "--timeout", help="Seconds to wait for the reply."),
     slot_ms: float = typer.Option(60.0, "--slot-ms", help="Slot length the switch uses, ms."),
 ) -> None:
@@ -145,14 +146,15 @@ def probe(
     if res.error:
         raise HostctlError(f"no answer from {connect} within {timeout:g} s ({res.error}): is switchemu running "
                            "there, with matching --curve-keys?")
+    clock = "" if res.clock_offset_s is None else f", the switch's clock {res.clock_offset_s * 1000:+.1f} ms from this host's"
     typer.echo(f"{connect}: fetch round trip {res.latency_s * 1000:.3f} ms (slot_now {res.slot_now}, "
-               f"K {res.horizon}, slot {res.slot_s * 1000:g} ms, wire version {res.version})")
+               f"K {res.horizon}, slot {res.slot_s * 1000:g} ms, wire version {res.version}{clock})")
 
 
 @app.command()
 def status(
     connect: str = typer.Option(..., "--connect", help="Endpoint of a running switchemu, e.g. tcp://127.0.0.1:5555."),
-    curve_keys: Optional[str] = typer.Option(None, "--curve-keys", help="DIR with client.key_secret and server.key."),
+    curve_keys: Optional[str] = typer.Option(None, "--curve-keys", help="DIR with server.key and this host's NAME.key_secret (or that file)."),
     timeout: float = typer.Option(2.0, "--timeout", help="Seconds to wait for the reply."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole status as JSON."),
     top: int = typer.Option(20, "--top", help="Links shown, most booked first (0: all)."),
@@ -214,33 +216,43 @@ def format_status(endpoint: str, st: dict, top: int = 20) -> str:
 @app.command()
 def keygen(
     folder: str = typer.Argument(..., help="Folder for the keys (created)."),
-    client: str = typer.Option("client", "--client", help="Name of the client keypair to add."),
+    client: str = typer.Option("client", "--client", help="Name of the client keypair to add (a host's name)."),
+    client_only: bool = typer.Option(False, "--client-only", help="On a host: write only its NAME keypair, "
+                                     "no server keys (the switch's folder never holds a host's secret)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing server keypair."),
 ) -> None:
-    """CURVE keys: DIR/server.key(_secret), DIR/<client>.key(_secret), DIR/clients/<client>.key (authorized)."""
+    """CURVE keys: DIR/server.key(_secret), DIR/<client>.key(_secret), DIR/clients/<client>.key (authorized);
+    with --client-only, DIR/<client>.key(_secret) only."""
     import zmq.auth
 
     from hostctl.errors import ConfigError
 
-    if not client.isidentifier():
-        raise ConfigError(f"--client {client!r}: use letters, digits and _ only")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", client):
+        raise ConfigError(f"--client {client!r}: use letters, digits, - and _ only (a host's name)")
+    if client == "server":
+        raise ConfigError("--client server: that name is the switch's keypair; pick the host's name")
     try:
-        os.makedirs(os.path.join(folder, "clients"), exist_ok=True)
+        os.makedirs(folder if client_only else os.path.join(folder, "clients"), exist_ok=True)
         made = []
-        if force or not os.path.exists(os.path.join(folder, "server.key_secret")):
+        if not client_only and (force or not os.path.exists(os.path.join(folder, "server.key_secret"))):
             zmq.auth.create_certificates(folder, "server")
+            os.chmod(os.path.join(folder, "server.key_secret"), 0o600)
             made.append("server")
         if os.path.exists(os.path.join(folder, f"{client}.key_secret")):
             raise ConfigError(f"{folder}/{client}.key_secret exists: pick another --client NAME")
         zmq.auth.create_certificates(folder, client)
-        shutil.copy(os.path.join(folder, f"{client}.key"), os.path.join(folder, "clients", f"{client}.key"))
         os.chmod(os.path.join(folder, f"{client}.key_secret"), 0o600)
-        os.chmod(os.path.join(folder, "server.key_secret"), 0o600)
+        if not client_only:
+            shutil.copy(os.path.join(folder, f"{client}.key"), os.path.join(folder, "clients", f"{client}.key"))
     except OSError as e:
         raise ConfigError(f"cannot write keys to {folder}: {e.strerror}") from None
     made.append(client)
-    typer.echo(f"{folder}: wrote {' and '.join(made)} keypairs; {client} is authorized (clients/{client}.key). "
-               f"Give hosts server.key and {client}.key_secret.")
+    if client_only:
+        typer.echo(f"{folder}: wrote the {client} keypair. To authorize this host, copy {folder}/{client}.key into "
+                   f"the switch's clients/ folder and send the switch SIGHUP; put the switch's server.key in {folder}.")
+    else:
+        typer.echo(f"{folder}: wrote {' and '.join(made)} keypairs; {client} is authorized (clients/{client}.key). "
+                   f"Give hosts server.key and {client}.key_secret.")
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from time import perf_counter
 
 import msgpack
@@ -51,6 +51,7 @@ class Stats:
     bytes_in: int = 0
     bytes_out: int = 0
     auth_failures: int = 0
+    revoked_messages: int = 0  # messages of a session whose key was revoked since its handshake (dropped)
     expired_flows: int = 0
     latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
     latency_sum_s: float = 0.0
@@ -64,7 +65,8 @@ class Stats:
     def summary(self) -> str:
         errs = {k: v for k, v in self.errors.items() if v}
         return (f"{self.messages} messages, {self.frames} frames, replies {sum(self.replies.values())}, "
-                f"errors {errs or 0}, auth failures {self.auth_failures}")
+                f"errors {errs or 0}, auth failures {self.auth_failures}"
+                + (f", messages of revoked keys {self.revoked_messages}" if self.revoked_messages else ""))
 
 
 class SwitchState:
@@ -135,7 +137,7 @@ class SwitchState:
             code = Code.MALFORMED if not parts else Code.OVERSIZED
             self.stats.errors[code.name.lower()] += 1
             msg = "empty message" if not parts else f"{len(parts)} frames in one message > {wire.MAX_PARTS}"
-            return head + [wire.error_reply(code, msg, None, self._slot(now_s))]
+            return head + [wire.error_reply(code, msg, None, self._slot(now_s), now_s)]
         handle = self.handle_frame
         if head:
             return head + [handle(p, now_s) for p in parts]
@@ -174,11 +176,12 @@ class SwitchState:
             st.replies[t] += 1
         except WireError as e:
             st.errors[_NAMES[e.code]] += 1
-            out = wire.error_reply(e.code, e.message, e.req_id, slot_now)
+            out = wire.error_reply(e.code, e.message, e.req_id, slot_now, clk[0])
         except Exception as e:  # a bug: count it, answer, keep serving
             log.debug("internal error on a frame", exc_info=True)
             st.errors["internal"] += 1
-            out = wire.error_reply(Code.INTERNAL, f"internal error ({type(e).__name__})", wire.peek_id(frame), slot_now)
+            out = wire.error_reply(Code.INTERNAL, f"internal error ({type(e).__name__})", wire.peek_id(frame), slot_now,
+                                   clk[0])
         st.bytes_out += len(out)
         dt = perf_counter() - t0  # Stats.observe, inlined
         st.latency_buckets[bisect_left(LATENCY_BUCKETS_S, dt)] += 1
@@ -214,15 +217,17 @@ class SwitchState:
     def _dispatch(self, req: wire.Request, slot_now: int) -> bytes:
         t = req.type
         if t == "update_schedule":
-            return wire.encode_reply(self._update(req, slot_now))
-        if t == "fetch_feedback":
-            return wire.encode_reply(self._fetch(req, slot_now))
-        if t == "report_progress":
-            return wire.encode_reply(self._report(req, slot_now))
-        if t == "get_progress":
+            r = self._update(req, slot_now)
+        elif t == "fetch_feedback":
+            r = self._fetch(req, slot_now)
+        elif t == "report_progress":
+            r = self._report(req, slot_now)
+        elif t == "get_progress":
             got = tuple(p for p in (self.progress.get(f) for f in req.flows) if p is not None)
-            return wire.encode_reply(Reply(t, req.req_id, 0, slot_now, progress=got, version=req.version))
-        return wire.encode_reply(self._notify(req, slot_now))
+            r = Reply(t, req.req_id, 0, slot_now, progress=got, version=req.version)
+        else:
+            r = self._notify(req, slot_now)
+        return wire.encode_reply(replace(r, t=self._clock[0]))  # (the clock of the frame's batch)
 
     # ------------------------------------------------------------------ fast path
 
@@ -250,7 +255,7 @@ class SwitchState:
                 status.append(self._flow_error(Code.REORDERED))
                 bad = bad or status[-1]
         table.settle()  # the frame's end: a moment readers can see (the booking peak)
-        m = {"v": v, "type": "update_schedule", "id": rid, "status": bad, "slot_now": slot_now}
+        m = {"v": v, "type": "update_schedule", "id": rid, "status": bad, "slot_now": slot_now, "t": self._clock[0]}
         if bad:
             m["flow_status"] = status
         return self._pack(m)
@@ -312,8 +317,8 @@ class SwitchState:
                     d["job_Bps"], d["job_flows"], d["all_Bps"] = [], [], []
             for d, jl, jn, ja in jloads:
                 d["job_Bps"], d["job_flows"], d["all_Bps"] = jl, jn, ja
-        m = {"v": v, "type": "fetch_feedback", "id": rid, "status": bad, "slot_now": slot_now, "slot": slot,
-             "slot_s": self.slot_s, "K": k, "caps": caps, "flows": fb}
+        m = {"v": v, "type": "fetch_feedback", "id": rid, "status": bad, "slot_now": slot_now, "t": self._clock[0],
+             "slot": slot, "slot_s": self.slot_s, "K": k, "caps": caps, "flows": fb}
         if not v1:
             m["loads_Bps"] = wire.pack_rows(loads)
             if jloads:
@@ -463,7 +468,7 @@ class SwitchState:
         if reset:
             self.table.reset_booking()
         return self._pack({"v": v, "type": STATUS, "id": rid, "status": 0, "slot_now": slot_now,
-                           "switch_status": out})
+                           "t": self._clock[0], "switch_status": out})
 
     def _report(self, req: wire.Request, slot_now: int) -> Reply:
         host = req.host or ""
@@ -552,6 +557,7 @@ class SwitchServer:
         self.reload = threading.Event()
         self.ctx = zmq.Context()
         self.auth = None
+        self.keys: frozenset[str] | None = None  # with CURVE: the authorized clients' public keys (z85)
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.linger = 0
         self.sock.setsockopt(zmq.MAXMSGSIZE, 16 * state.max_frame_bytes)  # larger frames: peer dropped
@@ -586,16 +592,40 @@ class SwitchServer:
         self.auth = ThreadAuthenticator(self.ctx, log=logging.getLogger("switchemu.auth"))
         self.auth.start()
         self.auth.configure_curve(domain="*", location=clients)
+        self.keys = self._client_keys()
         self.sock.curve_secretkey = secret
         self.sock.curve_publickey = public
         self.sock.curve_server = True
         self.monitor = self.sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
 
+    def _client_keys(self) -> frozenset[str]:
+        """The public keys in clients/ (z85, as ZeroMQ's User-Id of a session that has one); a file that
+        does not hold a key is logged and left out."""
+        import zmq.auth
+
+        d = os.path.join(self.cfg.curve_dir, "clients")
+        keys = set()
+        for f in sorted(os.listdir(d)):
+            if f.endswith(".key"):
+                try:
+                    keys.add(zmq.auth.load_certificate(os.path.join(d, f))[0].decode("ascii"))
+                except (OSError, ValueError) as e:
+                    log.warning("clients/%s holds no public key (%s): not authorized", f, e)
+        return frozenset(keys)
+
+    def reload_keys(self) -> None:
+        """SIGHUP: the authorized keys again from clients/. New handshakes are checked against them (the
+        authenticator); sessions of keys that are gone get no more replies (``serve``)."""
+        if self.auth is None or not self.cfg.curve_dir:
+            return
+        self.auth.configure_curve(domain="*", location=os.path.join(self.cfg.curve_dir, "clients"))
+        old, self.keys = self.keys or frozenset(), self._client_keys()
+        gone = len(old - self.keys)
+        log.info("reloaded %d authorized client keys%s", len(self.keys),
+                 f"; {gone} revoked: their open sessions get no more replies" if gone else "")
+
     def authorized_clients(self) -> int:
-        if not self.cfg.curve_dir:
-            return 0
-        clients = os.path.join(self.cfg.curve_dir, "clients")
-        return sum(1 for f in os.listdir(clients) if f.endswith(".key"))
+        return len(self.keys or ())
 
     def serve(self, stop: threading.Event) -> None:
         import zmq
@@ -609,9 +639,7 @@ class SwitchServer:
         while not stop.is_set():
             if self.reload.is_set():
                 self.reload.clear()
-                if self.auth is not None and self.cfg.curve_dir:
-                    self.auth.configure_curve(domain="*", location=os.path.join(self.cfg.curve_dir, "clients"))
-                    log.info("reloaded %d authorized client keys", self.authorized_clients())
+                self.reload_keys()
             events = dict(poller.poll(100))
             if self.monitor is not None and self.monitor in events:
                 self._drain_monitor()
@@ -620,11 +648,17 @@ class SwitchServer:
                 continue
             now = self.clock()
             replies = []
+            keys = self.keys
             for _ in range(BATCH):
                 try:
-                    msg = recv(NOBLOCK, copy=True)
+                    msg = recv(NOBLOCK, copy=keys is None)
                 except zmq.Again:
                     break
+                if keys is not None:  # CURVE: the session's key must still be authorized (a revoked one is not)
+                    if msg[0].get("User-Id") not in keys:
+                        state.stats.revoked_messages += 1
+                        continue
+                    msg = [f.bytes for f in msg]
                 if len(msg) < 2:
                     continue  # cannot happen on a ROUTER (the routing id is always there)
                 out = handle(msg[1:], now)
@@ -693,6 +727,8 @@ class StatsCollector:
         yield CounterMetricFamily("switchemu_received_bytes", "Request bytes received", value=s.bytes_in)
         yield CounterMetricFamily("switchemu_sent_bytes", "Reply bytes sent", value=s.bytes_out)
         yield CounterMetricFamily("switchemu_auth_failures", "CURVE handshakes refused", value=s.auth_failures)
+        yield CounterMetricFamily("switchemu_revoked_messages", "Messages dropped from sessions whose key was revoked "
+                                  "(SIGHUP) after their handshake", value=s.revoked_messages)
         yield CounterMetricFamily("switchemu_expired_flows", "Flows forgotten after K silent slots", value=s.expired_flows)
         yield GaugeMetricFamily("switchemu_table_flows", "Flows in the load table", value=len(self.state.table))
         yield GaugeMetricFamily("switchemu_table_links", "Links owned by this switch", value=len(self.state.owned))

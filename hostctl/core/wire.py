@@ -48,7 +48,9 @@ optional except to receive notifications)::
 overrides the topology path. ``flow`` ids must be unique in the cluster (e.g. ``"10.0.0.1:4711>10.0.0.2:9000"``).
 
 Replies (common keys: ``v``, ``type`` (the request's, or ``"error"``), ``id``, ``status`` (0 = ok or an
-error code below), ``slot_now`` = the switch's current slot)::
+error code below), ``slot_now`` = the switch's current slot, ``t`` = the switch's clock when it read the
+request, unix seconds as a float (optional: switches before it leave it out; a client measures its clock
+offset from it))::
 
     error            msg: str                      the whole frame was rejected
     update_schedule  flow_status?: [code per flow] present when a flow failed; the others were applied
@@ -69,6 +71,7 @@ Error codes: see ``Code``. Every decode error is one ``WireError(code, message)`
 from __future__ import annotations
 
 import functools
+import math
 import sys
 from array import array
 from collections.abc import Iterable, Sequence
@@ -218,6 +221,7 @@ class Reply:
     notifications: tuple[Notification, ...] = ()
     progress: tuple[FlowProgress, ...] = ()
     version: int = WIRE_VERSION  # the request's (an error reply: ERROR_VERSION)
+    t: float | None = None  # the switch's clock (unix s) when it read the request; None: an older switch
 
 
 # ---------------------------------------------------------------------- encoding
@@ -297,6 +301,8 @@ def _job_rows(f: FlowFeedback, rows: tuple, k: int | None) -> tuple:
 def encode_reply(r: Reply) -> bytes:
     m: dict[str, Any] = {"v": r.version, "type": r.type, "id": r.req_id, "status": int(r.status),
                          "slot_now": r.slot_now}
+    if r.t is not None:
+        m["t"] = r.t
     if r.type == "error":
         m["v"] = ERROR_VERSION
         m["msg"] = r.message
@@ -336,12 +342,16 @@ def encode_reply(r: Reply) -> bytes:
     return _pack(m)
 
 
-def error_reply(code: Code | int, message: str, req_id: int | None = None, slot_now: int | None = None) -> bytes:
-    """The bytes of ``encode_reply(Reply("error", req_id, code, slot_now, message=message[:200]))``,
+def error_reply(code: Code | int, message: str, req_id: int | None = None, slot_now: int | None = None,
+                t: float | None = None) -> bytes:
+    """The bytes of ``encode_reply(Reply("error", req_id, code, slot_now, message=message[:200], t=t))``,
     without building the Reply (a switch that is behind answers many frames with stale_slot). Version
     ``ERROR_VERSION`` whatever the request's."""
-    return _pack({"v": ERROR_VERSION, "type": "error", "id": req_id, "status": int(code), "slot_now": slot_now,
-                  "msg": message[:200]})
+    m = {"v": ERROR_VERSION, "type": "error", "id": req_id, "status": int(code), "slot_now": slot_now}
+    if t is not None:
+        m["t"] = t
+    m["msg"] = message[:200]
+    return _pack(m)
 
 
 # ---------------------------------------------------------------------- decoding
@@ -669,8 +679,12 @@ def _decode_reply(m: dict[str, Any]) -> Reply:
     if status is None:
         raise WireError(Code.MALFORMED, "reply has no status")
     slot_now = _opt_int(m.get("slot_now"), "slot_now")
+    clock = m.get("t")
+    if clock is not None and (type(clock) not in (float, int) or not math.isfinite(clock)):
+        raise WireError(Code.MALFORMED, "reply t must be a finite number (the switch's clock)")
+    clock = None if clock is None else float(clock)
     if t == "error":
-        return Reply("error", rid, status, slot_now, message=str(m.get("msg", "")), version=v)
+        return Reply("error", rid, status, slot_now, message=str(m.get("msg", "")), version=v, t=clock)
     fs = tuple(int(x) for x in m.get("flow_status", ()))
     if t == "fetch_feedback":
         k = _opt_int(m.get("K"), "K")
@@ -684,12 +698,12 @@ def _decode_reply(m: dict[str, Any]) -> Reply:
                                    str(n["from"])) for n in m["notify"])
         return Reply(t, rid, status, slot_now, flow_status=fs, slot=_opt_int(m.get("slot"), "slot"),
                      slot_s=float(m["slot_s"]), horizon=k, capacities_Bps=caps, feedback=fb,
-                     notifications=notes, version=v)
+                     notifications=notes, version=v, t=clock)
     if t == "get_progress":
         prog = tuple(FlowProgress(str(p["flow"]), str(p["job"]), int(p["cum_bytes"]), float(p["rate_Bps"]),
                                   int(p["slot"]), str(p["host"])) for p in m["progress"])
-        return Reply(t, rid, status, slot_now, flow_status=fs, progress=prog, version=v)
-    return Reply(t, rid, status, slot_now, flow_status=fs, version=v)
+        return Reply(t, rid, status, slot_now, flow_status=fs, progress=prog, version=v, t=clock)
+    return Reply(t, rid, status, slot_now, flow_status=fs, version=v, t=clock)
 
 
 def _feedback_v1(flows: Any, k: int | None) -> tuple[FlowFeedback, ...]:

@@ -56,6 +56,7 @@ from hostctl.core.types import FlowKey
 log = logging.getLogger("hostctl")
 
 SILENT_SLOTS = 3  # switches silent this many slots in a row -> local mode
+REFUSAL_LOG_S = 60.0  # a switch that keeps refusing this host's slots is logged at most this often
 RATE_DEADBAND = 0.03  # a new rate within 3% of the applied one is not written
 PATH_REFRESH_SLOTS = 100  # a fetch asks for every flow's whole path at least this often (6 s at 60 ms)
 PROGRESS_MAX_AGE = 2  # a peer's progress or notification older than this many slots is ignored
@@ -118,6 +119,11 @@ class MlccControl:
         self.paths: dict[str, tuple[str, ...]] = {}  # flow id -> switch links (from the feedback)
         self.mode = "switch" if switch is not None else "local"
         self.silent = 0
+        # per switch endpoint: fetches in a row without its answer (refusals count), and the switch's clock
+        # minus this host's (the slot clock, ``wall``) as last measured
+        self.silent_by_ep: dict[str, int] = {}
+        self.clock_offset_s: dict[str, float] = {}
+        self._refusals: dict[str, tuple[int, float]] = {}  # endpoint -> (refusals not yet logged, last log)
         self.fallbacks = 0
         self.recoveries = 0
         self.late_publishes = 0  # publishes made after their slot had ended (sent re-labelled, see _publish)
@@ -311,7 +317,14 @@ class MlccControl:
         res = self.switch.exchange(slot, fetches=q, get_progress=names, timeout_s=self.fetch_timeout_s)
         if deps:
             self._take_progress(slot, res)
-        answered = len(res.latency_s) > 0
+        # a refused or late answer is silence: only a switch that took the slot's requests counts
+        good = res.answered
+        answered = bool(good)
+        skew = self.wall() - time.time()  # this host's slot clock against the clock the client measured with
+        for ep, off in res.clock_offset_s.items():
+            self.clock_offset_s[ep] = off - skew
+        for ep in getattr(self.switch, "endpoints", ()):
+            self.silent_by_ep[ep] = 0 if ep in good else self.silent_by_ep.get(ep, 0) + 1
         if res.max_latency_s is not None:
             self.rtt_ms.append(res.max_latency_s * 1e3)
             self.rtt_hist.observe(res.max_latency_s)
@@ -326,6 +339,9 @@ class MlccControl:
                 continue
             if code == wire.Code.UNKNOWN_VERSION:
                 continue  # an older switchemu: the client logged it and speaks version 1 to it from now on
+            if code in (wire.Code.STALE_SLOT, wire.Code.FUTURE_SLOT):
+                self._refused_slot(ep, name, slot, res.slot_now.get(ep))
+                continue
             self._warn_once(name, f"switch {ep} refused this host's requests ({name}): "
                                   f"{res.errors.get(ep, '')}; check NTP sync and --slot")
         for fid, code in res.flow_status.items():
@@ -370,6 +386,25 @@ class MlccControl:
                 why = "; ".join(f"{ep}: {e}" for ep, e in res.errors.items()) or "no reply"
                 log.warning("switches silent for %d slots (%s): local mode (this host's NIC link only) "
                             "until they answer", self.silent, why)
+
+    def _refused_slot(self, ep: str, name: str, slot: int, slot_now: int | None) -> None:
+        """A switch refused this host's slot (its clock and this host's differ by more than it accepts):
+        logged with the measured offset, at most every REFUSAL_LOG_S seconds per switch."""
+        n, last = self._refusals.get(ep, (0, -math.inf))
+        now = time.monotonic()
+        if now - last < REFUSAL_LOG_S:
+            self._refusals[ep] = (n + 1, last)
+            return
+        self._refusals[ep] = (0, now)
+        off = self.clock_offset_s.get(ep)
+        if off is not None:
+            by = f"this host's clock is {abs(off) * 1000:.1f} ms {'ahead of' if off < 0 else 'behind'} the switch's"
+        else:  # a switch that does not send its clock: the slots tell it to within one
+            by = f"this host is at slot {slot}, the switch at {slot_now}"
+        more = f" ({n} more refusals since the last report)" if n else ""
+        log.warning("switch %s refuses this host's slots (%s): %s%s; its answers count as silence (after %d slots: "
+                    "local mode, this host's NIC link only) until the clocks agree: check NTP on both (chronyc "
+                    "tracking) and that --slot matches the switch's --slot-ms", ep, name, by, more, SILENT_SLOTS)
 
     def _link_queries(self, queries: list[wire.FlowQuery]) -> tuple[list[wire.FlowQuery], dict[str, bool]]:
         """The fetch asks for each link's row once per job: only the first row of a job's flow on a link
@@ -648,7 +683,8 @@ class MlccControl:
             for ep, code in res.error_codes.items():
                 name = _code_name(code)
                 self.errors[name] = self.errors.get(name, 0) + 1
-                if code != wire.Code.UNKNOWN_VERSION:  # (an older switchemu: the client logged it)
+                # (an older switchemu: the client logged it; a refused slot: the fetch's log says it, with the offset)
+                if code not in (wire.Code.UNKNOWN_VERSION, wire.Code.STALE_SLOT, wire.Code.FUTURE_SLOT):
                     self._warn_once(f"publish{code}", f"switch {ep} refused this host's schedules: "
                                                       f"{res.errors.get(ep)}")
 
@@ -754,6 +790,10 @@ class MlccControl:
                           "jobs": sorted(self.ranks, key=lambda j: (self.ranks[j], j))},
             # per switch endpoint, the wire version spoken (1: the switch is older than version 2)
             "wire_versions": dict(getattr(self.switch, "version", {})) if self.switch is not None else {},
+            # per switch endpoint: fetches in a row it did not answer (refusals count) and its clock minus
+            # this host's (a switch that does not send its clock has none)
+            "switch_silent_slots": dict(self.silent_by_ep),
+            "switch_clock_offset_ms": {ep: round(x * 1000, 3) for ep, x in self.clock_offset_s.items()},
         }
 
     def close(self) -> None:

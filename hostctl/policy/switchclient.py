@@ -45,15 +45,34 @@ class CurveClientKeys:
     server_public: bytes
 
     @classmethod
-    def from_dir(cls, d: str, client: str = "client") -> CurveClientKeys:
-        """DIR/<client>.key_secret and DIR/server.key, as ``switchemu keygen DIR`` writes them."""
+    def from_dir(cls, d: str, client: str | None = None) -> CurveClientKeys:
+        """A host's CURVE keys: ``d`` is a folder holding the switch's ``server.key`` and this host's
+        ``NAME.key_secret`` (``client.key_secret``, else the only ``*.key_secret`` there but the
+        server's; ``client`` names it), or the path of that ``NAME.key_secret``, with ``server.key``
+        beside it (``switchemu keygen DIR --client NAME --client-only`` writes the pair)."""
         import zmq.auth
 
+        if d.endswith(".key_secret") and os.path.isfile(d):
+            d, client = os.path.dirname(d) or ".", os.path.basename(d)[:-len(".key_secret")]
+        if not os.path.isdir(d):
+            raise ConfigError(f"--curve-keys {d}: no such folder (the folder with server.key and this host's "
+                              "NAME.key_secret, or that file's path)")
+        if client is None:
+            mine = sorted(f[:-len(".key_secret")] for f in os.listdir(d)
+                          if f.endswith(".key_secret") and f != "server.key_secret")
+            if "client" in mine or len(mine) == 1:
+                client = "client" if "client" in mine else mine[0]
+            elif not mine:
+                raise ConfigError(f"--curve-keys {d}: no client key (NAME.key_secret) there: run switchemu keygen {d} "
+                                  "--client NAME --client-only on this host, then authorize NAME.key on the switch")
+            else:
+                raise ConfigError(f"--curve-keys {d}: several client keys ({', '.join(mine)}): give the file, "
+                                  f"--curve-keys {d}/NAME.key_secret")
         try:
             pub, sec = zmq.auth.load_certificate(os.path.join(d, f"{client}.key_secret"))
             spub, _ = zmq.auth.load_certificate(os.path.join(d, "server.key"))
         except (OSError, ValueError) as e:
-            raise ConfigError(f"--curve-keys {d}: needs {client}.key_secret and server.key ({e}): "
+            raise ConfigError(f"--curve-keys {d}: needs {client}.key_secret and the switch's server.key ({e}): "
                               f"see switchemu keygen") from None
         if sec is None:
             raise ConfigError(f"{d}/{client}.key_secret holds no secret key: see switchemu keygen")
@@ -86,10 +105,19 @@ class ExchangeResult:
     slot_now: dict[str, int] = field(default_factory=dict)  # endpoint -> the switch's slot
     errors: dict[str, str] = field(default_factory=dict)  # endpoint -> what went wrong
     error_codes: dict[str, int] = field(default_factory=dict)  # endpoint -> wire code of a rejected frame
+    # endpoint -> the switch's clock minus this host's (time.time()) at the round trip's midpoint, seconds
+    # (within half the round trip); only from switches that send their clock (``t`` in every reply)
+    clock_offset_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    @property
+    def answered(self) -> list[str]:
+        """The endpoints that answered every request frame of this exchange in time and refused none
+        (an error reply, such as a refused slot, is an answer that tells nothing: silence)."""
+        return [ep for ep in self.latency_s if ep not in self.errors]
 
     @property
     def max_latency_s(self) -> float | None:
@@ -104,6 +132,7 @@ class ProbeResult:
     horizon: int | None = None
     error: str | None = None
     version: int | None = None  # the wire version the switch answered in
+    clock_offset_s: float | None = None  # the switch's clock minus this host's (None: an older switch)
 
 
 class SwitchClient:
@@ -227,7 +256,7 @@ class SwitchClient:
         res = ExchangeResult(slot)
         self._drain_late()
         pending: dict[str, dict[int, tuple]] = {}
-        sent_at: dict[str, float] = {}
+        sent_at: dict[str, tuple[float, float]] = {}  # endpoint -> (monotonic, wall) when its message went
         for ep, kinds in per_ep.items():
             if not kinds:
                 continue
@@ -240,7 +269,7 @@ class SwitchClient:
                     break
             else:
                 pending[ep] = ids
-                sent_at[ep] = time.monotonic()
+                sent_at[ep] = (time.monotonic(), time.time())
         self._collect(res, pending, sent_at, deadline)
         for ep in pending:
             if pending[ep]:
@@ -273,8 +302,8 @@ class SwitchClient:
                     break
                 self.late_replies += 1
 
-    def _collect(self, res: ExchangeResult, pending: dict[str, dict[int, tuple]], sent_at: dict[str, float],
-                 deadline: float) -> None:
+    def _collect(self, res: ExchangeResult, pending: dict[str, dict[int, tuple]],
+                 sent_at: dict[str, tuple[float, float]], deadline: float) -> None:
         while any(pending.values()):
             left_ms = (deadline - time.monotonic()) * 1000.0
             if left_ms <= 0:
@@ -286,20 +315,25 @@ class SwitchClient:
                         parts = sock.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
+                    clock = None
                     for frame in parts:
-                        self._take(res, ep, frame, pending.get(ep, {}))
+                        clock = self._take(res, ep, frame, pending.get(ep, {})) or clock
+                    if clock is not None:  # NTP's estimate: the switch read it halfway through the round trip
+                        res.clock_offset_s[ep] = clock - (sent_at[ep][1] + time.time()) / 2
                     if ep in pending and not pending[ep]:
-                        res.latency_s[ep] = time.monotonic() - sent_at[ep]
+                        res.latency_s[ep] = time.monotonic() - sent_at[ep][0]
 
-    def _take(self, res: ExchangeResult, ep: str, frame: bytes, pend: dict[int, tuple]) -> None:
+    def _take(self, res: ExchangeResult, ep: str, frame: bytes, pend: dict[int, tuple]) -> float | None:
+        """Merge one reply frame of ``ep`` into ``res``; the switch's clock if it is a reply to this
+        exchange that carries one."""
         try:
             r = wire.decode_reply(frame)
         except WireError as e:
             res.errors[ep] = f"bad reply: {e}"
-            return
+            return None
         if r.req_id not in pend:
             self.late_replies += 1
-            return
+            return None
         items = pend.pop(r.req_id)
         if r.slot_now is not None:
             res.slot_now[ep] = r.slot_now
@@ -307,12 +341,13 @@ class SwitchClient:
             self._fall_back(ep, r)
             res.errors[ep] = f"{Code(r.status).name.lower() if r.status in Code._value2member_map_ else r.status}: {r.message}"
             res.error_codes[ep] = r.status
-            return
+            return r.t
         if r.flow_status and r.type in ("update_schedule", "report_progress", "notify"):
             for item, code in zip(items, r.flow_status):
                 if code:
                     res.flow_status[item.flow_id] = code
         self._merge(res, r)
+        return r.t
 
     def _merge(self, res: ExchangeResult, r: Reply) -> None:
         if r.type == "fetch_feedback":
@@ -382,19 +417,20 @@ class SwitchClient:
             frame = wire.encode_request(Request("fetch_feedback", rid, slot, None, (), self.version[ep]))
             if not self._send_by(sock, frame, deadline):
                 return ProbeResult(error="could not connect")
-            t0 = time.monotonic()
+            t0, w0 = time.monotonic(), time.time()
             r = self._await(sock, rid, deadline)
             if r is None:
                 return ProbeResult(error="timeout")
             lat = time.monotonic() - t0
+            off = None if r.t is None else r.t - (w0 + time.time()) / 2
             if r.type == "error" and r.status in (Code.STALE_SLOT, Code.FUTURE_SLOT) and r.slot_now is not None:
                 slot = r.slot_now
                 continue
             if self._fall_back(ep, r):
                 continue
             if r.type == "error":
-                return ProbeResult(lat, r.slot_now, error=f"error reply {r.status}: {r.message}")
-            return ProbeResult(lat, r.slot_now, r.slot_s, r.horizon, version=r.version)
+                return ProbeResult(lat, r.slot_now, error=f"error reply {r.status}: {r.message}", clock_offset_s=off)
+            return ProbeResult(lat, r.slot_now, r.slot_s, r.horizon, version=r.version, clock_offset_s=off)
         return ProbeResult(error="slot or version refused three times")
 
     @staticmethod

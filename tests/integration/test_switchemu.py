@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -425,8 +426,8 @@ def test_sigterm_exits_cleanly_with_a_summary(server):
     assert p.wait(5) == 0
 
 
-def _keygen(folder) -> None:
-    r = subprocess.run([SWITCHEMU, "keygen", str(folder)], capture_output=True, text=True, timeout=30)
+def _keygen(folder, *args: str) -> None:
+    r = subprocess.run([SWITCHEMU, "keygen", str(folder), *args], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
 
 
@@ -456,10 +457,57 @@ def test_curve_accepts_authorized_and_refuses_unknown_keys(procs, topo_file, tmp
     assert metrics(mport)["switchemu_auth_failures_total"] >= 1
 
 
+def test_each_host_has_its_own_key_and_a_revoked_key_gets_no_more_replies(procs, topo_file, tmp_path):
+    """A fleet's keys as docs/switchemu.md gives them: each host makes its own pair (--client-only: no
+    server keys, no secret leaves the host), the switch authorizes the public halves in clients/. A key
+    deleted from clients/ and SIGHUP: its open session gets no more replies, a new handshake is refused,
+    the other hosts are served as before."""
+    sw, ha, hb = tmp_path / "switch", tmp_path / "host-a", tmp_path / "host-b"
+    _keygen(sw)
+    _keygen(ha, "--client", "host-a", "--client-only")
+    _keygen(hb, "--client", "host-b", "--client-only")
+    assert sorted(os.listdir(ha)) == ["host-a.key", "host-a.key_secret"]
+    assert os.stat(ha / "host-a.key_secret").st_mode & 0o777 == 0o600
+    for h, name in ((ha, "host-a"), (hb, "host-b")):
+        shutil.copy(sw / "server.key", h / "server.key")
+        shutil.copy(h / f"{name}.key", sw / "clients" / f"{name}.key")
+    ep = f"tcp://127.0.0.1:{free_port()}"
+    mport = free_port()
+    p = procs.start("--bind", ep, "--topology", topo_file, "--curve-keys", str(sw), "--metrics-port", str(mport),
+                    "--log-level", "INFO")
+    key_a, key_b = CurveClientKeys.from_dir(str(ha)), CurveClientKeys.from_dir(str(hb / "host-b.key_secret"))
+    wait_up(ep, p, curve=key_a)
+    q = [wire.FlowQuery("f", "h0", "h1")]
+    with SwitchClient([ep], host="h0", curve=key_a) as a, SwitchClient([ep], host="h1", curve=key_b) as b:
+        assert exchange_ok(a, fetches=q).ok and exchange_ok(b, fetches=q).ok  # b's session is open
+        (sw / "clients" / "host-b.key").unlink()
+        os.kill(p.pid, signal.SIGHUP)
+        for _ in range(50):  # (the reload happens in the switch's loop, within its 100 ms poll)
+            r = b.exchange(slot_now(), fetches=q, timeout_s=0.1)
+            if not r.latency_s:
+                break
+        assert not r.latency_s and "timeout" in r.errors[ep]
+        assert exchange_ok(a, fetches=q).ok
+    r = subprocess.run([SWITCHEMU, "probe", "--connect", ep, "--curve-keys", str(hb), "--timeout", "0.5"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1  # a new handshake with the revoked key
+    r = subprocess.run([SWITCHEMU, "probe", "--connect", ep, "--curve-keys", str(ha / "host-a.key_secret")],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    m = metrics(mport)
+    assert m["switchemu_revoked_messages_total"] >= 1 and m["switchemu_auth_failures_total"] >= 1
+    os.kill(p.pid, signal.SIGTERM)
+    assert p.wait(5) == 0
+    assert "reloaded 2 authorized client keys; 1 revoked" in p.stderr.read()
+
+
 def test_probe_exit_codes(server, tmp_path):
     ep, _, _ = server
     r = subprocess.run([SWITCHEMU, "probe", "--connect", ep], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and "fetch round trip" in r.stdout and " ms" in r.stdout, r.stderr
+    # the same machine's clock: the offset is within the round trip (a few ms on a loaded CI machine)
+    off = float(re.search(r"the switch's clock ([-+][\d.]+) ms from this host's", r.stdout).group(1))
+    assert abs(off) < 50, r.stdout
     r = subprocess.run([SWITCHEMU, "probe", "--connect", f"ipc://{tmp_path}/nobody.sock", "--timeout", "0.3"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "Traceback" not in r.stderr

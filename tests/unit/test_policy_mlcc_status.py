@@ -47,6 +47,19 @@ def test_wire_version_per_switch_is_exported():
     assert 'hostctl_mlcc_switch_wire_version{endpoint="tcp://sw2:5555"} 2.0' in text
 
 
+def test_switch_clock_offsets_and_silence_are_exported_per_endpoint():
+    ml = {"mode": "switch", "fallbacks": 0, "recoveries": 0, "errors": {"future_slot": 4},
+          "switch_clock_offset_ms": {"tcp://sw1:5555": -3000.5, "tcp://sw2:5555": 0.25},
+          "switch_silent_slots": {"tcp://sw1:5555": 4, "tcp://sw2:5555": 0}}
+    text = _exposition(ml, {"flows": []})
+    assert 'hostctl_mlcc_switch_clock_offset_seconds{endpoint="tcp://sw1:5555"} -3.0005' in text
+    assert 'hostctl_mlcc_switch_clock_offset_seconds{endpoint="tcp://sw2:5555"} 0.00025' in text
+    assert 'hostctl_mlcc_switch_silent_slots{endpoint="tcp://sw1:5555"} 4.0' in text
+    assert 'hostctl_mlcc_switch_errors_total{code="future_slot"} 4.0' in text
+    assert "clock_offset" not in _exposition({"mode": "local", "fallbacks": 0, "recoveries": 0, "errors": {}},
+                                             {"flows": []})
+
+
 def test_algorithm2_counters_and_deltas_are_exported():
     ml = {"mode": "switch", "fallbacks": 0, "recoveries": 0, "errors": {},
           "deps": {"enabled": True, "flows": 2, "notifications_sent": 7, "notifications_received": 3,
@@ -99,6 +112,13 @@ def test_human_status_names_switches_on_an_older_wire_version():
     out = io.StringIO()
     _print_pacing(Console(file=out, width=250), pc, {"slots": 10, "slot_overruns": 0})
     assert "older wire version (upgrade switchemu): tcp://sw1:5555\n" in out.getvalue()
+    assert "switches:" not in out.getvalue()  # no clock measured, none silent: nothing to say
+
+    ml.update(switch_clock_offset_ms={"tcp://sw1:5555": -3000.04, "tcp://sw2:5555": 0.3},
+              switch_silent_slots={"tcp://sw1:5555": 7, "tcp://sw2:5555": 0})
+    out = io.StringIO()
+    _print_pacing(Console(file=out, width=250), pc, {"slots": 10, "slot_overruns": 0})
+    assert "switches: tcp://sw1:5555 clock -3000.0 ms, silent 7 slots; tcp://sw2:5555 clock +0.3 ms\n" in out.getvalue()
 
 
 def test_human_status_shows_roles_and_algorithm2_counters():

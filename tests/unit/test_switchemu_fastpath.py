@@ -201,3 +201,25 @@ def test_fast_fetch_excludes_own_flow_and_job_like_the_reference():
         assert r["flow_status"] == [wire.Code.REORDERED]
         r = send({"type": "fetch_feedback", "flows": [{"flow": "a1", "src": "h0", "dst": "h2"}]})
         assert r["flows"][0]["load_Bps"] == [[8] * K]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_every_reply_carries_the_clock_the_switch_read(fast):
+    """``t`` in every reply is the time the switch handled the frame at (a client's clock offset is
+    measured from it): fast and reference paths, errors, message-level errors and status."""
+    st = SwitchState(Topology.from_toml(RACKS), "all", slot_s=SLOT_S, horizon=K, fast=fast)
+    now = 1764345600.0 + 0.0123
+    slot = int(now // SLOT_S)
+    sched = {"flow": "f", "job": "j", "src": "h0", "dst": "h1", "seq": 1, "rates_Bps": [1] * K}
+    frames = [{"type": "update_schedule", "flows": [sched]},
+              {"type": "fetch_feedback", "flows": [{"flow": "f", "src": "h0", "dst": "h1"}]},
+              {"type": "get_progress", "flows": ["f"]},
+              {"type": "fetch_feedback", "flows": [], "slot": slot + 1000},  # future_slot
+              {"type": "status"}]
+    for i, m in enumerate(frames):
+        out = st.handle_frame(msgpack.packb({"v": 2, "id": i, "slot": slot, **m}), now)
+        assert msgpack.unpackb(out)["t"] == now, m["type"]
+    assert wire.decode_reply(st.handle_frame(msgpack.packb({"v": 2, "id": 9, "slot": slot + 1000,
+                                                            "type": "fetch_feedback", "flows": []}), now)).t == now
+    (empty,) = st.handle_message([b""] * (wire.MAX_PARTS + 2), now)[1:]
+    assert wire.decode_reply(empty).t == now

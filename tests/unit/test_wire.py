@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from dataclasses import replace
+
 import msgpack
 import pytest
 from hypothesis import given, settings
@@ -77,6 +79,26 @@ def test_reply_round_trips(v):
     err = wire.decode_reply(wire.error_reply(Code.STALE_SLOT, "late", 8, 99))
     assert (err.type, err.req_id, err.status, err.slot_now, err.message, err.version) == (
         "error", 8, 5, 99, "late", wire.ERROR_VERSION)
+
+
+@pytest.mark.parametrize("v", wire.WIRE_VERSIONS)
+def test_the_switch_clock_t_round_trips_and_is_optional(v):
+    """``t`` (the switch's clock) goes with every reply type; a reply without it (an older switch)
+    decodes to t=None; anything but a finite number is malformed."""
+    for r in (wire.Reply("fetch_feedback", 5, 0, 99, slot=99, slot_s=0.06, horizon=1, version=v, t=1764345600.123456),
+              wire.Reply("get_progress", 6, 0, 99, version=v, t=5.0),
+              wire.Reply("update_schedule", 7, 0, 99, version=v, t=0.25)):
+        assert wire.decode_reply(wire.encode_reply(r)) == r
+        assert wire.decode_reply(wire.encode_reply(replace(r, t=None))).t is None
+    err = wire.decode_reply(wire.error_reply(Code.FUTURE_SLOT, "ahead", 8, 99, 1234.5))
+    assert (err.status, err.t) == (Code.FUTURE_SLOT, 1234.5)
+    assert wire.error_reply(Code.FUTURE_SLOT, "ahead", 8, 99, 1234.5) == wire.encode_reply(
+        wire.Reply("error", 8, int(Code.FUTURE_SLOT), 99, message="ahead", t=1234.5))
+    base = msgpack.unpackb(wire.encode_reply(wire.Reply("update_schedule", 7, 0, 99, version=v)))
+    for bad in ("1.0", float("nan"), float("inf"), [1.0], True):
+        with pytest.raises(wire.WireError) as e:
+            wire.decode_reply(msgpack.packb({**base, "t": bad}))
+        assert e.value.code == Code.MALFORMED
 
 
 def test_every_reply_keeps_its_request_version_except_errors():

@@ -15,8 +15,8 @@ For each N it measures, with the real pyroute2 + bcc datapath:
              INFO log line written to a file) at successive rotation epochs
   tick       the daemon's per-second work, step by step, with N idle TCP listeners on
              127.0.0.1:10000+i opened here and a real port-spec Discovery: scan()
-             (reads /proc/net/tcp{,6}), reassign() at a rotation, refresh_status(),
-             heartbeat(); explains the daemon CPU that bench_bands.py measures
+             (reads /proc/net/tcp{,6}), check_drift() (the tc tree read back), reassign() at a
+             rotation, refresh_status(), heartbeat(); explains the daemon CPU that bench_bands.py measures
   teardown   LinuxDatapath.teardown(): restore the previous qdisc tree
 Every sample records wall time (perf_counter) and the process's CPU time
 (CLOCK_PROCESS_CPUTIME_ID): on a shared machine wall >> cpu means we were preempted.
@@ -150,6 +150,7 @@ def bench_ticks(iface: str, n: int, plan, dp: LinuxDatapath, reps: int) -> dict:
             "reassign_rotation": d.reassign,
             "refresh_status": d.refresh_status,
             "heartbeat": dp.heartbeat,
+            "check_drift": lambda: d.check_drift(d.mono()),  # the tc tree read back (nothing changed)
             # parts of the above
             "read_proc_net_tcp_raw": lambda: [open(p).read() for p in ("/proc/net/tcp", "/proc/net/tcp6")],
             "read_proc_sockets": read_proc_sockets,
@@ -168,8 +169,10 @@ def bench_ticks(iface: str, n: int, plan, dp: LinuxDatapath, reps: int) -> dict:
             out[name] = {"wall": summarize(wall), "user_mean": statistics.fmean(user),
                          "sys_mean": statistics.fmean(sys_)}
         out["rotations"] = d.stats.rotations
-        # what one second of the daemon costs: 1 scan, 1 reassign (a rotation), 1 status, 2 heartbeats
-        per_s = ["scan", "reassign_rotation", "refresh_status", "heartbeat", "heartbeat"]
+        assert d.stats.reconciliations == 0  # the check found the tree as set up
+        # what one second of the daemon costs: 1 scan and its tc tree check, 1 reassign (a rotation), 1 status,
+        # 2 heartbeats
+        per_s = ["scan", "check_drift", "reassign_rotation", "refresh_status", "heartbeat", "heartbeat"]
         out["est_ms_per_second_wall"] = sum(out[k]["wall"]["median"] for k in per_s)
         out["est_ms_per_second_cpu"] = sum(out[k]["user_mean"] + out[k]["sys_mean"] for k in per_s)
         return out

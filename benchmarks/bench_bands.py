@@ -462,13 +462,15 @@ def print_tables(report: dict) -> None:
     if any("tick_ms" in r for r in report["datapath"]["results"]):
         print()
         print("daemon loop steps, in-process with N idle listeners (median wall ms; user+sys mean ms):")
-        steps = ("scan", "read_proc_net_tcp_raw", "reassign_rotation", "refresh_status", "read_counters", "heartbeat")
+        steps = ("scan", "read_proc_net_tcp_raw", "check_drift", "reassign_rotation", "refresh_status", "read_counters",
+                 "heartbeat")
         print(f"{'jobs':>5} " + " ".join(f"{s:>22}" for s in steps) + f" {'est. ms per 1 s':>16}")
         for r in report["datapath"]["results"]:
             t = r.get("tick_ms")
             if not t:
                 continue
-            cells = [f"{t[s]['wall']['median']:8.3f} ({t[s]['user_mean'] + t[s]['sys_mean']:6.3f})" for s in steps]
+            cells = [f"{t[s]['wall']['median']:8.3f} ({t[s]['user_mean'] + t[s]['sys_mean']:6.3f})" if s in t else "-"
+                     for s in steps]
             print(f"{r['jobs']:>5} " + " ".join(f"{c:>22}" for c in cells) +
                   f" {t['est_ms_per_second_cpu']:>16.2f}")
     if report.get("daemon"):

@@ -334,6 +334,9 @@ def status(as_json: bool = JsonOpt) -> None:
     con.print(f"rotations {s['rotations']}, reassignments {s['reassignments']}, errors {s['errors']}, "
               f"fail-open packets {st['failopen_pkts']}, config reloads {rl.get('ok', 0)} "
               f"(refused {rl.get('refused', 0)})")
+    if s.get("reconciliations"):
+        con.print(f"tc tree put back {s['reconciliations']} time(s) after another agent changed it; last: "
+                  f"{s.get('last_drift') or '?'}")
     pc = st.get("pacing")
     if pc:
         _print_pacing(con, pc, s)

@@ -37,6 +37,9 @@ from hostctl.systemd import monotonic_usec, notify
 
 log = logging.getLogger("hostctl")
 SLOT_OFFSET_S = 0.001  # a slot's tick runs this long after the wall-clock slot boundary
+DRIFT_BACKOFF_S = 1.0  # after putting the tc tree back, the next check waits this long, doubled each time
+DRIFT_BACKOFF_MAX_S = 300.0  # ... up to this (an agent that keeps changing it: one fight per 5 minutes)
+DRIFT_CALM_S = 600.0  # no change for this long: the wait starts over at DRIFT_BACKOFF_S
 
 
 @dataclass
@@ -50,6 +53,8 @@ class Stats:
     slot_overruns: int = 0
     last_apply_ms: float = 0.0
     map_writes: int = 0
+    reconciliations: int = 0  # times the tc tree was put back after another agent changed it
+    last_drift: str = ""  # what that agent had changed, the last time
 
 
 @dataclass
@@ -103,6 +108,10 @@ class Daemon:
         self._status_ready = threading.Event()
         self._reload_wanted = threading.Event()
         self._rescan_now = False
+        self._drift_next = 0.0  # monotonic: the tc tree is not checked before (backoff after a reconciliation)
+        self._drift_streak = 0  # reconciliations since the tree last stayed put for DRIFT_CALM_S
+        self._drift_at = -1e18  # monotonic time of the last reconciliation
+        self._check_error = ""  # the last failed check's error (logged once until a check works again)
         self.ready = False  # READY=1 sent: tc tree, classifier and the first job table in place
         self.reloads = {"ok": 0, "refused": 0}
         self.slot_decision = Histogram()  # seconds per slot's work (pacing policies)
@@ -153,6 +162,44 @@ class Daemon:
         changed = found != self.jobs
         self.jobs = found
         return changed
+
+    def check_drift(self, now: float) -> bool:
+        """At a rescan: if another agent changed the tc tree (replaced or deleted the root qdisc, a
+        class, the classifier's filter, the ingress side), log what and put it back (setup again, and
+        the maps written in full), then wait DRIFT_BACKOFF_S before looking again, doubled with each
+        reconciliation up to DRIFT_BACKOFF_MAX_S: the daemon never fights an agent in a tight loop.
+        True if it reconciled."""
+        if now < self._drift_next:
+            return False
+        try:
+            drift = self.datapath.check()
+        except Exception as e:  # a failed read must not kill the daemon (the interface gone?)
+            if str(e) != self._check_error:
+                self._check_error = str(e)
+                log.warning("checking the tc tree of %s failed: %s", self.plan.iface, e)
+            return False
+        self._check_error = ""
+        if not drift:
+            if self._drift_streak and now - self._drift_at >= DRIFT_CALM_S:
+                self._drift_streak = 0
+            return False
+        what = "; ".join(d.detail for d in drift)
+        self._drift_streak += 1
+        wait = min(DRIFT_BACKOFF_MAX_S, DRIFT_BACKOFF_S * 2 ** (self._drift_streak - 1))
+        self._drift_at, self._drift_next = now, now + wait
+        self.stats.reconciliations += 1
+        self.stats.last_drift = what
+        log.warning("%s: the tc tree changed under hostctl (%s): putting it back (reconciliation %d; next check in "
+                    "%gs; if another agent manages this interface, stop one of the two)", self.plan.iface, what,
+                    self.stats.reconciliations, wait)
+        try:
+            self.datapath.setup(self.plan)
+        except Exception as e:
+            self.stats.errors += 1
+            log.error("putting the tc tree of %s back failed: %s", self.plan.iface, e)
+            return False
+        self.reassign(force=True)  # a classifier built again has empty maps
+        return True
 
     def current_epoch(self) -> int:
         """The rotation count of the band order (rr; mlcc-bands with job order rotate, whose planner
@@ -416,6 +463,7 @@ class Daemon:
             scanned = now >= next_scan
             changed = False
             if scanned:
+                self.check_drift(now)
                 changed = self.scan()
                 next_scan += period
                 if next_scan <= now:  # fell behind (e.g. suspended): skip, don't burst

@@ -133,6 +133,16 @@ class BurstBatch(Sequence):
         return f"BurstBatch({list(self)!r})"
 
 
+class Drift(NamedTuple):
+    """One way the kernel differs from what setup() installed (Datapath.check). ``what``: "root" (the
+    root qdisc is not hostctl's: its classes and filter went with it), "class" (one class is missing),
+    "filter" (the classifier is detached), "ingress" (the ingress bands' IFB, its tree or the NIC's
+    redirect); ``detail``: one line for the log."""
+
+    what: str
+    detail: str
+
+
 @dataclass(frozen=True)
 class PacingReadout:
     flows: list[FlowRecord] = field(default_factory=list)
@@ -143,11 +153,15 @@ class PacingReadout:
 
 class Datapath(Protocol):
     """What the daemon (hostctl/daemon.py, hostctl/policy/pacing.py, hostctl/policy/mlcc.py) calls, in this order:
-    setup, then per slot heartbeat / apply / pace / read_counters / read_pacing / forget,
+    setup, then per slot heartbeat / apply / pace / read_counters / read_pacing / forget, per rescan check,
     then teardown; close last."""
 
     def setup(self, plan: TcPlan) -> None:
-        """Install the plan (idempotent: a second call with the same plan changes nothing)."""
+        """Install the plan (idempotent: a second call with the same plan changes nothing; after
+        another agent changed the tree, a second call puts back what check() finds missing)."""
+
+    def check(self) -> list[Drift]:
+        """What of setup()'s tree is no longer in the kernel (empty: all of it is); one cheap read."""
 
     def apply(self, table: ClassifierTable) -> int:
         """Make the classifier maps equal to ``table``; returns the number of map writes."""

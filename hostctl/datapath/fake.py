@@ -12,7 +12,7 @@ from hostctl.core.pace import WATCH_SLOT, PaceTable
 from hostctl.core.plan import ClassifierTable, TcPlan
 from hostctl.core.types import FlowKey
 from hostctl.datapath import (
-    FLOW_CLOSED, UNLIMITED_BPS_BYTES, Burst, ClassCounters, Counters, FlowRecord, JobCounters, PacingReadout,
+    FLOW_CLOSED, UNLIMITED_BPS_BYTES, Burst, ClassCounters, Counters, Drift, FlowRecord, JobCounters, PacingReadout,
 )
 
 
@@ -33,6 +33,7 @@ class FakeDatapath:
         self.rx_job_bytes: dict[int, int] = {}
         self.torn_down = 0
         self.closed = False
+        self.drift: list[Drift] = []  # what another agent changed since the last setup (tamper)
         self.pace_table = PaceTable()
         self.pace_writes: list[PaceTable] = []
         self.kflows: dict[FlowKey, FlowRecord] = {}  # the kernel's flow table, driven by connect/transfer
@@ -45,12 +46,28 @@ class FakeDatapath:
         self.setups += 1
         self.plan = plan
         self.root = f"htb {plan.qdisc_handle:x}"
+        self.drift = []
         for c in plan.classes:
             self.class_bytes.setdefault(c.classid, 0)
         if not plan.ingress_classes:
             self.ingress_class_bytes.clear()
         for c in plan.ingress_classes:
             self.ingress_class_bytes.setdefault(c.classid, 0)
+
+    def tamper(self, what: str, root: str = "tbf") -> None:
+        """Another agent's change, as LinuxDatapath.check reports it: ``root`` (the root qdisc replaced
+        by ``root``: the classes and the filter go with it, their counters start over), ``filter`` (the
+        classifier detached) or ``ingress``."""
+        assert self.plan is not None
+        if what == "root":
+            self.root = root
+            self.drift = [Drift("root", f"the root qdisc is {root}, not hostctl's htb")]
+            self.class_bytes = dict.fromkeys(self.class_bytes, 0)
+        else:
+            self.drift.append(Drift(what, f"{what} changed"))
+
+    def check(self) -> list[Drift]:
+        return list(self.drift) if self.plan is not None else []
 
     def apply(self, table: ClassifierTable) -> int:
         if self.plan is None:

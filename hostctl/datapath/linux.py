@@ -33,7 +33,7 @@ from hostctl import consts
 from hostctl.core.pace import PaceTable
 from hostctl.core.plan import QDISC_HANDLE, ClassifierTable, HtbClass, TcPlan, fmt_handle
 from hostctl.core.types import FlowKey
-from hostctl.datapath import ClassCounters, Counters, PacingReadout
+from hostctl.datapath import ClassCounters, Counters, Drift, PacingReadout
 from hostctl.datapath.journal import Journal, daemon_alive
 from hostctl.datapath.rtnl_raw import TC_H_ROOT, RawRtnl, restore
 from hostctl.errors import DatapathError, ProbeError
@@ -127,6 +127,8 @@ class LinuxDatapath:
             self._detach_classifier()
         if plan.classify and self.classifier is None:
             self._attach_classifier(plan)
+        elif plan.classify and not self._filter_attached(plan):  # another agent removed it (check())
+            self._attach_filter(plan)
         if plan.ingress_classes:
             self._setup_ingress(plan)
         elif self.in_classifier is not None:
@@ -145,6 +147,40 @@ class LinuxDatapath:
                 if cls.classid not in keep:
                     self._delete_class(cls.classid)
         self.plan = plan
+
+    def check(self) -> list[Drift]:
+        """Datapath.check: the root qdisc, each class and the classifier filter of the plan, and the
+        ingress side (the IFB, its root, the NIC's redirect filter). One RTNL dump and a filter dump."""
+        plan = self.plan
+        if plan is None:
+            return []
+        out = []
+        qd = f"{plan.qdisc_handle >> 16:x}:"  # (tc's notation of a qdisc)
+        with RawRtnl() as rt:
+            tree = rt.dump(self.ifindex)
+            if not tree or tree[0].kind != "htb" or tree[0].handle != plan.qdisc_handle:
+                now = f"{tree[0].kind} {tree[0].handle >> 16:x}:" if tree and tree[0].handle else "the kernel default"
+                out.append(Drift("root", f"the root qdisc is {now}, not hostctl's htb {qd}"))
+            else:
+                have = {o.handle for o in tree if o.what == "class"}
+                out += [Drift("class", f"class {fmt_handle(c.classid)} ({c.name}) is gone")
+                        for c in plan.classes if c.classid not in have]
+                if plan.classify and self.classifier is not None and not rt.filter_count(self.ifindex,
+                                                                                          plan.qdisc_handle):
+                    out.append(Drift("filter", f"the classifier is detached from {qd}"))
+            if self.in_classifier is not None:
+                ifb = ifb_name(self.ifindex)
+                idx = self.ipr.link_lookup(ifname=ifb)
+                if not idx:
+                    out.append(Drift("ingress", f"the IFB {ifb} is gone"))
+                else:
+                    t = rt.dump(idx[0])
+                    if not t or t[0].kind != "htb" or {c.classid for c in plan.ingress_classes} - {
+                            o.handle for o in t if o.what == "class"}:
+                        out.append(Drift("ingress", f"the tree on {ifb} changed"))
+                    elif not rt.filter_count(self.ifindex, TC_H_CLSACT_INGRESS):
+                        out.append(Drift("ingress", f"the ingress redirect of {self.iface} is gone"))
+        return out
 
     def _take_over(self) -> None:
         """Record the interface's current egress tree before touching it."""
@@ -211,6 +247,8 @@ class LinuxDatapath:
     def _setup_ingress(self, plan: TcPlan) -> None:
         """Steps 4-6 of the module docstring; idempotent (a second call only re-sets the classes)."""
         name = ifb_name(self.ifindex)
+        if self.in_classifier is not None and any(d.what == "ingress" for d in self.check()):
+            self._remove_ingress()  # another agent changed it: build it again
         if self.in_classifier is None:
             kind = self._ingress_qdisc()
             if kind not in (None, "clsact"):
@@ -278,13 +316,25 @@ class LinuxDatapath:
         l2 = 0 if self.link_type in L3_DEVICE_TYPES else 14
         self.classifier = Classifier(l2_hlen=l2, lease_s=self.lease_s)
         try:
+            self._attach_filter(plan)
+        except DatapathError:
+            self.classifier.close()
+            self.classifier = None
+            raise
+
+    def _attach_filter(self, plan: TcPlan) -> None:
+        """The classifier's program as the filter of the root qdisc (its maps, and so the jobs'
+        entries, are the program's: they survive a detach and a re-attach)."""
+        try:
             self.ipr.tc("replace-filter", "bpf", index=self.ifindex, handle=1, parent=plan.qdisc_handle,
                         prio=plan.filter_prio, protocol=ETH_P_ALL, fd=self.classifier.fd,
                         name=self.classifier.name)
         except NetlinkError as e:
-            self.classifier.close()
-            self.classifier = None
             raise _nl_error(f"cannot attach the BPF classifier to {self.iface}", e) from e
+
+    def _filter_attached(self, plan: TcPlan) -> bool:
+        with RawRtnl() as rt:
+            return rt.filter_count(self.ifindex, plan.qdisc_handle) > 0
 
     def _detach_classifier(self) -> None:
         if self.plan is None or self.classifier is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -164,6 +165,67 @@ def test_sighup_reloads_jobs_keeps_unchanged_entries_and_refuses_what_cannot_cha
         notify.wait("STOPPING=1", 20)
         d.wait(20)
         assert d.returncode == 0
+    finally:
+        err.close()
+        notify.close()
+
+
+@pytest.mark.bpf
+def test_another_agent_changing_the_tc_tree_is_put_back_with_a_backoff(pair, tmp_path):
+    """Drift: another agent deletes the classifier's filter, then replaces the root qdisc, twice. The
+    daemon sees each within a rescan, logs what changed, puts its tree back with the jobs' entries
+    (their bands hold), and waits longer before each next reconciliation (1 s, then 2 s)."""
+    serve(pair, PORTS[:2])
+    cfg = tmp_path / "hostctl.toml"
+    cfg.write_text(job_toml(("a", PORTS[0], "1MB"), ("b", PORTS[1], "2MB")))
+    err, stream = journal_stderr(tmp_path / "stderr")
+    ns, dev = pair.ps.ns, pair.ps.dev
+
+    def ours() -> bool:
+        f = oracle.filters(ns, dev, "6863:")
+        return (oracle.root_qdisc(ns, dev)["handle"] == "6863:" and len(oracle.htb_classes(ns, dev)) == 3 + 6
+                and len(f) == 1 and f[0]["options"]["bpf_name"] == "tl_classify")
+
+    def reconciled(n: int) -> dict:
+        return wait_for(lambda: (st := status(pair))["stats"]["reconciliations"] >= n and ours() and st, 20, 0.05,
+                        f"reconciliation {n}")
+
+    notify = Notify(str(tmp_path / "notify"))
+    try:
+        d = pair.start(pair.ps, HOSTCTL, "start", "--config", str(cfg), "--iface", dev, "--link-rate", "1gbit",
+                       "--rescan", "0.3", stdout=subprocess.DEVNULL, stderr=err,
+                       env={**os.environ, "JOURNAL_STREAM": stream, "NOTIFY_SOCKET": notify.path})
+        notify.wait("READY=1")
+        st = status_with_jobs(pair, {"a", "b"})
+        bands = {j["job_id"]: j["band"] for j in st["jobs"]}
+        assert ours() and st["stats"]["reconciliations"] == 0
+
+        # t_k is taken before the change that reconciliation k puts back, and reconciliation k+1 comes at
+        # least wait k after reconciliation k: so after t_k + wait k (a bound the polling's lag cannot spoil)
+        t1 = time.monotonic()
+        pair.ps.run("tc", "filter", "del", "dev", dev, "parent", "6863:")
+        st = reconciled(1)
+        assert st["stats"]["last_drift"] == "the classifier is detached from 6863:"
+        tbf = ("tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", "1gbit", "burst", "64k", "latency", "10ms")
+        t2 = time.monotonic()
+        pair.ps.run(*tbf)
+        st = reconciled(2)
+        assert time.monotonic() - t1 >= 1.0  # not before the 1 s wait
+        assert re.fullmatch(r"the root qdisc is tbf [0-9a-f]+:, not hostctl's htb 6863:", st["stats"]["last_drift"])
+        pair.ps.run(*tbf)
+        st = reconciled(3)
+        assert time.monotonic() - t2 >= 2.0  # then 2 s
+        assert {j["job_id"]: j["band"] for j in st["jobs"]} == bands and d.poll() is None
+        said = [ln for ln in log_lines(tmp_path / "stderr") if "changed under hostctl" in ln]
+        assert len(said) == 3 and said[0].startswith(f"<4>{dev}: the tc tree changed under hostctl (the classifier "
+                                                     "is detached from 6863:): putting it back (reconciliation 1")
+        assert [re.search(r"next check in (\d+)s", ln).group(1) for ln in said] == ["1", "2", "4"]
+        r = pair.ps.hostctl("status")
+        assert "tc tree put back 3 time(s) after another agent changed it" in r.stdout, r.stdout
+        r = pair.ps.hostctl("stop")
+        assert r.returncode == 0, r.stderr
+        d.wait(20)
+        assert oracle.root_qdisc(ns, dev)["handle"] != "6863:"  # restored as before the daemon
     finally:
         err.close()
         notify.close()

@@ -42,11 +42,13 @@ def _shape(counters: dict) -> dict:
     return {str(k): sorted(vars(v)) for k, v in sorted(counters.items())}
 
 
-def scenario(dp, conn, root_qdisc, entries) -> dict:
+def scenario(dp, conn, root_qdisc, entries, tamper) -> dict:
     """The daemon's sequence of calls (setup, apply, pace, reads, update, teardown, close) on ``dp``.
     ``conn`` opens and drives the one TCP flow (``key``, ``open()``, ``send(n)``, ``settle(pred)``);
     ``root_qdisc()`` says the interface's root qdisc kind; ``entries()`` the classifier's entries
-    (the kernel maps of the real one: the Datapath protocol has no read for them)."""
+    (the kernel maps of the real one: the Datapath protocol has no read for them); ``tamper(what)``
+    is another agent: "filter" deletes the classifier's filter, "root" replaces the root qdisc (with tbf:
+    this kernel has no fq_codel)."""
     rep: dict = {"root_before": root_qdisc()}
     plan = build_tc_plan(conn.iface, 1_000_000_000, 2, 100_000_000, True)
     dp.setup(plan)
@@ -64,6 +66,21 @@ def scenario(dp, conn, root_qdisc, entries) -> dict:
     rep["apply_writes"].append(dp.apply(moved))
     rep["entries"].append(entries())
     dp.heartbeat()
+
+    # drift: another agent changes the tree; check() says what, setup() again puts it back, the
+    # classifier's entries (its maps) survive
+    rep["check"] = [[d.what for d in dp.check()]]
+    tamper("filter")
+    rep["check"].append([d.what for d in dp.check()])
+    dp.setup(plan)
+    rep["check"].append([d.what for d in dp.check()])
+    tamper("root")
+    rep["check"].append([d.what for d in dp.check()])
+    rep["root_tampered"] = root_qdisc()
+    dp.setup(plan)
+    rep["check"].append([d.what for d in dp.check()])
+    rep["root_after_reconcile"] = root_qdisc()
+    rep["entries"].append(entries())
 
     # pacing: the flow is selected by its remote port at connection time, its rate is per flow
     base = PaceTable(ports={(PORT, "remote"): SLOT_A})
@@ -169,6 +186,16 @@ def _kernel_entries(dp) -> dict:
                     [(k.value, v.classid) for k, v in c.job_class.items()])
 
 
+def _tamper(dev: str, what: str) -> None:
+    """Another agent's change to the real interface (tc, as an operator or a tool would)."""
+    from hostctl.core.plan import QDISC_HANDLE, fmt_handle
+
+    if what == "root":
+        sh(["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", "1gbit", "burst", "64k", "latency", "10ms"])
+    else:
+        sh(["tc", "filter", "del", "dev", dev, "parent", fmt_handle(QDISC_HANDLE)])
+
+
 def _root_kind(dev: str) -> str:
     qd = json.loads(sh(["tc", "-j", "qdisc", "show", "dev", dev, "root"]).stdout or "[]")
     return qd[0]["kind"] if qd else "none"
@@ -186,7 +213,8 @@ def _linux_main(iface: str, laddr: str, raddr: str, cgroup: str, state_dir: str)
     dp = LinuxDatapath(iface, pace_cgroup=cgroup, state_dir=state_dir, track_all=False, lease_s=CONTRACT_LEASE_S)
     conn = Conn(iface, laddr, raddr)
     try:
-        rep = scenario(dp, conn, lambda: _root_kind(iface), lambda: _kernel_entries(dp))
+        rep = scenario(dp, conn, lambda: _root_kind(iface), lambda: _kernel_entries(dp),
+                       lambda what: _tamper(iface, what))
     finally:
         dp.teardown()  # again, if the scenario failed half-way
         conn.sock.close()
@@ -212,13 +240,16 @@ def test_fake_and_linux_report_the_same(pair, cgroup, tmp_path):
 
     fake = FakeDatapath(previous_root=out["report"]["root_before"])
     rep = scenario(fake, FakeConn(fake, pair.wk.dev, key), lambda: fake.root.split()[0],
-                   lambda: _entries(fake.table.flows.items(), fake.table.slot_classid.items()))
+                   lambda: _entries(fake.table.flows.items(), fake.table.slot_classid.items()),
+                   lambda what: fake.tamper(what, root="tbf"))
     assert fake.closed
     # JSON turns tuples and int keys into lists and strings: compare both the same way
     assert json.loads(json.dumps(rep)) == out["report"]
     assert rep["root_after_teardown"] == rep["root_before"] == "noqueue"
     assert rep["rates"] == [RATE1_BPS_BYTES, RATE2_BPS_BYTES] and rep["acked_grows"]
     assert len(rep["entries"][0]["flows"]) == 2 and len(rep["entries"][1]["flows"]) == 1
+    assert rep["check"] == [[], ["filter"], [], ["root"], []] and rep["entries"][2] == rep["entries"][1]
+    assert (rep["root_tampered"], rep["root_after_reconcile"]) == ("tbf", "htb")
     assert rep["classes"] and set(rep["jobs"]) == {str(SLOT_A), str(SLOT_B)}
 
 

@@ -179,3 +179,47 @@ def test_worker_jobs_are_classified_by_remote_endpoint_and_follow_rotation():
     wall.t += 20.0
     d.reassign()
     assert (dp.classify(new_a), dp.classify(nat_b)) == (cb, ca)
+
+
+def test_drift_is_put_back_with_a_backoff_that_starts_over_when_the_tree_stays_put(caplog):
+    import hostctl.daemon as dm
+
+    d, dp, _ = make("one", [J])
+    d.scan()
+    d.reassign()
+    mono = d.mono
+    assert not d.check_drift(mono.t) and dp.setups == 1  # nothing changed: nothing done
+    waits = []
+    with caplog.at_level("WARNING", logger="hostctl"):
+        for _ in range(12):  # an agent that replaces the root qdisc as soon as hostctl puts it back
+            dp.tamper("root")
+            while not d.check_drift(mono.t):  # the rescans in between only look when the wait is over
+                mono.t += 2.0
+            waits.append(d._drift_next - mono.t)
+    assert waits == [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]  # never a tight loop
+    assert dp.setups == 13 and dp.check() == [] and d.stats.reconciliations == 12
+    assert d.stats.last_drift.startswith("the root qdisc is tbf")
+    said = [r.getMessage() for r in caplog.records if "changed under hostctl" in r.getMessage()]
+    assert len(said) == 12 and "putting it back (reconciliation 12; next check in 300s" in said[-1]
+    # the maps were written again in full after each reconciliation (a classifier built again is empty)
+    assert len(dp.applies) == 13 and dp.applies[-1] == dp.applies[0]
+    assert d.refresh_status() is None and d.status(max_age_s=1e9)["stats"]["reconciliations"] == 12
+
+    mono.t += dm.DRIFT_CALM_S  # the tree stayed put: the next change is put back after 1 s again
+    assert not d.check_drift(mono.t)
+    dp.tamper("filter")
+    assert d.check_drift(mono.t) and d._drift_next - mono.t == 1
+
+
+def test_a_failing_check_is_logged_once_and_the_daemon_goes_on(caplog):
+    d, dp, _ = make("one", [J])
+
+    def broken():
+        raise OSError("No such device")
+
+    dp.check = broken
+    with caplog.at_level("WARNING", logger="hostctl"):
+        for _ in range(5):
+            assert not d.check_drift(d.mono.t)
+            d.mono.t += 1
+    assert sum("checking the tc tree of eth0 failed" in r.getMessage() for r in caplog.records) == 1

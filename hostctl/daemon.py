@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hostctl import consts
 from hostctl.config import Config, reload_config
@@ -30,7 +30,7 @@ from hostctl.core.hist import Histogram
 from hostctl.core.plan import DEFAULT_CLASSID, ClassifierTable, TcPlan, band_classid, endpoint_str, fmt_handle
 from hostctl.core.types import Job
 from hostctl.core.units import format_rate
-from hostctl.datapath import Counters, Datapath
+from hostctl.datapath import LINK_EVENTS, Counters, Datapath
 from hostctl.errors import HostctlError
 from hostctl.policy import make_driver, names_with
 from hostctl.systemd import monotonic_usec, notify
@@ -112,6 +112,8 @@ class Daemon:
         self._drift_streak = 0  # reconciliations since the tree last stayed put for DRIFT_CALM_S
         self._drift_at = -1e18  # monotonic time of the last reconciliation
         self._check_error = ""  # the last failed check's error (logged once until a check works again)
+        self._counters_error = ""  # the same for reading counters
+        self.link_gone = False  # the interface is gone (logged once; set up again when it is back)
         self.ready = False  # READY=1 sent: tc tree, classifier and the first job table in place
         self.reloads = {"ok": 0, "refused": 0}
         self.slot_decision = Histogram()  # seconds per slot's work (pacing policies)
@@ -166,11 +168,10 @@ class Daemon:
     def check_drift(self, now: float) -> bool:
         """At a rescan: if another agent changed the tc tree (replaced or deleted the root qdisc, a
         class, the classifier's filter, the ingress side), log what and put it back (setup again, and
-        the maps written in full), then wait DRIFT_BACKOFF_S before looking again, doubled with each
-        reconciliation up to DRIFT_BACKOFF_MAX_S: the daemon never fights an agent in a tight loop.
-        True if it reconciled."""
-        if now < self._drift_next:
-            return False
+        the maps written in full), then wait DRIFT_BACKOFF_S before putting it back again, doubled with
+        each reconciliation up to DRIFT_BACKOFF_MAX_S: the daemon never fights an agent in a tight loop.
+        The device itself: down/up and MTU changes are logged (the tree stays); gone: logged once, and
+        set up again as soon as a device of that name is back; renamed: followed. True if it set up again."""
         try:
             drift = self.datapath.check()
         except Exception as e:  # a failed read must not kill the daemon (the interface gone?)
@@ -179,26 +180,51 @@ class Daemon:
                 log.warning("checking the tc tree of %s failed: %s", self.plan.iface, e)
             return False
         self._check_error = ""
+        for d in drift:
+            if d.what in LINK_EVENTS:  # the tree stays in place: only say it
+                (log.warning if d.what == "down" else log.info)("%s (hostctl's tree stays in place)", d.detail)
+        drift = [d for d in drift if d.what not in LINK_EVENTS]
+        if any(d.what == "gone" for d in drift):
+            if not self.link_gone:
+                self.link_gone = True
+                log.warning("%s: waiting for it to come back, then hostctl sets its tree up again (the pacer and "
+                            "the jobs' records go on)", drift[0].detail)
+            return False
         if not drift:
             if self._drift_streak and now - self._drift_at >= DRIFT_CALM_S:
                 self._drift_streak = 0
             return False
-        what = "; ".join(d.detail for d in drift)
+        if any(d.what in ("renamed", "replaced") for d in drift):  # the device itself: at once, no backoff
+            return self._set_up_again(drift)
+        if now < self._drift_next:
+            return False
         self._drift_streak += 1
         wait = min(DRIFT_BACKOFF_MAX_S, DRIFT_BACKOFF_S * 2 ** (self._drift_streak - 1))
         self._drift_at, self._drift_next = now, now + wait
-        self.stats.reconciliations += 1
-        self.stats.last_drift = what
         log.warning("%s: the tc tree changed under hostctl (%s): putting it back (reconciliation %d; next check in "
-                    "%gs; if another agent manages this interface, stop one of the two)", self.plan.iface, what,
-                    self.stats.reconciliations, wait)
+                    "%gs; if another agent manages this interface, stop one of the two)", self.plan.iface,
+                    "; ".join(d.detail for d in drift), self.stats.reconciliations + 1, wait)
+        return self._set_up_again(drift)
+
+    def _set_up_again(self, drift) -> bool:
+        """Run setup() again (it puts back what ``drift`` says is missing; a renamed device is followed, a
+        new one under the name set up from scratch), then write the maps in full (a classifier built
+        again has empty maps); counted as a reconciliation."""
+        self.link_gone = False
+        self.stats.reconciliations += 1
+        self.stats.last_drift = "; ".join(d.detail for d in drift)
         try:
             self.datapath.setup(self.plan)
         except Exception as e:
             self.stats.errors += 1
-            log.error("putting the tc tree of %s back failed: %s", self.plan.iface, e)
+            log.error("setting the tc tree of %s up again failed: %s", self.plan.iface, e)
             return False
-        self.reassign(force=True)  # a classifier built again has empty maps
+        for d in drift:
+            if d.what == "renamed":
+                self.plan = replace(self.plan, iface=d.to)
+                if getattr(self.discovery, "iface", None) is not None:
+                    self.discovery.iface = d.to
+        self.reassign(force=True)
         return True
 
     def current_epoch(self) -> int:
@@ -244,8 +270,12 @@ class Daemon:
             counters = self.datapath.read_counters(set(self.table.slots.values()))
         except Exception as e:
             self.stats.errors += 1
-            log.warning("reading counters failed: %s", e)
+            if str(e) != self._counters_error:  # once per distinct error (an interface that is gone: every refresh)
+                self._counters_error = str(e)
+                log.warning("reading counters failed: %s", e)
             counters = Counters()
+        else:
+            self._counters_error = ""
         now = self.mono()
         dt = now - self._rates.t if self._rates.t else 0.0
         prev = self._rates

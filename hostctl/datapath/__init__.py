@@ -137,10 +137,16 @@ class Drift(NamedTuple):
     """One way the kernel differs from what setup() installed (Datapath.check). ``what``: "root" (the
     root qdisc is not hostctl's: its classes and filter went with it), "class" (one class is missing),
     "filter" (the classifier is detached), "ingress" (the ingress bands' IFB, its tree or the NIC's
-    redirect); ``detail``: one line for the log."""
+    redirect); the device itself: "gone" (no device of that name or index), "renamed" (``to``: its new
+    name), "replaced" (another device under the name); and, with nothing to put back, "down", "up" and
+    "mtu" (a change since the last check). ``detail``: one line for the log."""
 
     what: str
     detail: str
+    to: str = ""
+
+
+LINK_EVENTS = ("down", "up", "mtu")  # Drift kinds that only say what happened (the tree is in place)
 
 
 @dataclass(frozen=True)

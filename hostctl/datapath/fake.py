@@ -12,7 +12,8 @@ from hostctl.core.pace import WATCH_SLOT, PaceTable
 from hostctl.core.plan import ClassifierTable, TcPlan
 from hostctl.core.types import FlowKey
 from hostctl.datapath import (
-    FLOW_CLOSED, UNLIMITED_BPS_BYTES, Burst, ClassCounters, Counters, Drift, FlowRecord, JobCounters, PacingReadout,
+    FLOW_CLOSED, LINK_EVENTS, UNLIMITED_BPS_BYTES, Burst, ClassCounters, Counters, Drift, FlowRecord, JobCounters,
+    PacingReadout,
 )
 
 
@@ -54,20 +55,27 @@ class FakeDatapath:
         for c in plan.ingress_classes:
             self.ingress_class_bytes.setdefault(c.classid, 0)
 
-    def tamper(self, what: str, root: str = "tbf") -> None:
+    def tamper(self, what: str, root: str = "tbf", to: str = "") -> None:
         """Another agent's change, as LinuxDatapath.check reports it: ``root`` (the root qdisc replaced
         by ``root``: the classes and the filter go with it, their counters start over), ``filter`` (the
-        classifier detached) or ``ingress``."""
+        classifier detached), ``ingress``; the device: ``gone``, ``renamed`` (to ``to``), ``replaced``
+        (setup() follows these), and ``down``, ``up``, ``mtu`` (reported by one check())."""
         assert self.plan is not None
         if what == "root":
             self.root = root
             self.drift = [Drift("root", f"the root qdisc is {root}, not hostctl's htb")]
             self.class_bytes = dict.fromkeys(self.class_bytes, 0)
+        elif what in ("gone", "renamed", "replaced"):
+            self.drift = [Drift(what, f"the device: {what}", to)]
         else:
             self.drift.append(Drift(what, f"{what} changed"))
 
     def check(self) -> list[Drift]:
-        return list(self.drift) if self.plan is not None else []
+        if self.plan is None:
+            return []
+        out = list(self.drift)
+        self.drift = [d for d in self.drift if d.what not in LINK_EVENTS]  # said once
+        return out
 
     def apply(self, table: ClassifierTable) -> int:
         if self.plan is None:

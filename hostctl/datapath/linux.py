@@ -115,11 +115,14 @@ class LinuxDatapath:
         self.ifb_index = 0
         self.plan: TcPlan | None = None
         self.journal: Journal | None = None
+        self._link = None  # the device's state at the last check() (RawRtnl.link): up/down and MTU changes
 
     # -- setup ---------------------------------------------------------------
     def setup(self, plan: TcPlan) -> None:
         if self.plan is None:
             self._take_over()
+        else:
+            self._follow_link()
         self._ensure_qdisc(plan)
         for cls in plan.classes:
             self._ensure_class(cls)
@@ -149,38 +152,95 @@ class LinuxDatapath:
         self.plan = plan
 
     def check(self) -> list[Drift]:
-        """Datapath.check: the root qdisc, each class and the classifier filter of the plan, and the
-        ingress side (the IFB, its root, the NIC's redirect filter). One RTNL dump and a filter dump."""
-        plan = self.plan
-        if plan is None:
+        """Datapath.check: the device (gone, renamed, another one under the name; up/down and MTU
+        changes), then the root qdisc, each class and the classifier filter of the plan, and the ingress
+        side (the IFB, its root, the NIC's redirect filter). One RTM_GETLINK, one tree dump, one filter dump."""
+        if self.plan is None:
             return []
         out = []
-        qd = f"{plan.qdisc_handle >> 16:x}:"  # (tc's notation of a qdisc)
         with RawRtnl() as rt:
-            tree = rt.dump(self.ifindex)
-            if not tree or tree[0].kind != "htb" or tree[0].handle != plan.qdisc_handle:
-                now = f"{tree[0].kind} {tree[0].handle >> 16:x}:" if tree and tree[0].handle else "the kernel default"
-                out.append(Drift("root", f"the root qdisc is {now}, not hostctl's htb {qd}"))
+            mine = rt.link(self.ifindex)
+            named = mine if mine is not None and mine.name == self.iface else rt.link(name=self.iface)
+            if named is None:
+                if mine is None:
+                    return [Drift("gone", f"{self.iface} is gone (its tc tree and filters went with it)")]
+                return [Drift("renamed", f"{self.iface} is now called {mine.name}", mine.name)]
+            if named.ifindex != self.ifindex:
+                return [Drift("replaced", f"{self.iface} is a new device (ifindex {self.ifindex} -> {named.ifindex})")]
+            last, self._link = self._link, named
+            if last is not None and last.up != named.up:
+                out.append(Drift("up" if named.up else "down", f"{self.iface} is {'up' if named.up else 'down'}"))
+            if last is not None and last.mtu != named.mtu:
+                out.append(Drift("mtu", f"{self.iface}'s MTU changed from {last.mtu} to {named.mtu}"))
+            return out + self._tree_drift(rt)
+
+    def _tree_drift(self, rt: RawRtnl) -> list[Drift]:
+        """check()'s part for hostctl's own tc objects."""
+        plan = self.plan
+        out = []
+        qd = f"{plan.qdisc_handle >> 16:x}:"  # (tc's notation of a qdisc)
+        tree = rt.dump(self.ifindex)
+        if not tree or tree[0].kind != "htb" or tree[0].handle != plan.qdisc_handle:
+            now = f"{tree[0].kind} {tree[0].handle >> 16:x}:" if tree and tree[0].handle else "the kernel default"
+            out.append(Drift("root", f"the root qdisc is {now}, not hostctl's htb {qd}"))
+        else:
+            have = {o.handle for o in tree if o.what == "class"}
+            out += [Drift("class", f"class {fmt_handle(c.classid)} ({c.name}) is gone")
+                    for c in plan.classes if c.classid not in have]
+            if plan.classify and self.classifier is not None and not rt.filter_count(self.ifindex, plan.qdisc_handle):
+                out.append(Drift("filter", f"the classifier is detached from {qd}"))
+        if self.in_classifier is not None:
+            ifb = ifb_name(self.ifindex)
+            dev = rt.link(name=ifb)
+            if dev is None:
+                out.append(Drift("ingress", f"the IFB {ifb} is gone"))
             else:
-                have = {o.handle for o in tree if o.what == "class"}
-                out += [Drift("class", f"class {fmt_handle(c.classid)} ({c.name}) is gone")
-                        for c in plan.classes if c.classid not in have]
-                if plan.classify and self.classifier is not None and not rt.filter_count(self.ifindex,
-                                                                                          plan.qdisc_handle):
-                    out.append(Drift("filter", f"the classifier is detached from {qd}"))
-            if self.in_classifier is not None:
-                ifb = ifb_name(self.ifindex)
-                idx = self.ipr.link_lookup(ifname=ifb)
-                if not idx:
-                    out.append(Drift("ingress", f"the IFB {ifb} is gone"))
-                else:
-                    t = rt.dump(idx[0])
-                    if not t or t[0].kind != "htb" or {c.classid for c in plan.ingress_classes} - {
-                            o.handle for o in t if o.what == "class"}:
-                        out.append(Drift("ingress", f"the tree on {ifb} changed"))
-                    elif not rt.filter_count(self.ifindex, TC_H_CLSACT_INGRESS):
-                        out.append(Drift("ingress", f"the ingress redirect of {self.iface} is gone"))
+                t = rt.dump(dev.ifindex)
+                if not t or t[0].kind != "htb" or {c.classid for c in plan.ingress_classes} - {
+                        o.handle for o in t if o.what == "class"}:
+                    out.append(Drift("ingress", f"the tree on {ifb} changed"))
+                elif not rt.filter_count(self.ifindex, TC_H_CLSACT_INGRESS):
+                    out.append(Drift("ingress", f"the ingress redirect of {self.iface} is gone"))
         return out
+
+    def _follow_link(self) -> None:
+        """Before setting up again: the device renamed (follow it: its tree is in place) or another device
+        under the name (restore the old one if it is still there, set up on the new one from scratch)."""
+        with RawRtnl() as rt:
+            mine, named = rt.link(self.ifindex), rt.link(name=self.iface)
+            if named is not None and named.ifindex == self.ifindex:
+                return
+            if named is None and mine is None:
+                raise DatapathError(f"{self.iface} is gone: hostctl sets it up again when it is back")
+            if named is None:  # renamed: the same device under another name
+                old, self.iface = self.iface, mine.name
+                if self.journal is not None:
+                    self.journal.remove(self.state_dir)
+                    self.journal.iface = mine.name
+                    self.journal.save(self.state_dir)
+                log.warning("%s is now called %s: hostctl follows the device (its tree is in place); name it %s "
+                            "in the config", old, mine.name, mine.name)
+                return
+            if mine is not None and self.journal is not None:  # our old device, renamed: give it its tree back
+                tree = rt.dump(self.ifindex)
+                if tree and tree[0].kind == "htb" and tree[0].handle == QDISC_HANDLE:
+                    restore(rt, self.ifindex, self.journal.previous)
+                    log.warning("%s (ifindex %d) now has another name: restored its previous tree", mine.name,
+                                self.ifindex)
+        if self.journal is not None and self.journal.ingress_ifb:
+            clean_ingress(self.ipr, None, self.journal.ingress_ifb, remove_clsact=False)  # the old IFB
+        if self.in_classifier is not None:
+            self.in_classifier.close()
+            self.in_classifier, self.ifb_index = None, 0
+        if self.journal is not None:
+            self.journal.remove(self.state_dir)
+            self.journal = None
+        old = self.ifindex
+        self.ifindex, self.link_type = link_info(self.iface)
+        self._link = None
+        self._take_over()
+        log.warning("%s is a new device (ifindex %d -> %d): setting hostctl's tree up on it", self.iface, old,
+                    self.ifindex)
 
     def _take_over(self) -> None:
         """Record the interface's current egress tree before touching it."""
@@ -247,8 +307,10 @@ class LinuxDatapath:
     def _setup_ingress(self, plan: TcPlan) -> None:
         """Steps 4-6 of the module docstring; idempotent (a second call only re-sets the classes)."""
         name = ifb_name(self.ifindex)
-        if self.in_classifier is not None and any(d.what == "ingress" for d in self.check()):
-            self._remove_ingress()  # another agent changed it: build it again
+        if self.in_classifier is not None:
+            with RawRtnl() as rt:
+                if any(d.what == "ingress" for d in self._tree_drift(rt)):
+                    self._remove_ingress()  # another agent changed it: build it again
         if self.in_classifier is None:
             kind = self._ingress_qdisc()
             if kind not in (None, "clsact"):

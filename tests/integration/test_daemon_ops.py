@@ -231,6 +231,77 @@ def test_another_agent_changing_the_tc_tree_is_put_back_with_a_backoff(pair, tmp
         notify.close()
 
 
+@pytest.mark.bpf
+def test_the_interface_goes_down_changes_mtu_is_renamed_and_replaced_and_the_daemon_follows(pair, tmp_path):
+    """Interface faults with a real daemon: down/up and an MTU change are logged (the tree stays); a
+    rename is followed (the same device keeps its tree; status names it); the device deleted is logged
+    once, and a new device under the name gets the tree at the next rescan. The daemon never stops."""
+    serve(pair, PORTS[:2])
+    cfg = tmp_path / "hostctl.toml"
+    cfg.write_text(job_toml(("a", PORTS[0], "1MB"), ("b", PORTS[1], "2MB")))
+    err, stream = journal_stderr(tmp_path / "stderr")
+    notify = Notify(str(tmp_path / "notify"))
+    ns, dev = pair.ps.ns, pair.ps.dev
+    other = dev[:-1] + ("x" if dev[-1] != "x" else "y")  # the renamed device's name (unique like dev)
+
+    def ip(*args: str) -> None:
+        pair.ps.run("ip", "link", *args)
+
+    def ours(name: str) -> bool:
+        f = oracle.filters(ns, name, "6863:")
+        return (oracle.root_qdisc(ns, name)["handle"] == "6863:" and len(f) == 1
+                and f[0]["options"]["bpf_name"] == "tl_classify")
+
+    def logged(text: str) -> str:
+        return wait_for(lambda: next((ln for ln in log_lines(tmp_path / "stderr") if text in ln), None), 20, 0.1,
+                        f"log line {text!r}")
+
+    try:
+        d = pair.start(pair.ps, HOSTCTL, "start", "--config", str(cfg), "--iface", dev, "--link-rate", "1gbit",
+                       "--rescan", "0.3", stdout=subprocess.DEVNULL, stderr=err,
+                       env={**os.environ, "JOURNAL_STREAM": stream, "NOTIFY_SOCKET": notify.path})
+        notify.wait("READY=1")
+        status_with_jobs(pair, {"a", "b"})
+
+        ip("set", "dev", dev, "mtu", "1400")
+        assert logged(f"{dev}'s MTU changed from 1500 to 1400").startswith("<6>")
+        ip("set", "dev", dev, "down")
+        assert logged(f"{dev} is down (hostctl's tree stays in place)").startswith("<4>")
+        ip("set", "dev", dev, "up")
+        logged(f"{dev} is up")
+        assert ours(dev) and status(pair)["stats"]["reconciliations"] == 0
+
+        ip("set", "dev", dev, "down")  # (a device is renamed while down)
+        ip("set", "dev", dev, "name", other)
+        ip("set", "dev", other, "up")
+        assert logged(f"{dev} is now called {other}: hostctl follows the device").startswith("<4>")
+        st = wait_for(lambda: (x := status(pair))["iface"] == other and x, 20, 0.1, "status names the new name")
+        assert ours(other) and st["stats"]["reconciliations"] == 1
+        assert {j["job_id"]: j["band"] for j in st["jobs"]} == {"a": 0, "b": 1}
+
+        ip("del", other)  # the NIC removed (its veth peer goes with it) ...
+        assert logged(f"{other} is gone (its tc tree and filters went with it): waiting for it").startswith("<4>")
+        time.sleep(1.0)
+        assert d.poll() is None
+        ip("add", other, "type", "veth", "peer", "name", other + "p")  # ... and a new one under the name
+        ip("set", "dev", other, "up")
+        logged(f"{other} is a new device (ifindex")
+        wait_for(lambda: ours(other), 20, 0.1, "the tree on the new device")
+        st = status(pair)
+        assert st["stats"]["reconciliations"] == 2 and d.poll() is None
+        lines = log_lines(tmp_path / "stderr")
+        assert sum("is gone" in ln for ln in lines) == 1 and not any("Traceback" in ln for ln in lines), lines
+        assert sum("reading counters failed" in ln for ln in lines) <= 1, lines  # not once per refresh
+
+        r = pair.ps.hostctl("stop")
+        assert r.returncode == 0, r.stderr
+        d.wait(20)
+        assert oracle.root_qdisc(ns, other)["handle"] != "6863:"  # the new device as it was before
+    finally:
+        err.close()
+        notify.close()
+
+
 def _drop():
     return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
 

@@ -48,7 +48,7 @@ def scenario(dp, conn, root_qdisc, entries, tamper) -> dict:
     ``root_qdisc()`` says the interface's root qdisc kind; ``entries()`` the classifier's entries
     (the kernel maps of the real one: the Datapath protocol has no read for them); ``tamper(what)``
     is another agent: "filter" deletes the classifier's filter, "root" replaces the root qdisc (with tbf:
-    this kernel has no fq_codel)."""
+    this kernel has no fq_codel), "mtu" sets the device's MTU to 1400."""
     rep: dict = {"root_before": root_qdisc()}
     plan = build_tc_plan(conn.iface, 1_000_000_000, 2, 100_000_000, True)
     dp.setup(plan)
@@ -81,6 +81,8 @@ def scenario(dp, conn, root_qdisc, entries, tamper) -> dict:
     rep["check"].append([d.what for d in dp.check()])
     rep["root_after_reconcile"] = root_qdisc()
     rep["entries"].append(entries())
+    tamper("mtu")  # a change of the device that leaves the tree in place: said by one check
+    rep["check"] += [[d.what for d in dp.check()], [d.what for d in dp.check()]]
 
     # pacing: the flow is selected by its remote port at connection time, its rate is per flow
     base = PaceTable(ports={(PORT, "remote"): SLOT_A})
@@ -192,6 +194,8 @@ def _tamper(dev: str, what: str) -> None:
 
     if what == "root":
         sh(["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", "1gbit", "burst", "64k", "latency", "10ms"])
+    elif what == "mtu":
+        sh(["ip", "link", "set", "dev", dev, "mtu", "1400"])
     else:
         sh(["tc", "filter", "del", "dev", dev, "parent", fmt_handle(QDISC_HANDLE)])
 
@@ -248,7 +252,7 @@ def test_fake_and_linux_report_the_same(pair, cgroup, tmp_path):
     assert rep["root_after_teardown"] == rep["root_before"] == "noqueue"
     assert rep["rates"] == [RATE1_BPS_BYTES, RATE2_BPS_BYTES] and rep["acked_grows"]
     assert len(rep["entries"][0]["flows"]) == 2 and len(rep["entries"][1]["flows"]) == 1
-    assert rep["check"] == [[], ["filter"], [], ["root"], []] and rep["entries"][2] == rep["entries"][1]
+    assert rep["check"] == [[], ["filter"], [], ["root"], [], ["mtu"], []] and rep["entries"][2] == rep["entries"][1]
     assert (rep["root_tampered"], rep["root_after_reconcile"]) == ("tbf", "htb")
     assert rep["classes"] and set(rep["jobs"]) == {str(SLOT_A), str(SLOT_B)}
 

@@ -223,3 +223,29 @@ def test_a_failing_check_is_logged_once_and_the_daemon_goes_on(caplog):
             assert not d.check_drift(d.mono.t)
             d.mono.t += 1
     assert sum("checking the tc tree of eth0 failed" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_the_device_gone_renamed_or_replaced_is_followed_at_once(caplog):
+    d, dp, _ = make("one", [J])
+    d.discovery.iface = "eth0"
+    d.scan()
+    d.reassign()
+    now = d.mono.t
+    with caplog.at_level("INFO", logger="hostctl"):
+        dp.tamper("root")
+        assert d.check_drift(now)  # an agent's change: put back, and a 1 s wait begins
+        dp.tamper("gone")
+        for _ in range(3):
+            assert not d.check_drift(now) and d.link_gone
+        dp.tamper("replaced")  # back under its name, inside the wait: set up at once anyway
+        assert d.check_drift(now) and not d.link_gone and dp.check() == []
+        dp.tamper("renamed", to="eth9")
+        assert d.check_drift(now)
+        dp.tamper("mtu")
+        assert not d.check_drift(now + 10) and dp.check() == []  # said once, nothing to put back
+    d.refresh_status()
+    assert d.plan.iface == "eth9" and d.discovery.iface == "eth9" and d.status(max_age_s=1e9)["iface"] == "eth9"
+    assert d.stats.reconciliations == 3 and dp.setups == 4 and len(dp.applies) == 4
+    msgs = [r.getMessage() for r in caplog.records]
+    assert sum("waiting for it to come back" in m for m in msgs) == 1
+    assert any(m == "mtu changed (hostctl's tree stays in place)" for m in msgs)

@@ -281,6 +281,8 @@ def load_file(path: str) -> dict[str, Any]:
         raise ConfigError(f"config file {path} not found") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {e.start}): save it as UTF-8") from None
     except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
     unknown = set(data) - TOP_KEYS

@@ -83,7 +83,7 @@ class ControlServer:
         try:
             req = json.loads(data)
             handler = self.handlers[req["cmd"]]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # (RecursionError: JSON nested too deep)
             conn.sendall(json.dumps({"ok": False, "error": "bad request"}).encode())
             return
         if not privileged and req["cmd"] not in self.OPEN_CMDS:

@@ -266,6 +266,8 @@ def sweep_file(ctx: typer.Context, path: str) -> dict:
         raise ConfigError(f"cannot read the sweep file {path}: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path} is not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {e.start}): save it as UTF-8") from None
     kinds = {k: v for k, v in typing.get_type_hints(sim).items() if k not in ("ctx", "config", "return")}
     out = {}
     for key, value in data.items():

@@ -443,6 +443,8 @@ def load_scenario(path: str) -> Scenario:
         raise ConfigError(f"cannot read scenario {path}: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"scenario {path} is not valid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"scenario {path} is not UTF-8 text (byte {e.start}): save it as UTF-8") from None
     try:
         return parse_scenario(data, path)
     except ConfigError as e:

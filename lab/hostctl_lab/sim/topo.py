@@ -149,8 +149,12 @@ def load(spec: str, servers: int | None = None, *, oversub: float | None = None,
     if spec == "lingjun":
         fab = lingjun()
     elif os.path.isfile(spec):
-        with open(spec) as f:
-            fab = Fabric(Topology.parse(f.read(), filename=spec), os.path.basename(spec))
+        try:
+            with open(spec, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"cannot read topology file {spec}: {e}") from None
+        fab = Fabric(Topology.parse(text, filename=spec), os.path.basename(spec))
     else:
         raise ConfigError(f"unknown topology {spec!r}: choose {', '.join(TOPOLOGIES)} or give a topology file "
                           "(switchemu TOML or Lingjun CSV)")

@@ -24,10 +24,12 @@
  * With HP_CTL_TRACK_ALL set (the daemon selects flows by 4-tuple, learnt after the
  * connection exists), every flow of the cgroup gets RTT callbacks so that it can be
  * selected later; unselected flows then cost five hash lookups per callback and are
- * otherwise untouched. A remote-port selector whose slot is HP_SLOT_WATCH selects nothing
- * but asks for those callbacks for the flows to that port only: a worker's first
- * connection to a PS is what makes the daemon's job (and its remote-endpoint selector),
- * so it must be selectable after it is established, without TRACK_ALL's cost on every flow.
+ * otherwise untouched. A port selector whose slot is HP_SLOT_WATCH selects nothing but asks
+ * for those callbacks for the flows of that port only: a worker's first connection to a PS
+ * (remote side) is what makes the daemon's job (and its remote-endpoint selector), and a PS's
+ * connections accepted before the daemon has found its job (local side) get their job's
+ * served-port selector only then; both must be selectable after they are established,
+ * without TRACK_ALL's cost on every flow.
  *
  * Fail open: the daemon refreshes hc_pace_ctl.heartbeat_ns every slot. When
  * now - heartbeat_ns > lease_ns (daemon killed or stuck), or HP_CTL_RELEASE is set
@@ -107,14 +109,20 @@ static __always_inline int flow_key(struct bpf_sock_ops *skops, struct hc_flow_k
     return 0;
 }
 
-/* 1: selected (*slot set); 2: not selected but watched (a remote port with HP_SLOT_WATCH);
- * 0: neither. */
+/* 1: selected (*slot set); 2: not selected but watched (a port selector with HP_SLOT_WATCH,
+ * local or remote: the search goes on past it, so a watch never hides a selector that comes
+ * later in the order); 0: neither. */
 static __always_inline int select_slot(struct hc_flow_key *k, __u32 *slot)
 {
+    int watched = 0;
     __u32 *s = hc_sel_flows.lookup(k);
     if (!s) {
         struct hc_port_key pk = {.port = k->lport, .side = HP_SIDE_LOCAL};
         s = hc_sel_ports.lookup(&pk);
+        if (s && *s == HP_SLOT_WATCH) {
+            watched = 1;
+            s = 0;
+        }
         if (!s) {
             struct hc_remote_key rk = {};
             __builtin_memcpy(rk.raddr, k->raddr, 16);
@@ -127,10 +135,12 @@ static __always_inline int select_slot(struct hc_flow_key *k, __u32 *slot)
             s = hc_sel_ports.lookup(&pk);
         }
     }
+    if (s && *s == HP_SLOT_WATCH) {
+        watched = 1;
+        s = 0;
+    }
     if (!s)
-        return 0;
-    if (*s == HP_SLOT_WATCH)
-        return 2;
+        return watched ? 2 : 0;
     *slot = *s;
     return 1;
 }

@@ -9,9 +9,12 @@ Selectors say which flows are DL flows of which job slot: an exact 4-tuple, a se
 to (``remote``), checked in that order when the flow is established. Rates are bytes/s: a
 per-flow rate wins over its job slot's rate; a flow with neither is counted but not paced.
 
-A ``remote`` port selector with slot ``WATCH_SLOT`` selects nothing: the flows to that port
-get the callbacks that let a selector written later (the endpoint, once discovery has made
-the job from the flow itself) select them, as a worker's first connection to its PS needs.
+A port selector with slot ``WATCH_SLOT`` selects nothing: the flows of that port get the
+callbacks that let a selector written later select them. Remote side: the endpoint, once
+discovery has made the job from the flow itself, as a worker's first connection to its PS
+needs. Local side: the job's served port, once discovery has found the job, as a PS's
+connections accepted within a rescan of its listener need. The program looks past a watch
+to the selectors after it (hc_pace.c, select_slot).
 """
 
 from __future__ import annotations
@@ -63,15 +66,17 @@ def selectors(jobs: Sequence[Job], slots: Mapping[str, int], *, watch_ports: Ite
     (shared_ports: containers serving the same port), whose flows are selected by 4-tuple;
     its other flows (it connects out, found by pid or command line) are selected by 4-tuple
     once discovery has seen them.
-    ``watch_ports``: the ports of the port specs, watched on the remote side (WATCH_SLOT),
-    so that a worker's connection made before its job existed can still be selected. At
+    ``watch_ports``: the ports of the port specs, watched on both sides (WATCH_SLOT), so that a
+    worker's connection made before its job existed, and a server's connection accepted
+    before discovery found its job, can still be selected. At
     most max_flows / max_ports / max_remotes entries (the kernel maps' sizes): later ones
     are left out. Returns (ports, flows, remotes)."""
     e = job_entries(jobs, slots, max_ports=max_ports, max_flows=max_flows, max_remotes=max_remotes)
     ports: dict[tuple[int, str], int] = {(p, "local"): slot for p, slot in e.ports.items()}
     for p in sorted(set(watch_ports)):
-        if len(ports) < max_ports:
-            ports.setdefault((p, "remote"), WATCH_SLOT)
+        for side in ("local", "remote"):  # (a job's own served port, found later, keeps its slot)
+            if len(ports) < max_ports:
+                ports.setdefault((p, side), WATCH_SLOT)
     return ports, e.flows, e.remotes
 
 

@@ -150,12 +150,12 @@ class FakeDatapath:
 
     def _selected(self, key: FlowKey) -> int | None:
         """The program's selection at ESTABLISHED: 4-tuple, local port, remote endpoint, remote
-        port (a watched remote port selects nothing)."""
+        port (a watched port selects nothing, and the search goes on past it)."""
         t = self.pace_table
         for slot in (t.flows.get(key), t.ports.get((key.lport, "local")), t.remotes.get((key.raddr, key.rport)),
                      t.ports.get((key.rport, "remote"))):
-            if slot is not None:
-                return None if slot == WATCH_SLOT else slot
+            if slot is not None and slot != WATCH_SLOT:
+                return slot
         return None
 
     def connect(self, key: FlowKey, now_ns: int = 0) -> bool:

@@ -95,6 +95,26 @@ def test_cap_paces_the_job_and_status_shows_the_flow(pair, cgroup):
     assert "decision p90" in text and "fail-open rate changes 0" in text
 
 
+def test_a_connection_accepted_before_discovery_found_its_job_is_paced(pair, cgroup):
+    """The daemon runs first (--ports 5201, no job yet); the PS starts and its worker connects at
+    once, before the next rescan (5 s) finds the job. The port spec's local watch gives the accepted
+    flow callbacks, so the job's served-port selector, written when the job is found, selects it:
+    it is paced to the cap from then on (before the local watch, such a flow was never paced)."""
+    args = [HOSTCTL, "start", "--policy", "cap", "--cap", "40mbit", "--iface", pair.ps.dev, "--link-rate", "1gbit",
+            "--ports", "5201", "--cgroup", cgroup, "--rescan", "5"]
+    d = subprocess.Popen(pair.ps.nsenter(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pair.procs.append(d)
+    wait_for(lambda: pair.ps.hostctl("status", "--json").returncode == 0, 30, 0.2, "the daemon up")
+    time.sleep(0.5)  # (just after a rescan: the next is about 4.5 s away)
+    serve(pair, pair.ps, cgroup, 5201)
+    rx = recv(pair, pair.wk, pair.ps, 5201, 9)
+    st = wait_for(lambda: (s := status(pair.ps))["pacing"]["flows"] and s, 15, 0.2, "the flow paced")
+    assert st["pacing"]["flows"][0]["applied_bps"] == 40_000_000
+    res = result(rx)
+    assert mbit(res, 7.0, 9.0) == pytest.approx(40 * HEADER_FACTOR, rel=0.1)  # paced once the job was found
+    assert d.poll() is None
+
+
 def test_hint_reaches_the_monitor(pair, cgroup):
     serve(pair, pair.ps, cgroup, 5201)
     start_cap(pair, pair.ps, cgroup, 5201, "100mbit", "--config", "/dev/null")

@@ -212,10 +212,13 @@ def test_a_worker_jobs_flows_are_selected_by_remote_endpoint_from_connection_tim
     slot = d.pace.slots[worker.job_id]
     assert dp.pace_table.remotes == {("10.0.0.7", 9000): slot}
     assert dp.pace_table.flows == {}  # the endpoint selects them
-    assert dp.pace_table.ports == {(9000, "remote"): WATCH_SLOT, (9001, "remote"): WATCH_SLOT}
+    assert dp.pace_table.ports == {(p, side): WATCH_SLOT for p in (9000, 9001) for side in ("local", "remote")}
     new = FlowKey(PS, 40001, "10.0.0.7", 9000)
     assert dp.connect(new) and dp.kflows[new].slot == slot
     assert dp.kflows[new].rate_Bps == 10_000_000  # the job's cap from the first callback
     assert not dp.connect(FlowKey(PS, 40002, "10.0.0.8", 9000))  # another PS: watched, not selected
     assert not dp.connect(FlowKey(PS, 40003, "10.0.0.7", 22))
+    # a local port that happens to be a watched spec port does not hide the endpoint's selector
+    odd = FlowKey(PS, 9001, "10.0.0.7", 9000)
+    assert dp.connect(odd) and dp.kflows[odd].slot == slot
     assert d.pace.table.to_dict()["remotes"] == [{"remote": "10.0.0.7:9000", "slot": slot}]

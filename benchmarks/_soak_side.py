@@ -83,6 +83,10 @@ def main() -> None:
         elif cmd == "close" and side == "ps":
             srv, stop, conns = jobs.pop(int(args[0]))
             stop.set()
+            try:  # (wakes the thread blocked in accept(): close() alone would leave the port listening)
+                srv.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             srv.close()
             for c in conns:
                 try:

@@ -26,6 +26,7 @@ import os
 import random
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -247,6 +248,7 @@ def main() -> int:
     if a.minutes <= 0 or a.sample_s <= 0 or a.arrival_s <= 0:
         raise SystemExit("soak: --minutes, --sample-s and --arrival-s must be positive")
     warmup_s = 60 * (a.warmup_min if a.warmup_min is not None else min(5.0, a.minutes / 5))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the cleanup below runs on a SIGTERM too
     rng = random.Random(a.seed)
     sk = Soak(a)
     samples: list[dict] = []

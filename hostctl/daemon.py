@@ -111,8 +111,7 @@ class Daemon:
         self._drift_next = 0.0  # monotonic: the tc tree is not checked before (backoff after a reconciliation)
         self._drift_streak = 0  # reconciliations since the tree last stayed put for DRIFT_CALM_S
         self._drift_at = -1e18  # monotonic time of the last reconciliation
-        self._check_error = ""  # the last failed check's error (logged once until a check works again)
-        self._counters_error = ""  # the same for reading counters
+        self._failing: dict[str, str] = {}  # what -> its last error (logged once until it works again)
         self.link_gone = False  # the interface is gone (logged once; set up again when it is back)
         self.ready = False  # READY=1 sent: tc tree, classifier and the first job table in place
         self.reloads = {"ok": 0, "refused": 0}
@@ -172,14 +171,13 @@ class Daemon:
         each reconciliation up to DRIFT_BACKOFF_MAX_S: the daemon never fights an agent in a tight loop.
         The device itself: down/up and MTU changes are logged (the tree stays); gone: logged once, and
         set up again as soon as a device of that name is back; renamed: followed. True if it set up again."""
+        reading = f"checking the tc tree of {self.plan.iface}"
         try:
             drift = self.datapath.check()
         except Exception as e:  # a failed read must not kill the daemon (the interface gone?)
-            if str(e) != self._check_error:
-                self._check_error = str(e)
-                log.warning("checking the tc tree of %s failed: %s", self.plan.iface, e)
+            self._failed(reading, e)
             return False
-        self._check_error = ""
+        self._failing.pop(reading, None)
         for d in drift:
             if d.what in LINK_EVENTS:  # the tree stays in place: only say it
                 (log.warning if d.what == "down" else log.info)("%s (hostctl's tree stays in place)", d.detail)
@@ -205,6 +203,12 @@ class Daemon:
                     "%gs; if another agent manages this interface, stop one of the two)", self.plan.iface,
                     "; ".join(d.detail for d in drift), self.stats.reconciliations + 1, wait)
         return self._set_up_again(drift)
+
+    def _failed(self, what: str, e: Exception) -> None:
+        """Log ``what`` failed, once per distinct error until it works again (the caller pops it then)."""
+        if self._failing.get(what) != str(e):
+            self._failing[what] = str(e)
+            log.warning("%s failed: %s", what, e)
 
     def _set_up_again(self, drift) -> bool:
         """Run setup() again (it puts back what ``drift`` says is missing; a renamed device is followed, a
@@ -270,12 +274,10 @@ class Daemon:
             counters = self.datapath.read_counters(set(self.table.slots.values()))
         except Exception as e:
             self.stats.errors += 1
-            if str(e) != self._counters_error:  # once per distinct error (an interface that is gone: every refresh)
-                self._counters_error = str(e)
-                log.warning("reading counters failed: %s", e)
+            self._failed("reading counters", e)  # (an interface that is gone: every refresh)
             counters = Counters()
         else:
-            self._counters_error = ""
+            self._failing.pop("reading counters", None)
         now = self.mono()
         dt = now - self._rates.t if self._rates.t else 0.0
         prev = self._rates

@@ -63,6 +63,11 @@ def _nl_error(what: str, e: NetlinkError) -> DatapathError:
     return DatapathError(f"{what}: {os.strerror(code) if code else e}{hint}")
 
 
+def _ours(tree: list, handle: int = QDISC_HANDLE) -> bool:
+    """A dumped egress tree (RawRtnl.dump) whose root is hostctl's htb ``handle``."""
+    return bool(tree) and tree[0].kind == "htb" and tree[0].handle == handle
+
+
 def link_info(iface: str) -> tuple[int, int]:
     """(ifindex, ARPHRD type) or a clear error."""
     with IPRoute() as ipr:
@@ -172,15 +177,15 @@ class LinuxDatapath:
                 out.append(Drift("up" if named.up else "down", f"{self.iface} is {'up' if named.up else 'down'}"))
             if last is not None and last.mtu != named.mtu:
                 out.append(Drift("mtu", f"{self.iface}'s MTU changed from {last.mtu} to {named.mtu}"))
-            return out + self._tree_drift(rt)
+            return out + self._tree_drift(rt) + self._ingress_drift(rt)
 
     def _tree_drift(self, rt: RawRtnl) -> list[Drift]:
-        """check()'s part for hostctl's own tc objects."""
+        """check()'s part for hostctl's own tc objects on the interface."""
         plan = self.plan
         out = []
         qd = f"{plan.qdisc_handle >> 16:x}:"  # (tc's notation of a qdisc)
         tree = rt.dump(self.ifindex)
-        if not tree or tree[0].kind != "htb" or tree[0].handle != plan.qdisc_handle:
+        if not _ours(tree, plan.qdisc_handle):
             now = f"{tree[0].kind} {tree[0].handle >> 16:x}:" if tree and tree[0].handle else "the kernel default"
             out.append(Drift("root", f"the root qdisc is {now}, not hostctl's htb {qd}"))
         else:
@@ -189,19 +194,23 @@ class LinuxDatapath:
                     for c in plan.classes if c.classid not in have]
             if plan.classify and self.classifier is not None and not rt.filter_count(self.ifindex, plan.qdisc_handle):
                 out.append(Drift("filter", f"the classifier is detached from {qd}"))
-        if self.in_classifier is not None:
-            ifb = ifb_name(self.ifindex)
-            dev = rt.link(name=ifb)
-            if dev is None:
-                out.append(Drift("ingress", f"the IFB {ifb} is gone"))
-            else:
-                t = rt.dump(dev.ifindex)
-                if not t or t[0].kind != "htb" or {c.classid for c in plan.ingress_classes} - {
-                        o.handle for o in t if o.what == "class"}:
-                    out.append(Drift("ingress", f"the tree on {ifb} changed"))
-                elif not rt.filter_count(self.ifindex, TC_H_CLSACT_INGRESS):
-                    out.append(Drift("ingress", f"the ingress redirect of {self.iface} is gone"))
         return out
+
+    def _ingress_drift(self, rt: RawRtnl) -> list[Drift]:
+        """check()'s part for the ingress side (the IFB, its tree, the NIC's redirect filter)."""
+        if self.in_classifier is None:
+            return []
+        ifb = ifb_name(self.ifindex)
+        dev = rt.link(name=ifb)
+        if dev is None:
+            return [Drift("ingress", f"the IFB {ifb} is gone")]
+        t = rt.dump(dev.ifindex)
+        if not t or t[0].kind != "htb" or {c.classid for c in self.plan.ingress_classes} - {
+                o.handle for o in t if o.what == "class"}:
+            return [Drift("ingress", f"the tree on {ifb} changed")]
+        if not rt.filter_count(self.ifindex, TC_H_CLSACT_INGRESS):
+            return [Drift("ingress", f"the ingress redirect of {self.iface} is gone")]
+        return []
 
     def _follow_link(self) -> None:
         """Before setting up again: the device renamed (follow it: its tree is in place) or another device
@@ -222,8 +231,7 @@ class LinuxDatapath:
                             "in the config", old, mine.name, mine.name)
                 return
             if mine is not None and self.journal is not None:  # our old device, renamed: give it its tree back
-                tree = rt.dump(self.ifindex)
-                if tree and tree[0].kind == "htb" and tree[0].handle == QDISC_HANDLE:
+                if _ours(rt.dump(self.ifindex)):
                     restore(rt, self.ifindex, self.journal.previous)
                     log.warning("%s (ifindex %d) now has another name: restored its previous tree", mine.name,
                                 self.ifindex)
@@ -256,7 +264,7 @@ class LinuxDatapath:
             clean_interface(self.iface, self.state_dir)
         with RawRtnl() as rt:
             previous = rt.dump(self.ifindex)
-            if previous and previous[0].handle == QDISC_HANDLE and previous[0].kind == "htb":
+            if _ours(previous):
                 log.warning("%s has a hostctl qdisc but no journal; the kernel default will "
                             "be restored on stop", self.iface)
                 previous = []
@@ -276,7 +284,7 @@ class LinuxDatapath:
         index = index or self.ifindex
         with RawRtnl() as rt:
             tree = rt.dump(index)
-        if tree and tree[0].kind == "htb" and tree[0].handle == plan.qdisc_handle:
+        if _ours(tree, plan.qdisc_handle):
             return
         try:
             self.ipr.tc("replace", "htb", index=index, handle=plan.qdisc_handle,
@@ -309,7 +317,7 @@ class LinuxDatapath:
         name = ifb_name(self.ifindex)
         if self.in_classifier is not None:
             with RawRtnl() as rt:
-                if any(d.what == "ingress" for d in self._tree_drift(rt)):
+                if self._ingress_drift(rt):
                     self._remove_ingress()  # another agent changed it: build it again
         if self.in_classifier is None:
             kind = self._ingress_qdisc()
@@ -567,7 +575,7 @@ def clean_interface(iface: str, state_dir: str | None = None) -> str:
 def _clean_egress(iface: str, ifindex: int, journal: Journal | None, state_dir: str | None) -> str:
     with RawRtnl() as rt:
         tree = rt.dump(ifindex)
-        ours = bool(tree) and tree[0].kind == "htb" and tree[0].handle == QDISC_HANDLE
+        ours = _ours(tree)
         if journal is not None:
             if ours or not tree or tree[0].handle == 0:
                 restore(rt, ifindex, journal.previous)

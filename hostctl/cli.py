@@ -409,7 +409,8 @@ def _print_pacing(con, pc: dict, s: dict) -> None:
     con.print(f"slot {pc['slot_s'] * 1000:.0f} ms: {s.get('slots', 0)} slots, {s.get('slot_overruns', 0)} overruns, "
               f"decision p90 {'-' if p90 is None else f'{p90:.2f} ms'}; kernel: flows not tracked (map full) "
               f"{k.get('flows_full', 0)}, fail-open rate changes {k.get('failopen_events', 0)}, "
-              f"setsockopt errors {k.get('setopt_errors', 0)}, burst records lost {k.get('bursts_lost', 0)}")
+              f"setsockopt errors {k.get('setopt_errors', 0)}, burst records lost {k.get('bursts_lost', 0)}, "
+              f"flows adopted {k.get('adopted', 0)}")
 
 
 @app.command()

@@ -194,13 +194,21 @@ class Daemon:
             return False
         if any(d.what in ("renamed", "replaced") for d in drift):  # the device itself: at once, no backoff
             return self._set_up_again(drift)
+        if any(d.what == "cgroup" for d in drift):  # the pacer's scope went or came back: at once, no backoff
+            for d in drift:
+                if d.what == "cgroup":
+                    (log.info if d.to == "back" else log.warning)(
+                        "%s: %s", d.detail, "attaching the pacer to it" if d.to == "back" else
+                        "releasing its flows; the pacer is attached again when a cgroup is back under the path")
+            return self._set_up_again(drift)
         if now < self._drift_next:
             return False
         self._drift_streak += 1
         wait = min(DRIFT_BACKOFF_MAX_S, DRIFT_BACKOFF_S * 2 ** (self._drift_streak - 1))
         self._drift_at, self._drift_next = now, now + wait
-        log.warning("%s: the tc tree changed under hostctl (%s): putting it back (reconciliation %d; next check in "
+        log.warning("%s: %s changed under hostctl (%s): putting it back (reconciliation %d; next check in "
                     "%gs; if another agent manages this interface, stop one of the two)", self.plan.iface,
+                    "the pacer's pins" if all(d.what == "pins" for d in drift) else "the tc tree",
                     "; ".join(d.detail for d in drift), self.stats.reconciliations + 1, wait)
         return self._set_up_again(drift)
 

@@ -118,6 +118,8 @@ def _pacing_metrics(pc: dict, stats: dict, decision: dict | None):
     yield CounterMetricFamily("hostctl_pacing_flows_not_tracked", "Selected flows left alone because the flow map was full", value=k.get("flows_full", 0))
     yield CounterMetricFamily("hostctl_pacing_failopen_events", "Flow rates restored because the lease expired or on release", value=k.get("failopen_events", 0))
     yield CounterMetricFamily("hostctl_pacing_setsockopt_errors", "Failed bpf_setsockopt calls", value=k.get("setopt_errors", 0))
+    yield CounterMetricFamily("hostctl_pacing_flows_adopted", "Established flows given pacing callbacks by an adoption "
+                              "pass (established before the pacer or their selector)", value=k.get("adopted", 0))
     ml = pc.get("mlcc")
     if ml:
         yield from _mlcc_metrics(ml, pc)

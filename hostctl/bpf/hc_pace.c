@@ -67,6 +67,7 @@
 #include <uapi/linux/bpf.h>
 #include <uapi/linux/tcp.h>
 #include <linux/socket.h>
+#include <net/sock.h>  /* struct sock_common, for the adoption iterator (bottom) */
 
 #include "hostctl.h"  /* structs, sizes, HP_* values */
 
@@ -285,4 +286,96 @@ int hc_pace(struct bpf_sock_ops *skops)
     }
     set_rate(skops, f, cnt, want);
     return 1;
+}
+
+/* -- adoption: flows established before the program was attached --------------------------
+ *
+ * A flow gets the callbacks above only if a sock_ops program asked for them at its
+ * ESTABLISHED callback. A connection established before hostctl attached (the daemon started
+ * after the job, a systemd restart under a new cgroup, a flow no selector or watch matched when
+ * it was established) never had that callback, so the pacer can neither count nor pace it.
+ *
+ * bpf_iter__tcp is a BPF iterator over the TCP sockets of the network namespace that reads it
+ * (the daemon's). For each ESTABLISHED socket it makes the decision the ESTABLISHED callback
+ * makes (select_slot, the same selectors; HP_CTL_TRACK_ALL) and, where that callback would have
+ * asked for RTT callbacks, asks for them now: bpf_setsockopt(SOL_TCP, TCP_BPF_SOCK_OPS_CB_FLAGS)
+ * (Linux 6.12+; the bit is OR-ed into the socket's flags, so another program's flags stay).
+ * From the socket's next RTT callback on, hc_pace above treats it as any selected flow: the
+ * row is created then (bytes acked from then on), the rate applied. A socket that already has
+ * RTT callbacks is left alone. Each socket given callbacks is written to the iterator's output
+ * as a struct hc_adopt (hostctl.h) for the daemon to count and log; one the kernel refused is
+ * written twice, the second time with err set.
+ *
+ * The iterator walks every TCP socket of the namespace, not only those of the program's
+ * cgroup: a socket of another cgroup that matches a selector gets RTT callbacks that run no
+ * program of ours (the kernel runs the programs of the socket's own cgroup). The fields read
+ * are those of struct sock_common, the part of the socket every kernel lays out the same way.
+ */
+#ifndef TCP_BPF_SOCK_OPS_CB_FLAGS
+#define TCP_BPF_SOCK_OPS_CB_FLAGS 1008
+#endif
+#define HP_TCP_ESTABLISHED 1
+
+struct bpf_iter_meta {
+    struct seq_file *seq;
+    __u64 session_id;
+    __u64 seq_num;
+};
+
+struct bpf_iter__tcp {
+    struct bpf_iter_meta *meta;
+    struct sock_common *sk_common;
+    uid_t uid;
+};
+
+int bpf_iter__tcp(struct bpf_iter__tcp *ctx)
+{
+    struct sock_common *skc = ctx->sk_common;
+    if (!skc || skc->skc_state != HP_TCP_ESTABLISHED)
+        return 0;
+    __u32 ctl_key = HP_CTL_KEY_CONTROL;
+    struct hc_pace_ctl *ctl = hc_pace_ctl.lookup(&ctl_key);
+    if (!ctl)
+        return 0;
+
+    struct hc_adopt rec = {};
+    if (skc->skc_family == 2 /* AF_INET */) {
+        __u32 l = skc->skc_rcv_saddr, r = skc->skc_daddr;
+        rec.key.laddr[10] = 0xff; rec.key.laddr[11] = 0xff;
+        rec.key.raddr[10] = 0xff; rec.key.raddr[11] = 0xff;
+        __builtin_memcpy(&rec.key.laddr[12], &l, 4);
+        __builtin_memcpy(&rec.key.raddr[12], &r, 4);
+    } else if (skc->skc_family == 10 /* AF_INET6 */) {
+        __builtin_memcpy(rec.key.laddr, &skc->skc_v6_rcv_saddr, 16);
+        __builtin_memcpy(rec.key.raddr, &skc->skc_v6_daddr, 16);
+    } else {
+        return 0;
+    }
+    rec.key.lport = skc->skc_num;
+    rec.key.rport = bpf_ntohs(skc->skc_dport);
+
+    __u32 slot = HP_ADOPT_TRACKED;
+    int sel = select_slot(&rec.key, &slot);
+    if (sel == 2)
+        slot = HP_SLOT_WATCH;
+    else if (sel == 0 && !(ctl->flags & HP_CTL_TRACK_ALL))
+        return 0;
+
+    int flags = 0;
+    if (bpf_getsockopt(skc, SOL_TCP, TCP_BPF_SOCK_OPS_CB_FLAGS, &flags, sizeof(flags)) == 0 &&
+        (flags & BPF_SOCK_OPS_RTT_CB_FLAG))
+        return 0;  /* already has callbacks: established after the attach, or adopted before */
+    /* The record goes out before the flags change. When the output buffer is full, the kernel drops
+     * this socket's whole output and shows the socket again at the next read(): had the flags been
+     * set first, that second visit would find them and the socket would never be reported. A
+     * failure is a second record (err set): if that one overflows, the socket, its flags still
+     * unset, is shown again and both records are written then. */
+    rec.slot = slot;
+    if (bpf_seq_write(ctx->meta->seq, &rec, sizeof(rec)) != 0)
+        return 0;
+    flags |= BPF_SOCK_OPS_RTT_CB_FLAG;
+    rec.err = bpf_setsockopt(skc, SOL_TCP, TCP_BPF_SOCK_OPS_CB_FLAGS, &flags, sizeof(flags));
+    if (rec.err)
+        bpf_seq_write(ctx->meta->seq, &rec, sizeof(rec));
+    return 0;
 }

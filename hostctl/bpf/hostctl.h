@@ -11,6 +11,7 @@
  *   tl_classify.c: hc_flows hc_ports hc_remotes hc_job_class hc_job_stats hc_ctl
  *   hc_pace.c:     hc_pace_flows hc_rates hc_sel_flows hc_sel_ports hc_sel_remotes
  *                  hc_slot_rate hc_pace_ctl hc_bursts
+ *                  (and its adoption pass, bpf_iter__tcp, in the same file: same maps)
  * (a kernel map name holds at most 15 characters: keep new names that short.)
  *
  * Sizes (max_entries) are defaults: the loaders pass the same values with -D (a test
@@ -39,6 +40,7 @@
 /* -- hc_pace.c's values ------------------------------------------------------------ */
 #define HP_UNLIMITED 0xffffffffU
 #define HP_SLOT_WATCH 0xffffffffU  /* hc_sel_ports value: no slot, only callbacks (hc_pace.c) */
+#define HP_ADOPT_TRACKED 0xfffffffeU  /* hc_adopt.slot: not selected, tracked for HP_CTL_TRACK_ALL */
 
 /* hc_port_key.side */
 #define HP_SIDE_LOCAL 0
@@ -129,6 +131,15 @@ struct hc_flow {
     __u32 total_retrans;
     __u32 flags;             /* HP_F_* */
     __u32 setopt_errors;
+};
+
+/* One record per socket the adoption pass (hc_pace.c's bpf_iter__tcp) gave callbacks to,
+ * written to the iterator's output for the daemon to count and log (a second one, err set,
+ * when the kernel refused). */
+struct hc_adopt {
+    struct hc_flow_key key;
+    __u32 slot;              /* the selected job slot, HP_SLOT_WATCH (watched), or HP_ADOPT_TRACKED */
+    __s32 err;               /* 0; in a socket's second record, bpf_setsockopt's -errno */
 };
 
 struct hc_burst {

@@ -138,8 +138,10 @@ class Drift(NamedTuple):
     root qdisc is not hostctl's: its classes and filter went with it), "class" (one class is missing),
     "filter" (the classifier is detached), "ingress" (the ingress bands' IFB, its tree or the NIC's
     redirect); the device itself: "gone" (no device of that name or index), "renamed" (``to``: its new
-    name), "replaced" (another device under the name); and, with nothing to put back, "down", "up" and
-    "mtu" (a change since the last check). ``detail``: one line for the log."""
+    name), "replaced" (another device under the name); the pacer: "cgroup" (``to``: "gone" or "replaced":
+    setup() releases the pacer; "back": a cgroup is under the path again, setup() attaches a new pacer),
+    "pins" (removed, or the bpf filesystem unmounted: setup() pins them again); and, with nothing to put
+    back, "down", "up" and "mtu" (a change since the last check). ``detail``: one line for the log."""
 
     what: str
     detail: str
@@ -180,7 +182,9 @@ class Datapath(Protocol):
         ``slots`` is None or empty)."""
 
     def pace(self, table: PaceTable) -> int:
-        """Make the pacing maps equal to ``table`` (selectors and rates); returns map writes."""
+        """Make the pacing maps equal to ``table`` (selectors and rates); returns map writes. A flow a
+        selector matches is tracked whether it was established before or after (the real pacer's
+        adoption pass, docs/pacing.md)."""
 
     def read_pacing(self) -> PacingReadout:
         """One batched read of the monitored flows, the completed bursts and the control counters."""

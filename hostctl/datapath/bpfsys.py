@@ -1,5 +1,6 @@
 """The few bpf(2) commands hostctl needs without bcc: pin, get, get by id, object
-info, attach, detach, map element operations, and run-time statistics; and mount(2).
+info, attach, detach, map element operations, run-time statistics, and running a BPF
+iterator (link create, iter create); and mount(2).
 
 bcc loads and compiles; these calls let ``hostctl clean`` undo a crashed daemon's
 program and maps with nothing but the pinned paths or the program's id, and let the
@@ -35,9 +36,12 @@ BPF_PROG_QUERY = 16
 BPF_MAP_LOOKUP_BATCH = 24
 BPF_MAP_UPDATE_BATCH = 26
 BPF_ENABLE_STATS = 32
+BPF_ITER_CREATE = 33
+BPF_LINK_CREATE = 28
 
 BPF_MAP_TYPE_RINGBUF = 27  # enum bpf_map_type
 BPF_CGROUP_SOCK_OPS = 3  # enum bpf_attach_type
+BPF_TRACE_ITER = 28
 BPF_F_ALLOW_MULTI = 2
 BPF_STATS_RUN_TIME = 0
 BPF_FS_MAGIC = 0xCAFE4A11
@@ -101,6 +105,23 @@ def prog_attach(target_fd: int, prog_fd: int, attach_type: int, flags: int = 0) 
 
 def prog_detach(target_fd: int, prog_fd: int, attach_type: int) -> None:
     _call(BPF_PROG_DETACH, struct.pack("=IIII", target_fd, prog_fd, attach_type, 0))
+
+
+def iter_link(prog_fd: int) -> int:
+    """A link for an iterator program (BPF_TRACE_ITER, no target options: tcp, ...)."""
+    return _call(BPF_LINK_CREATE, struct.pack("=IIII", prog_fd, 0, BPF_TRACE_ITER, 0))
+
+
+def iter_read(link_fd: int, chunk: int = 1 << 16) -> bytes:
+    """Run the iterator once (a new session: BPF_ITER_CREATE) and return everything it wrote."""
+    fd = _call(BPF_ITER_CREATE, struct.pack("=II", link_fd, 0))
+    try:
+        parts = []
+        while data := os.read(fd, chunk):
+            parts.append(data)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
 
 
 def prog_query(target_fd: int, attach_type: int, max_ids: int = 64) -> list[int]:

@@ -39,9 +39,11 @@ class FakeDatapath:
         self.pace_writes: list[PaceTable] = []
         self.kflows: dict[FlowKey, FlowRecord] = {}  # the kernel's flow table, driven by connect/transfer
         self.kbursts: list[Burst] = []
+        self.untracked: set[FlowKey] = set()  # established flows no selector matched (yet)
         # the program's control words and counters, as Pacer.ctl() reads them
         self.ctl = {"heartbeat_ns": 0, "lease_ns": 0, "gap_ns": 0, "flags": 0,
-                    "flows_full": 0, "failopen_events": 0, "bursts_lost": 0, "setopt_errors": 0}
+                    "flows_full": 0, "failopen_events": 0, "bursts_lost": 0, "setopt_errors": 0,
+                    "adopted": 0}
 
     def setup(self, plan: TcPlan) -> None:
         self.setups += 1
@@ -58,8 +60,9 @@ class FakeDatapath:
     def tamper(self, what: str, root: str = "tbf", to: str = "") -> None:
         """Another agent's change, as LinuxDatapath.check reports it: ``root`` (the root qdisc replaced
         by ``root``: the classes and the filter go with it, their counters start over), ``filter`` (the
-        classifier detached), ``ingress``; the device: ``gone``, ``renamed`` (to ``to``), ``replaced``
-        (setup() follows these), and ``down``, ``up``, ``mtu`` (reported by one check())."""
+        classifier detached), ``ingress``; the pacer: ``pins``, ``cgroup`` (``to``: gone, replaced, back);
+        the device: ``gone``, ``renamed`` (to ``to``), ``replaced`` (setup() follows these), and ``down``,
+        ``up``, ``mtu`` (reported by one check())."""
         assert self.plan is not None
         if what == "root":
             self.root = root
@@ -67,8 +70,8 @@ class FakeDatapath:
             self.class_bytes = dict.fromkeys(self.class_bytes, 0)
         elif what in ("gone", "renamed", "replaced"):
             self.drift = [Drift(what, f"the device: {what}", to)]
-        else:
-            self.drift.append(Drift(what, f"{what} changed"))
+        else:  # "pins", "cgroup" (to: gone, replaced, back), "down", "up", "mtu", "ingress", ...
+            self.drift.append(Drift(what, f"{what} changed", to))
 
     def check(self) -> list[Drift]:
         if self.plan is None:
@@ -139,6 +142,11 @@ class FakeDatapath:
         writes += sum(1 for k, v in table.remotes.items() if self.pace_table.remotes.get(k) != v)
         self.pace_table = table
         self.pace_writes.append(table)
+        # the adoption pass: a flow established while no selector matched it is tracked once one does
+        for k in [k for k in self.untracked if self._selected(k) is not None]:
+            self.untracked.discard(k)
+            self.connect(k)
+            self.ctl["adopted"] += 1
         # like the program at the flows' next callback: apply the wanted rate
         for k, r in self.kflows.items():
             self.kflows[k] = r._replace(rate_Bps=self._want(k, r.slot))
@@ -162,6 +170,7 @@ class FakeDatapath:
         """A flow is established: tracked if a selector matches (as at ESTABLISHED)."""
         slot = self._selected(key)
         if slot is None:
+            self.untracked.add(key)  # established, not tracked (until an adoption pass, at a later pace())
             return False
         self.kflows[key] = FlowRecord(key, slot, 0, 0, now_ns, 0, 0, 0, self._want(key, slot),
                                       UNLIMITED_BPS_BYTES, 100, 10, 0, 0, 0)

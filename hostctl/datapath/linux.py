@@ -25,6 +25,7 @@ import errno
 import logging
 import os
 import socket
+import threading
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
@@ -121,6 +122,8 @@ class LinuxDatapath:
         self.plan: TcPlan | None = None
         self.journal: Journal | None = None
         self._link = None  # the device's state at the last check() (RawRtnl.link): up/down and MTU changes
+        self._pace_path = ""  # the pacer's cgroup directory (to see it come back after it was removed)
+        self._pacer_job: tuple[threading.Thread, list] | None = None  # a pacer being built again (on a thread)
 
     # -- setup ---------------------------------------------------------------
     def setup(self, plan: TcPlan) -> None:
@@ -141,13 +144,8 @@ class LinuxDatapath:
             self._setup_ingress(plan)
         elif self.in_classifier is not None:
             self._remove_ingress()
-        if self.pace_cgroup is not None and self.pacer is None:
-            from hostctl.datapath.pacer import Pacer
-
-            self.pacer = Pacer(self.pace_cgroup, lease_s=self.lease_s, gap_s=self.phase_gap_s,
-                               track_all=self.track_all)
-            log.info("pacing flows of cgroup %s (pinned at %s)", self.pacer.cgroup,
-                     self.pacer.pin_dir or "nothing: private /sys, found by program id")
+        if self.pace_cgroup is not None:
+            self._setup_pacer(first=self.plan is None)
         # classes of an older plan that the new one no longer has (fewer bands)
         if self.plan is not None:
             keep = {c.classid for c in plan.classes}
@@ -156,22 +154,92 @@ class LinuxDatapath:
                     self._delete_class(cls.classid)
         self.plan = plan
 
+    def _setup_pacer(self, first: bool) -> None:
+        """The pacer: attached at the first setup; later (check() found it) released when its cgroup
+        was removed or replaced, attached again when a cgroup is back under the path, its pins put
+        back when they were removed or the bpf filesystem unmounted."""
+        from hostctl.datapath.pacer import Pacer
+
+        def make() -> Pacer:
+            return Pacer(self.pace_cgroup, lease_s=self.lease_s, gap_s=self.phase_gap_s, track_all=self.track_all)
+
+        p = self.pacer
+        if p is not None and (state := p.cgroup_state()) != "ok":
+            log.warning("the pacer's cgroup %s is %s: releasing its flows (%s)", p.cgroup,
+                        "gone" if state == "gone" else "a new cgroup", p.close())
+            self.pacer = p = None
+        if p is None and first:
+            self._use_pacer(make())
+        elif p is None:
+            if self._pacer_job is None and os.path.isdir(self._pace_path):
+                # bcc compiles for seconds: on a thread (ctypes lets go of the GIL), so that the daemon's
+                # slots and heartbeats go on; heartbeat() puts the pacer in use when it is ready
+                box: list = []
+                job = threading.Thread(target=lambda: box.append(_try(make)), daemon=True, name="hostctl-pacer")
+                self._pacer_job = (job, box)
+                job.start()
+        elif missing := p.repin():
+            log.info("pinned %s again at %s", ", ".join(missing), p.pin_dir)
+
+    def _use_pacer(self, p) -> None:
+        self.pacer, self._pace_path = p, p.cgroup
+        log.info("pacing flows of cgroup %s (pinned at %s)", p.cgroup,
+                 p.pin_dir or "nothing: private /sys, found by program id")
+
+    def _pacer_ready(self, wait: bool = False) -> None:
+        """A pacer built on a thread (_setup_pacer) put in use once it is ready (or its error logged)."""
+        job, box = self._pacer_job
+        if wait:
+            job.join()
+        if job.is_alive():
+            return
+        self._pacer_job = None
+        res = box[0] if box else RuntimeError("the thread ended without a result")
+        if isinstance(res, BaseException):
+            log.error("attaching the pacer to %s again failed: %s", self._pace_path, res)
+        else:
+            self._use_pacer(res)
+
+    def _pacer_drift(self) -> list[Drift]:
+        """check()'s part for the pacer: its cgroup (gone, replaced, back) and its pins."""
+        p = self.pacer
+        if p is None:
+            if self._pacer_job is not None:
+                return []  # being attached again (on a thread)
+            if self.pace_cgroup is not None and self._pace_path and os.path.isdir(self._pace_path):
+                return [Drift("cgroup", f"the pacer's cgroup {self._pace_path} exists again", "back")]
+            return []
+        state = p.cgroup_state()
+        if state != "ok":
+            what = "was removed" if state == "gone" else "is a new cgroup (the old one was removed)"
+            return [Drift("cgroup", f"the pacer's cgroup {p.cgroup} {what}", state)]
+        missing = p.missing_pins()
+        if not missing:
+            return []
+        from hostctl.datapath import bpfsys
+
+        root = os.path.dirname(os.path.dirname(p.pin_dir))
+        why = (f"the bpf filesystem is not mounted at {root}" if not bpfsys.is_bpffs(root)
+               else f"{', '.join(missing)} removed from {p.pin_dir}")
+        return [Drift("pins", f"the pacer's pins are gone ({why})")]
+
     def check(self) -> list[Drift]:
         """Datapath.check: the device (gone, renamed, another one under the name; up/down and MTU
         changes), then the root qdisc, each class and the classifier filter of the plan, and the ingress
         side (the IFB, its root, the NIC's redirect filter). One RTM_GETLINK, one tree dump, one filter dump."""
         if self.plan is None:
             return []
-        out = []
+        out = self._pacer_drift() if self.pace_cgroup is not None else []
         with RawRtnl() as rt:
             mine = rt.link(self.ifindex)
             named = mine if mine is not None and mine.name == self.iface else rt.link(name=self.iface)
             if named is None:
                 if mine is None:
-                    return [Drift("gone", f"{self.iface} is gone (its tc tree and filters went with it)")]
-                return [Drift("renamed", f"{self.iface} is now called {mine.name}", mine.name)]
+                    return out + [Drift("gone", f"{self.iface} is gone (its tc tree and filters went with it)")]
+                return out + [Drift("renamed", f"{self.iface} is now called {mine.name}", mine.name)]
             if named.ifindex != self.ifindex:
-                return [Drift("replaced", f"{self.iface} is a new device (ifindex {self.ifindex} -> {named.ifindex})")]
+                return out + [Drift("replaced",
+                                    f"{self.iface} is a new device (ifindex {self.ifindex} -> {named.ifindex})")]
             last, self._link = self._link, named
             if last is not None and last.up != named.up:
                 out.append(Drift("up" if named.up else "down", f"{self.iface} is {'up' if named.up else 'down'}"))
@@ -432,6 +500,8 @@ class LinuxDatapath:
         return self.classifier.apply(table)
 
     def heartbeat(self) -> None:
+        if self._pacer_job is not None:
+            self._pacer_ready()
         if self.classifier is not None:
             self.classifier.heartbeat()
         if self.in_classifier is not None:
@@ -493,6 +563,8 @@ class LinuxDatapath:
 
     # -- teardown ----------------------------------------------------------------
     def teardown(self) -> None:
+        if self._pacer_job is not None:  # a pacer being attached: wait for it, then release it below
+            self._pacer_ready(wait=True)
         if self.pacer is not None:  # first: give every flow its rate back
             log.info("%s", self.pacer.close())
             self.pacer = None
@@ -508,6 +580,14 @@ class LinuxDatapath:
 
     def close(self) -> None:
         self.ipr.close()
+
+
+def _try(fn):
+    """fn()'s value, or the exception it raised (for a thread's result)."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - handed to the caller
+        return e
 
 
 def _quiet_ipv6(dev: str) -> None:

@@ -42,7 +42,8 @@ import time
 import numpy as np
 
 from hostctl import consts
-from hostctl.cgroups import cgroup_pids  # noqa: F401  (re-exported: tests use pacer.cgroup_pids)
+from hostctl.cgroups import cgroup_pids
+from hostctl.containers import call_in_each_netns, netns_inode
 from hostctl.core.bpfabi import DEFINES
 from hostctl.core.pace import WATCH_SLOT, PaceTable
 from hostctl.core.types import FlowKey
@@ -77,6 +78,8 @@ HP_CTL_KEY_CONTROL = DEFINES["HP_CTL_KEY_CONTROL"]
 HP_CTL_KEY_COUNTERS = DEFINES["HP_CTL_KEY_COUNTERS"]
 CTL_COUNTERS = ("flows_full", "failopen_events", "bursts_lost", "setopt_errors")
 SIDE = {"local": DEFINES["HP_SIDE_LOCAL"], "remote": DEFINES["HP_SIDE_REMOTE"]}
+ADOPT_TRACKED = DEFINES["HP_ADOPT_TRACKED"]  # hc_adopt.slot of a flow adopted for HP_CTL_TRACK_ALL only
+ITER_NAME = "bpf_iter__tcp"  # the adoption pass in hc_pace.c (bcc finds the iterator target by this name)
 
 OWNER_DIR = os.path.join(consts.RUN_DIR, "pace")
 # Scopes held by a Pacer of this process that is not closed yet. The owner record cannot
@@ -133,8 +136,12 @@ class CtlC(ctypes.Structure):
                 ("bursts_lost", ctypes.c_uint64), ("setopt_errors", ctypes.c_uint64)]
 
 
+class AdoptC(ctypes.Structure):
+    _fields_ = [("key", FlowKeyC), ("slot", ctypes.c_uint32), ("err", ctypes.c_int32)]
+
+
 MIRRORS = {"hc_flow_key": FlowKeyC, "hc_remote_key": RemoteKeyC, "hc_port_key": PortKeyC, "hc_rate": RateC,
-           "hc_flow": FlowC, "hc_burst": BurstC, "hc_pace_ctl": CtlC}
+           "hc_flow": FlowC, "hc_burst": BurstC, "hc_pace_ctl": CtlC, "hc_adopt": AdoptC}
 
 
 def cflags(max_flows: int = HC_MAX_FLOWS) -> list[str]:
@@ -330,6 +337,9 @@ def scope_id(cgroup_path: str) -> str:
 _FLOW = struct.Struct("=8Q8I")  # FlowC's fields in order (checked against ctypes at import)
 assert _FLOW.size == ctypes.sizeof(FlowC)
 _BURST_SIZE = ctypes.sizeof(BurstC)
+_ADOPT_SIZE = ctypes.sizeof(AdoptC)
+_ADOPT_TAIL = struct.Struct("=Ii")  # AdoptC after its key: slot, err
+assert AdoptC.slot.offset == _KEY_SIZE and _KEY_SIZE + _ADOPT_TAIL.size == _ADOPT_SIZE
 _BURST_TAIL = struct.Struct("=3QI")  # BurstC after its key: start_ns, end_ns, bytes, slot
 assert BurstC.start_ns.offset == _KEY_SIZE and BurstC.slot.offset == _KEY_SIZE + 24
 
@@ -448,6 +458,13 @@ class Pacer:
         self._ring: bpfsys.RingReader | None = None  # None: bcc's callbacks read the ring buffer
         self._batch: bpfsys.BatchReader | None | bool = None  # False: the kernel has no batch reads
         self._batch_update = True  # False: the kernel has no batch writes for hash maps
+        self._iter_link = -1  # the adoption pass's iterator link; -1: not loaded
+        self._adopt_refused = False
+        self._applied = False
+        self.adopted = 0  # flows given callbacks by adoption passes
+        self.last_adoption: list[tuple[FlowKey, int]] = []  # what the last pass gave callbacks to
+        self.last_adoption_s = 0.0  # how long it took (wall)
+        self.adopt_passes = 0
         try:
             self._load()
         except BaseException:
@@ -518,6 +535,116 @@ class Pacer:
             raise DatapathError(f"cannot attach the sock_ops program to cgroup {self.cgroup}: {e.strerror} "
                                 "(another program attached there without BPF_F_ALLOW_MULTI?)") from None
         self.attached = True
+        self._load_adoption(bcc)
+
+    def _load_adoption(self, bcc) -> None:
+        """The adoption pass (hc_pace.c's bpf_iter__tcp): loaded beside the sock_ops program, same
+        maps. A kernel without TCP iterators (< 5.9) cannot load it: the pacer then works as
+        before, for flows established after it attached only, and says so once."""
+        try:
+            fn = self.bpf.load_func(ITER_NAME.encode(), bcc.BPF.TRACING)
+            self._iter_link = bpfsys.iter_link(fn.fd)
+        except Exception as e:  # bcc raises a bare Exception when the kernel refuses the program
+            log.warning("flows established before hostctl started cannot be adopted on this kernel (%s): "
+                        "they are paced only once they reconnect (needs Linux 6.12: BPF TCP iterator and "
+                        "TCP_BPF_SOCK_OPS_CB_FLAGS)", e)
+            self._iter_link = -1
+
+    def adopt(self) -> list[tuple[FlowKey, int]]:
+        """One adoption pass: every established TCP socket of this network namespace that the
+        selectors (or HP_CTL_TRACK_ALL) would have given callbacks at its ESTABLISHED, and
+        that has none (it was established before the program was attached, or before its
+        selector existed), gets them now; the program then selects and paces it at its next
+        RTT callback. Returns [(flow, slot)] of the sockets given callbacks (slot: a job slot,
+        WATCH_SLOT, or ADOPT_TRACKED)."""
+        if self._iter_link < 0:
+            return []
+        t0 = time.perf_counter()
+        raw = b"".join(self._adoption_output())
+        self.adopt_passes += 1
+        seen: dict[FlowKey, int] = {}
+        refused: set[FlowKey] = set()
+        failed = 0
+        for i in range(0, len(raw) - _ADOPT_SIZE + 1, _ADOPT_SIZE):
+            slot, err = _ADOPT_TAIL.unpack_from(raw, i + _KEY_SIZE)
+            key = _key_raw(raw[i:i + _KEY_SIZE])
+            seen[key] = slot
+            if err:  # the socket's second record: the kernel refused its flags
+                failed = err
+                refused.add(key)
+        out = [(k, slot) for k, slot in seen.items() if k not in refused]
+        if failed and not self._adopt_refused:
+            self._adopt_refused = True
+            log.warning("the kernel refused to give established flows callbacks (%s): flows established before "
+                        "hostctl started are paced only once they reconnect (needs Linux 6.12: "
+                        "TCP_BPF_SOCK_OPS_CB_FLAGS)", os.strerror(-failed))
+        self.last_adoption = out
+        self.last_adoption_s = time.perf_counter() - t0
+        if out:
+            self.adopted += len(out)
+            sel = sum(1 for _, slot in out if slot not in (WATCH_SLOT, ADOPT_TRACKED))
+            log.info("adopted %d established flows (%d selected by a job, %d watched or tracked for later "
+                     "selection) in %.1f ms: paced from their next round trip", len(out), sel, len(out) - sel,
+                     self.last_adoption_s * 1e3)
+        return out
+
+    def _adoption_output(self) -> list[bytes]:
+        """Run the iterator in every network namespace that a process of the scope lives in (a
+        TCP iterator walks the namespace of whoever creates it: a container's sockets are seen
+        only from inside it, though the cgroup attach paces them from anywhere)."""
+        own = netns_inode("self")
+        paths: dict[int, str] = {}
+        for pid in cgroup_pids(self.cgroup):
+            ino = netns_inode(pid)
+            if ino is not None and ino not in paths:
+                paths[ino] = f"/proc/{pid}/ns/net"
+        out = []
+        if own in paths or not paths:
+            out.append(bpfsys.iter_read(self._iter_link))
+        others = [p for ino, p in paths.items() if ino != own]
+        try:
+            got = call_in_each_netns(others, lambda: bpfsys.iter_read(self._iter_link))
+        except TimeoutError as e:
+            log.warning("adoption pass: %s; flows of the namespaces not reached are adopted at the next pass", e)
+            return out
+        for path, res in got.items():
+            if isinstance(res, BaseException):  # the process left, or its namespace went away: nothing to adopt
+                log.debug("adoption pass: %s: %s", path, res)
+            else:
+                out.append(res)
+        return out
+
+    # -- health: what check() asks (hostctl/datapath/linux.py) ---------------------------------
+    def cgroup_state(self) -> str:
+        """"ok"; "gone" (the scope's cgroup was removed: its sockets that live on keep the program
+        until they close); "replaced" (a new cgroup under the same path: not the one attached to)."""
+        try:
+            return "ok" if scope_id(self.cgroup) == self.scope else "replaced"
+        except OSError:
+            return "gone"
+
+    def missing_pins(self) -> list[str]:
+        """The pins that should be under pin_dir and are not (all of them when the bpf filesystem
+        was unmounted); [] when complete or when nothing is pinned (a private /sys)."""
+        if self.pin_dir is None or not self.attached:
+            return []
+        if not bpfsys.is_bpffs(os.path.dirname(os.path.dirname(self.pin_dir))):
+            return [PROG_NAME, *MAP_NAMES]
+        return [n for n in (PROG_NAME, *MAP_NAMES) if not os.path.exists(os.path.join(self.pin_dir, n))]
+
+    def repin(self) -> list[str]:
+        """Pin again what missing_pins() lists (mounting the bpf filesystem first if it is gone, as
+        at start), so that `hostctl clean` finds them after a crash; returns what was pinned. (Without
+        pins, clean still finds the program by the id in the owner record.)"""
+        missing = self.missing_pins()
+        if not missing:
+            return []
+        bpffs_root()
+        os.makedirs(self.pin_dir, mode=0o700, exist_ok=True)
+        for n in missing:
+            fd = self.fn.fd if n == PROG_NAME else self.bpf[n.encode()].map_fd
+            bpfsys.obj_pin(fd, os.path.join(self.pin_dir, n))
+        return missing
 
     # -- control --------------------------------------------------------------------------
     def _write_ctl(self, flags: int) -> None:
@@ -530,7 +657,7 @@ class Pacer:
         self._write_ctl(self._flags)
 
     def ctl(self) -> dict[str, int]:
-        return _read_ctl(self.maps["hc_pace_ctl"].map_fd)
+        return {**_read_ctl(self.maps["hc_pace_ctl"].map_fd), "adopted": self.adopted}
 
     def apply(self, table: PaceTable) -> int:
         """Diff against what is loaded and write only the changes. New selectors and rates
@@ -538,6 +665,12 @@ class Pacer:
         cur = self._current
         writes = 0
         want_flags = HP_CTL_TRACK_ALL if (self.track_all or table.flows) else 0
+        # An adoption pass when a flow established earlier may now be one the program would have
+        # tracked: at the first table, a new port or remote selector, TRACK_ALL turned on. (A new
+        # 4-tuple selector needs none: under TRACK_ALL every flow has its callbacks already.)
+        adopt = (not self._applied or not table.ports.keys() <= cur.ports.keys()
+                 or not table.remotes.keys() <= cur.remotes.keys() or want_flags & ~self._flags)
+        self._applied = True
         if want_flags != self._flags:
             self._flags = want_flags
             self._write_ctl(self._flags)
@@ -583,6 +716,8 @@ class Pacer:
             sr[sr.Key(slot)] = sr.Leaf(0, 0)
             writes += 1
         self._current = table
+        if adopt:
+            self.adopt()
         return writes
 
     def _write_rates(self, rates, changed: list[tuple[FlowKey, int]]) -> None:
@@ -659,6 +794,9 @@ class Pacer:
         if self._cg_fd >= 0:
             os.close(self._cg_fd)
             self._cg_fd = -1
+        if self._iter_link >= 0:
+            os.close(self._iter_link)
+            self._iter_link = -1
         if self._ring is not None:
             self._ring.close()
             self._ring = None

@@ -83,11 +83,19 @@ def scenario(dp, conn, root_qdisc, entries, tamper) -> dict:
     rep["entries"].append(entries())
     tamper("mtu")  # a change of the device that leaves the tree in place: said by one check
     rep["check"] += [[d.what for d in dp.check()], [d.what for d in dp.check()]]
+    tamper("pins")  # the pacer's pins removed by hand: said until setup() pins them again
+    rep["check"] += [[d.what for d in dp.check()], [d.what for d in dp.check()]]
+    dp.setup(plan)
+    rep["check"].append([d.what for d in dp.check()])
 
-    # pacing: the flow is selected by its remote port at connection time, its rate is per flow
+    # pacing: one flow established before the pacer has any selector (adopted by the first table),
+    # the other selected by its remote port at connection time; rates per flow
+    early = conn.open_early()
     base = PaceTable(ports={(PORT, "remote"): SLOT_A})
     dp.pace(base)
     dp.heartbeat()
+    conn.send(100_000, early)
+    rep["early"] = list(conn.settle(lambda: _beat_and_flow(dp, early), lambda f: f.slot == SLOT_A).key)
     conn.open()
     rep["pace_writes"] = [dp.pace(PaceTable(ports=base.ports, flow_rates={key: RATE1_BPS_BYTES}))]
     conn.send(200_000)
@@ -101,6 +109,7 @@ def scenario(dp, conn, root_qdisc, entries, tamper) -> dict:
     rep["rates"] = [first.rate_Bps, second.rate_Bps]
     rep["acked_grows"] = second.bytes_acked >= first.bytes_acked > 0  # values: the fake's are made up
     rep["ctl"] = sorted(readout.ctl)
+    rep["adopted"] = readout.ctl["adopted"]
 
     counters = dp.read_counters({SLOT_A, SLOT_B})
     rep["classes"] = _shape(counters.classes)
@@ -137,12 +146,19 @@ class Conn:
         self.sock = socket.socket()
         self.sock.bind((laddr, 0))
         self.key = FlowKey(laddr, self.sock.getsockname()[1], raddr, PORT)
+        self.early: socket.socket | None = None
 
     def open(self) -> None:
         self.sock.connect((self.key.raddr, PORT))
 
-    def send(self, n: int) -> None:
-        self.sock.sendall(b"\0" * n)
+    def open_early(self) -> FlowKey:
+        """A second connection, opened now (before the pacer has a selector for it)."""
+        self.early = socket.create_connection((self.key.raddr, PORT))
+        laddr, lport = self.early.getsockname()[:2]
+        return FlowKey(laddr, lport, self.key.raddr, PORT)
+
+    def send(self, n: int, key: FlowKey | None = None) -> None:
+        (self.early if key is not None and key != self.key else self.sock).sendall(b"\0" * n)
 
     @staticmethod
     def settle(read, ok, timeout: float = 5.0):
@@ -158,15 +174,20 @@ class Conn:
 class FakeConn:
     """The fake's flow: the same key; connect/transfer stand for the kernel's callbacks."""
 
-    def __init__(self, dp, iface: str, key: FlowKey) -> None:
-        self.dp, self.iface, self.key, self.now = dp, iface, key, 0
+    def __init__(self, dp, iface: str, key: FlowKey, early_port: int) -> None:
+        self.dp, self.iface, self.key, self.now, self.early_port = dp, iface, key, 0, early_port
 
     def open(self) -> None:
         self.dp.connect(self.key)
 
-    def send(self, n: int) -> None:
+    def open_early(self) -> FlowKey:
+        k = self.early = FlowKey(self.key.laddr, self.early_port, self.key.raddr, PORT)
+        self.dp.connect(k)
+        return k
+
+    def send(self, n: int, key: FlowKey | None = None) -> None:
         self.now += 1_000_000
-        self.dp.transfer(self.key, n, self.now - 1_000_000, self.now)
+        self.dp.transfer(key or self.key, n, self.now - 1_000_000, self.now)
 
     @staticmethod
     def settle(read, ok):
@@ -200,6 +221,13 @@ def _tamper(dev: str, what: str) -> None:
         sh(["tc", "filter", "del", "dev", dev, "parent", fmt_handle(QDISC_HANDLE)])
 
 
+def _unpin(pin_dir: str) -> None:
+    """An operator's `rm -r` of the pacer's pins (the program stays attached: the cgroup holds it)."""
+    for n in os.listdir(pin_dir):
+        os.unlink(os.path.join(pin_dir, n))
+    os.rmdir(pin_dir)
+
+
 def _root_kind(dev: str) -> str:
     qd = json.loads(sh(["tc", "-j", "qdisc", "show", "dev", dev, "root"]).stdout or "[]")
     return qd[0]["kind"] if qd else "none"
@@ -218,10 +246,12 @@ def _linux_main(iface: str, laddr: str, raddr: str, cgroup: str, state_dir: str)
     conn = Conn(iface, laddr, raddr)
     try:
         rep = scenario(dp, conn, lambda: _root_kind(iface), lambda: _kernel_entries(dp),
-                       lambda what: _tamper(iface, what))
+                       lambda what: _unpin(dp.pacer.pin_dir) if what == "pins" else _tamper(iface, what))
     finally:
         dp.teardown()  # again, if the scenario failed half-way
         conn.sock.close()
+        if conn.early is not None:
+            conn.early.close()
     print(json.dumps({"key": list(conn.key), "report": rep}))
 
 
@@ -243,7 +273,8 @@ def test_fake_and_linux_report_the_same(pair, cgroup, tmp_path):
     from hostctl.datapath.fake import FakeDatapath
 
     fake = FakeDatapath(previous_root=out["report"]["root_before"])
-    rep = scenario(fake, FakeConn(fake, pair.wk.dev, key), lambda: fake.root.split()[0],
+    early_port = FlowKey(*out["report"]["early"]).lport  # the real one's port, for the same report
+    rep = scenario(fake, FakeConn(fake, pair.wk.dev, key, early_port), lambda: fake.root.split()[0],
                    lambda: _entries(fake.table.flows.items(), fake.table.slot_classid.items()),
                    lambda what: fake.tamper(what, root="tbf"))
     assert fake.closed
@@ -251,8 +282,10 @@ def test_fake_and_linux_report_the_same(pair, cgroup, tmp_path):
     assert json.loads(json.dumps(rep)) == out["report"]
     assert rep["root_after_teardown"] == rep["root_before"] == "noqueue"
     assert rep["rates"] == [RATE1_BPS_BYTES, RATE2_BPS_BYTES] and rep["acked_grows"]
+    assert rep["adopted"] == 1 and len(rep["flows"]) == 2  # the early flow, adopted by the first table
     assert len(rep["entries"][0]["flows"]) == 2 and len(rep["entries"][1]["flows"]) == 1
-    assert rep["check"] == [[], ["filter"], [], ["root"], [], ["mtu"], []] and rep["entries"][2] == rep["entries"][1]
+    assert rep["check"] == [[], ["filter"], [], ["root"], [], ["mtu"], [], ["pins"], ["pins"], []]
+    assert rep["entries"][2] == rep["entries"][1]
     assert (rep["root_tampered"], rep["root_after_reconcile"]) == ("tbf", "htb")
     assert rep["classes"] and set(rep["jobs"]) == {str(SLOT_A), str(SLOT_B)}
 

@@ -907,3 +907,77 @@ def test_flow_held_at_the_wait_floor_is_released_within_three_slots(pair, cgroup
     print(f"1 MB after the release: floor {floor / 1e6:.2f} MB/s {new * 1e3:.0f} ms; "
           f"4 MSS per slot {old * 1e3:.0f} ms")
     assert new <= 0.18, f"{new * 1e3:.0f} ms after a hold at {floor / 1e6:.2f} MB/s"
+
+
+# -- adoption: flows established before the pacer ----------------------------------------------
+@pytest.mark.parametrize("track_all", [False, True], ids=["selected_only", "track_all"])
+def test_flows_established_before_the_pacer_are_adopted(pair, cgroup, procs, driver, track_all):
+    """Two bulk flows run before any pacer exists (no sock_ops program ever saw them established).
+    The pacer's first table selects one by remote port: its adoption pass (bpf_iter__tcp) gives
+    that socket callbacks, with the very 4-tuple the socket has (a check of the struct sock_common
+    fields the iterator reads), and the flow is paced from then on; the other is left alone, or
+    under TRACK_ALL given callbacks too, so that a 4-tuple selector written later paces it."""
+    paced, other = 5401, 5402
+    rx = Receiver(pair.ps, [paced, other], procs)
+    app = App(pair.wk, cgroup, pair.ps, [paced, other], procs)
+    app.cmd("bulk all")
+    time.sleep(0.5)
+    d = driver(cgroup, track_all=track_all)
+    d.apply(PaceTable())  # the first table: no selector yet, so only TRACK_ALL adopts
+    assert sorted(d.p.last_adoption, key=str) == (
+        sorted([(app.keys[0], pacer.ADOPT_TRACKED), (app.keys[1], pacer.ADOPT_TRACKED)], key=str) if track_all else [])
+    t_sel = time.monotonic()
+    d.apply(PaceTable(ports={(paced, "remote"): 1}, slot_rates={1: 50 * MBIT}))
+    assert d.p.last_adoption == ([] if track_all else [(app.keys[0], 1)])
+    assert d.p.adopted == (2 if track_all else 1)
+    with d.lock:
+        assert d.p.adopt() == []  # a second pass finds every socket with its callbacks already
+    time.sleep(1.5)
+    t1 = time.monotonic()
+    before = rx.rates(t_sel - 0.4, t_sel)
+    got = rx.rates(t1 - 1.0, t1)
+    flows = d.flows()
+    print(mbit(before[app.ids[0]]), mbit(got[app.ids[0]]), mbit(got[app.ids[1]]))
+    assert before[app.ids[0]] > 10 * 50 * MBIT  # unpaced before the pacer
+    assert list(flows) == [app.keys[0]] and flows[app.keys[0]].slot == 1, flows
+    assert app.rate(0) == 50 * MBIT and app.rate(1) == UNLIMITED
+    assert within(got[app.ids[0]], 50 * MBIT, 0.05)
+    assert got[app.ids[1]] > 10 * 50 * MBIT
+    d.apply(PaceTable(ports={(paced, "remote"): 1}, flows={app.keys[1]: 2}, slot_rates={1: 50 * MBIT, 2: 30 * MBIT}))
+    if track_all:  # tracked since the first pass: the 4-tuple selector takes it at its next round trip
+        time.sleep(1.3)
+        t2 = time.monotonic()
+        assert within(rx.rates(t2 - 1.0, t2)[app.ids[1]], 30 * MBIT, 0.05)
+        assert d.flows()[app.keys[1]].slot == 2
+    else:  # TRACK_ALL turned on by the 4-tuple selector: that is an adoption pass too
+        assert d.p.adopted == 2
+        wait_for_rate = time.monotonic() + 10
+        while app.rate(1) != 30 * MBIT and time.monotonic() < wait_for_rate:
+            time.sleep(0.1)
+        assert app.rate(1) == 30 * MBIT
+
+
+V6_PAIR = r"""
+import json, socket, sys, time
+srv = socket.socket(socket.AF_INET6)
+srv.bind(("::1", 0)); srv.listen()
+cli = socket.socket(socket.AF_INET6)
+cli.connect(("::1", srv.getsockname()[1]))
+acc, _ = srv.accept()
+print(json.dumps({"server": srv.getsockname()[1], "client": cli.getsockname()[1]}), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_adoption_reads_ipv6_addresses(pair, cgroup, procs, driver):
+    """The adoption pass keys an IPv6 connection (::1 inside the namespace) by its real
+    addresses and ports: the client side selected by the server's port as remote, the accepted
+    side by it as local."""
+    p = Proc(pair.wk.argv_in(cgroup, PY, "-c", V6_PAIR), "v6 pair", procs)
+    ports = json.loads(p.line())
+    d = driver(cgroup, track_all=False)
+    d.apply(PaceTable(ports={(ports["server"], "remote"): 3, (ports["server"], "local"): 4}))
+    client = FlowKey("::1", ports["client"], "::1", ports["server"])
+    server = FlowKey("::1", ports["server"], "::1", ports["client"])
+    assert sorted(d.p.last_adoption, key=str) == sorted([(client, 3), (server, 4)], key=str)
+    assert d.p.adopted == 2

@@ -115,6 +115,31 @@ def test_a_connection_accepted_before_discovery_found_its_job_is_paced(pair, cgr
     assert d.poll() is None
 
 
+def test_flows_running_before_the_daemon_started_are_adopted_and_paced(pair, cgroup):
+    """The job runs first (a PS sending to its worker at full speed); the daemon starts 2 s into
+    it. No sock_ops program saw that connection established, so only the adoption pass can give it
+    callbacks: it is paced to the cap from the daemon's first table on, and status counts it."""
+    serve(pair, pair.ps, cgroup, 5201)
+    rx = recv(pair, pair.wk, pair.ps, 5201, 16)
+    time.sleep(2.0)
+    t_start = time.monotonic()
+    start_cap(pair, pair.ps, cgroup, 5201, "40mbit")
+    st = wait_for(lambda: (s := status(pair.ps))["pacing"]["flows"] and s, 10, 0.2, "the flow paced")
+    t_ready, w_ready = time.monotonic(), time.time()
+    assert st["pacing"]["flows"][0]["applied_bps"] == 40_000_000
+    assert st["pacing"]["kernel"]["adopted"] == 1
+    text = " ".join(pair.ps.hostctl("status", check=True).stdout.split())
+    assert "flows adopted 1" in text
+    res = result(rx)
+    t_rel = w_ready - res["start"]  # seconds into the transfer when the daemon paced it
+    assert t_rel + 3.0 <= 16, f"the daemon took {t_ready - t_start:.1f} s to start: no time left to measure"
+    before = mbit(res, 0.5, 1.5)
+    after = mbit(res, t_rel + 1.0, t_rel + 3.0)
+    print(f"before the daemon {before:.0f} Mbit/s, after {after:.1f} Mbit/s (ready {t_ready - t_start:.1f} s)")
+    assert before > 200  # unpaced while no daemon ran
+    assert after == pytest.approx(40 * HEADER_FACTOR, rel=0.1)
+
+
 def test_hint_reaches_the_monitor(pair, cgroup):
     serve(pair, pair.ps, cgroup, 5201)
     start_cap(pair, pair.ps, cgroup, 5201, "100mbit", "--config", "/dev/null")
@@ -368,3 +393,86 @@ def test_cap_on_the_worker_side_paces_uploads_to_a_ps_port(pair, cgroup):
     # plus the paced rate (unpaced, the 1 Gbit/s link would take about 100 MB)
     assert sum(b["bytes"][:10]) < 10 * 2**20, b["bytes"][:10]
     sink.terminate()
+
+
+def test_pins_removed_bpffs_unmounted_and_the_cgroup_removed_and_back(pair, cgroup):
+    """The pacer's kernel state under an operator's hands, with a running daemon (in a private mount
+    namespace, so that unmounting its bpf filesystem touches no one else):
+    1. its pins removed (`rm -r`): pinned again at the next rescan;
+    2. the bpf filesystem unmounted (in the daemon's mount namespace; the pins the host still sees are
+       removed too, as the last unmount of a real bpffs drops them): mounted and pinned again;
+    3. its cgroup removed (no process left in it): the pacer released (program detached, owner record
+       gone), the daemon runs on; re-created under the same path: a new pacer attached to it, and a
+       job started there is paced to the cap (its flow adopted or tracked from ESTABLISHED).
+    The daemon logs each, and `hostctl stop` leaves nothing behind."""
+    import shutil
+
+    lst = pair.start(pair.ps, PY, "-m", "hostctl_lab.tools.bulk", "serve", "--bind", pair.ps.addr, "--port", "5201")
+    args = [HOSTCTL, "start", "--policy", "cap", "--cap", "40mbit", "--iface", pair.ps.dev, "--link-rate", "1gbit",
+            "--ports", "5201", "--cgroup", cgroup, "--rescan", "0.3"]
+    d = subprocess.Popen(["unshare", "--mount", "--propagation", "private", *pair.ps.nsenter(*args)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pair.procs.append(d)
+    wait_for(lambda: (r := pair.ps.hostctl("status", "--json")).returncode == 0 and json.loads(r.stdout)["jobs"],
+             30, 0.2, "the daemon up with its job")
+    scope = pacer.scope_id(cgroup)
+    pin_dir = f"/sys/fs/bpf/hostctl/{scope}"
+    assert os.path.exists(f"{pin_dir}/hc_pace")
+    prog = pacer.load_owner(scope)["prog_id"]
+
+    # 1. pins removed by hand
+    shutil.rmtree(pin_dir)
+    t0 = time.monotonic()
+    wait_for(lambda: os.path.exists(f"{pin_dir}/hc_pace") and os.path.exists(f"{pin_dir}/hc_rates"), 10, 0.05,
+             "the pins back")
+    print(f"pins back {time.monotonic() - t0:.2f} s after their removal")
+    assert attached(cgroup) == [prog]  # the program never left the cgroup
+
+    # 2. bpffs unmounted in the daemon's mount namespace
+    mnt = f"/proc/{d.pid}/ns/mnt"
+    subprocess.run(["nsenter", f"--mount={mnt}", "umount", "/sys/fs/bpf"], check=True)
+    shutil.rmtree(pin_dir)
+    t0 = time.monotonic()
+    wait_for(lambda: subprocess.run(["nsenter", f"--mount={mnt}", "test", "-e", f"{pin_dir}/hc_pace"]).returncode == 0,
+             10, 0.1, "bpffs mounted and the pins back in the daemon's namespace")
+    print(f"pins back {time.monotonic() - t0:.2f} s after the unmount")
+    assert attached(cgroup) == [prog] and status(pair.ps)["jobs"]
+
+    # 3. the cgroup removed, then created again under the same path
+    os.rmdir(cgroup)
+    t0 = time.monotonic()
+    wait_for(lambda: pacer.load_owner(scope) is None, 10, 0.05, "the pacer released")
+    print(f"pacer released {time.monotonic() - t0:.2f} s after its cgroup was removed")
+    assert d.poll() is None and status(pair.ps)["jobs"]
+    os.mkdir(cgroup)
+    t0 = time.monotonic()
+    scope2 = pacer.scope_id(cgroup)
+    slowest = []
+
+    def attached_again():  # and the daemon answers meanwhile: bcc compiles on a thread, not in the loop
+        t = time.monotonic()
+        status(pair.ps)
+        slowest.append(time.monotonic() - t)
+        return (o := pacer.load_owner(scope2)) and o["prog_id"] and attached(cgroup) and o
+
+    owner = wait_for(attached_again, 15, 0.1, "a pacer attached to the new cgroup")
+    print(f"attached {time.monotonic() - t0:.2f} s after the cgroup was back; status answered within "
+          f"{max(slowest):.2f} s meanwhile")
+    assert max(slowest) < 1.0
+    assert owner["pid"] == d.pid and attached(cgroup) == [owner["prog_id"]]
+    os.kill(lst.pid, signal.SIGTERM)  # the job moves into the new cgroup
+    lst.wait(5)
+    serve(pair, pair.ps, cgroup, 5201)
+    rx = recv(pair, pair.wk, pair.ps, 5201, 4)
+    assert mbit(result(rx), 2.0, 4.0) == pytest.approx(40 * HEADER_FACTOR, rel=0.1)
+
+    pair.ps.hostctl("stop", check=True)
+    d.wait(10)
+    assert d.returncode == 0
+    err = d.stderr.read()
+    for line in ("the pacer's pins are gone", "the bpf filesystem is not mounted", f"{cgroup} was removed",
+                 "exists again: attaching the pacer"):
+        assert line in err, err[-3000:]
+    assert "Traceback" not in err
+    assert_released(cgroup, scope2)
+    assert not os.path.exists(pin_dir)

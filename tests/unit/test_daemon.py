@@ -249,3 +249,25 @@ def test_the_device_gone_renamed_or_replaced_is_followed_at_once(caplog):
     msgs = [r.getMessage() for r in caplog.records]
     assert sum("waiting for it to come back" in m for m in msgs) == 1
     assert any(m == "mtu changed (hostctl's tree stays in place)" for m in msgs)
+
+
+def test_the_pacers_cgroup_gone_or_back_is_acted_on_at_once_and_its_pins_with_the_backoff(caplog):
+    d, dp, _ = make("one", [J])
+    d.scan()
+    d.reassign()
+    now = d.mono.t
+    with caplog.at_level("INFO", logger="hostctl"):
+        dp.tamper("root")
+        assert d.check_drift(now)  # an agent's change: put back, and a 1 s wait begins
+        dp.tamper("cgroup", to="gone")
+        assert d.check_drift(now) and dp.check() == []  # the scope's lifecycle: at once, inside the wait
+        dp.tamper("cgroup", to="back")
+        assert d.check_drift(now)
+        dp.tamper("pins")  # someone removed the pins: put back like the tree, after the wait
+        assert not d.check_drift(now + 0.5)
+        assert d.check_drift(now + 1.0) and dp.check() == []
+    assert d.stats.reconciliations == 4 and dp.setups == 5
+    msgs = [r.getMessage() for r in caplog.records]
+    assert sum("releasing its flows; the pacer is attached again when a cgroup is back" in m for m in msgs) == 1
+    assert sum("attaching the pacer to it" in m for m in msgs) == 1
+    assert any("eth0: the pacer's pins changed under hostctl (pins changed)" in m for m in msgs)

@@ -167,13 +167,23 @@ _TCP_ESTABLISHED_STATE = 1
 _DIAG_STATES = {_TCP_LISTEN_STATE: LISTEN, _TCP_ESTABLISHED_STATE: ESTABLISHED}
 
 
+_ADDR_TEXT: dict[tuple[bytes, int], str] = {}  # a host's sockets share a few addresses: each is formatted once
+
+
 def _diag_addr(raw: bytes, family: int) -> str:
     """An inet_diag address field (16 bytes) as text; IPv4-mapped IPv6 as plain IPv4, as
     /proc/net/tcp6's parser gives it."""
-    if family == socket.AF_INET:
-        return str(ipaddress.IPv4Address(raw[:4]))
-    v6 = ipaddress.IPv6Address(raw)
-    return str(v6.ipv4_mapped) if v6.ipv4_mapped is not None else str(v6)
+    text = _ADDR_TEXT.get((raw, family))
+    if text is None:
+        if len(_ADDR_TEXT) >= 65536:
+            _ADDR_TEXT.clear()
+        if family == socket.AF_INET:
+            text = str(ipaddress.IPv4Address(raw[:4]))
+        else:
+            v6 = ipaddress.IPv6Address(raw)
+            text = str(v6.ipv4_mapped) if v6.ipv4_mapped is not None else str(v6)
+        _ADDR_TEXT[(raw, family)] = text
+    return text
 
 
 _INET_DIAG_REQ_BYTECODE = 1

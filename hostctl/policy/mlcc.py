@@ -143,6 +143,9 @@ class MlccControl:
         self.errors: dict[str, int] = {}
         self.last: HostSlot | None = None
         self.last_flows: dict[str, FlowIn] = {}  # flow id -> flow, in the order of the last plan's rows
+        self._rows_of: dict | None = None  # the last_flows that _row indexes (schedule_of)
+        self._row: dict[str, int] = {}
+        self._sched: list[list[int]] = []  # the last plan's schedules as ints (schedule_of)
         # per row of the last plan: the rate written to the pacer; a new slot finds its flows' rows with
         # _prev_rows (the same flows in the same order, the common case, cost nothing)
         self._written = np.zeros(0, dtype=np.int64)
@@ -753,11 +756,13 @@ class MlccControl:
         if self.last is None:
             return None
         fid = flow_id(key)
-        try:
-            r = list(self.last_flows).index(fid)
-        except ValueError:
+        if self._rows_of is not self.last_flows:  # (status asks for every flow: one index per plan, not per flow)
+            self._rows_of, self._row = self.last_flows, {f: i for i, f in enumerate(self.last_flows)}
+            self._sched = np.maximum(self.last.rates_Bps, 0).astype(np.int64).tolist()
+        r = self._row.get(fid)
+        if r is None:
             return None
-        out = {"schedule_Bps": [int(x) for x in np.maximum(self.last.rates_Bps[r], 0)],
+        out = {"schedule_Bps": self._sched[r],
                "kind": str(self.last.kind[r]), "wave": int(self.last.wave[r]),
                "links": list(self._links_of(fid))}
         if r < len(self.last_applied):

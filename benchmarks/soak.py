@@ -120,7 +120,8 @@ class Soak:
 
     # -- the daemon ----------------------------------------------------------------------
     def start_daemon(self) -> None:
-        args = [HOSTCTL, "start", "--policy", self.a.policy, "--iface", self.dev["ps"], "--link-rate", "1gbit",
+        probe = os.environ.get("HC_SOAK_DAEMON")  # another command for `hostctl` (benchmarks/_daemon_probe.py)
+        args = [*(probe.split() if probe else [HOSTCTL]), "start", "--policy", self.a.policy, "--iface", self.dev["ps"], "--link-rate", "1gbit",
                 "--ports", f"{PORTS[0]}-{PORTS[1]}", "--rescan", "1"]
         if self.a.policy == "rr":
             args += ["--rr-interval", "2"]

@@ -47,12 +47,12 @@ def main() -> None:
 
     def snaps() -> None:
         time.sleep(every)
-        base = tracemalloc.take_snapshot()
+        base = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
         n = 0
         while True:
             time.sleep(every)
             n += 1
-            snap = tracemalloc.take_snapshot()
+            snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
             diff = snap.compare_to(base, "lineno")
             cur, peak = tracemalloc.get_traced_memory()
             with open(os.path.join(out, f"{n:04d}.txt"), "w") as f:

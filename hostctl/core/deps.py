@@ -75,10 +75,11 @@ class Dep(NamedTuple):
 NO_DEP = Dep(int(Role.NONE))
 
 
-@functools.lru_cache(maxsize=1 << 16)
+@functools.lru_cache(maxsize=1 << 15)
 def flow_name(key: FlowKey) -> str:
     """A flow's id on the wire, its 4-tuple (unique in the fabric; ``policy.mlcc.flow_id``). Cached: the
-    daemon asks for every flow every slot."""
+    daemon asks for every flow every slot (the least recently used go first: twice the 16,384 flows a
+    host's pacer tracks, so the live ones stay and memory stays bounded however many flows come and go)."""
     return f"{key.laddr}:{key.lport}>{key.raddr}:{key.rport}"
 
 

@@ -161,7 +161,7 @@ def raw_key(f: FlowKey) -> bytes:
     """The bytes of a flow's map key (hc_flow_key): addresses as 16 bytes (IPv4-mapped), ports."""
     raw = _RAW.get(f)
     if raw is None:
-        if len(_RAW) >= 65536:
+        if len(_RAW) >= _CACHE_MAX:
             _RAW.clear()
         raw = _RAW[f] = addr16(f.laddr) + addr16(f.raddr) + _PORTS.pack(f.lport, f.rport, 0)
     return raw
@@ -174,6 +174,9 @@ def _addr(raw: bytes) -> str:
 
 
 _KEYS: dict[bytes, FlowKey] = {}  # raw key bytes -> FlowKey: every flow is decoded once, not per read
+# _RAW and _KEYS start over when they reach twice the flows the map can hold: memory stays bounded however
+# many flows come and go, and the live flows (at most HC_MAX_FLOWS) never make them start over every slot
+_CACHE_MAX = 2 * HC_MAX_FLOWS
 
 
 def key_of(k: FlowKeyC) -> FlowKey:
@@ -183,7 +186,7 @@ def key_of(k: FlowKeyC) -> FlowKey:
 def _key_raw(raw: bytes) -> FlowKey:
     f = _KEYS.get(raw)
     if f is None:
-        if len(_KEYS) >= 65536:
+        if len(_KEYS) >= _CACHE_MAX:
             _KEYS.clear()
         k = FlowKeyC.from_buffer_copy(raw)
         f = _KEYS[raw] = FlowKey(_addr(bytes(k.laddr)), int(k.lport), _addr(bytes(k.raddr)), int(k.rport))

@@ -110,12 +110,12 @@ def _link_rate_text(config: str | None, flag: str | None) -> str | None:
     """The link rate as the operator wrote it (the flag, else the file's link_rate), for the warning."""
     if flag is not None or not config:
         return flag
-    import tomllib
+    from hostctl.config import read_toml
+    from hostctl.errors import ConfigError
 
     try:
-        with open(config, "rb") as f:
-            v = tomllib.load(f).get("link_rate")
-    except (OSError, ValueError):
+        v = read_toml(config, "config file").get("link_rate")
+    except ConfigError:
         return None
     return v if isinstance(v, str) else None
 
@@ -513,18 +513,29 @@ _register_lab()
 
 
 def main() -> None:
-    from hostctl.errors import HostctlError
+    from typer.exceptions import Abort, TyperException
 
+    from hostctl.errors import HostctlError, one_line, safe_stdout
+
+    safe_stdout()
     try:
-        app()
+        rc = app(standalone_mode=False)
     except HostctlError as e:
-        print(f"hostctl: error: {e}", file=sys.stderr)
+        print(f"hostctl: error: {one_line(str(e))}", file=sys.stderr)
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:
+    except TyperException as e:  # the parser's usage errors: an unknown flag, a value of the wrong type
+        ctx = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError":  # no arguments at all: the help, already printed
+            sys.exit(2)
+        where = ctx.command_path if ctx is not None else "hostctl"
+        print(f"hostctl: error: {one_line(e.format_message())} (see {where} --help)", file=sys.stderr)
+        sys.exit(e.exit_code if isinstance(e.exit_code, int) and e.exit_code else 2)
+    except (Abort, KeyboardInterrupt):
         sys.exit(130)
     except Terminated:
         print("hostctl: terminated (SIGTERM); what this run built was removed", file=sys.stderr)
         sys.exit(143)
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

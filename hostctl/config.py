@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import tomllib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,6 +21,7 @@ from hostctl import policy as policies
 from hostctl.core.bands import MAX_BANDS
 from hostctl.core.joborder import JOB_ORDERS
 from hostctl.core.plan import BAND_MIN_RATE_BPS
+from hostctl.core.tomltext import parse_toml
 from hostctl.core.types import JobSpec
 from hostctl.core.units import (
     parse_fraction_or_rate, parse_pids, parse_ports, parse_rate_bps, parse_size_bytes,
@@ -34,7 +34,18 @@ TOP_KEYS = {"policy", "iface", "link_rate", "other_rate", "bands", "rr_interval"
             "job_order", "metrics_addr", "log_level", "containers", "container_addr"}
 JOB_KEYS = {"name", "ports", "pids", "match", "model_size", "cap", "comm", "ring_size"}
 COMM_PATTERNS = ("ps", "ring")  # [[jobs]] comm: parameter server, ring all-reduce
-_ENDPOINT = re.compile(r"(tcp://[^\s,]+:\d{1,5}|ipc://[^\s,]+)")
+_ENDPOINT = re.compile(r"tcp://[^\s,]+:(?P<port>\d{1,5}|\*)|ipc://[^\s,]+")
+
+
+def endpoint_ok(ep: str, *, bind: bool = False) -> bool:
+    """A ZeroMQ endpoint hostctl and switchemu accept: tcp://HOST:PORT (PORT 1..65535; ``*`` =
+    any free port, to bind) or ipc://PATH. ZeroMQ's own parser is lenient: it reads
+    "tcp://h:1x" as port 1 and "tcp://h:99999" as port 34463."""
+    m = _ENDPOINT.fullmatch(ep)
+    if m is None:
+        return False
+    port = m.group("port")
+    return port is None or (port == "*" and bind) or (port != "*" and 1 <= int(port) <= 65535)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -144,7 +155,7 @@ class Config:
             if bps is not None and not 100_000 <= bps <= 8 * 0xFFFFFFFE:
                 raise ConfigError(f"{what} {bps}bit/s is outside what TCP pacing can enforce (100kbit .. 34gbit)")
         for ep in self.switch:
-            if not _ENDPOINT.fullmatch(ep):
+            if not endpoint_ok(ep):
                 raise ConfigError(f"bad switch endpoint {ep!r}: give tcp://HOST:PORT or ipc://PATH, "
                                   "e.g. --switch tcp://10.0.0.9:5555")
         if self.job_order not in JOB_ORDERS:
@@ -272,19 +283,22 @@ def specs_from_flags(ports: str | None, pids: str | None, match: str | None) -> 
     return tuple(specs)
 
 
-def load_file(path: str) -> dict[str, Any]:
-    """Parse and check a TOML config; returns Config keyword arguments."""
+def read_toml(path: str, what: str, missing: str | None = None) -> dict[str, Any]:
+    """The TOML file at ``path``, or one ConfigError line: "<what> <path> not found" (or
+    ``missing``), "cannot read <what> <path>: ...", "<what> <path> is not valid TOML: ...", ..."""
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            data = f.read()
     except FileNotFoundError:
-        raise ConfigError(f"config file {path} not found") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"config file {path} is not UTF-8 text (byte {e.start}): save it as UTF-8") from None
+        raise ConfigError(missing or f"{what} {path} not found") from None
     except OSError as e:
-        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+        raise ConfigError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    return parse_toml(data, f"{what} {path}")
+
+
+def load_file(path: str) -> dict[str, Any]:
+    """Parse and check a TOML config; returns Config keyword arguments."""
+    data = read_toml(path, "config file")
     unknown = set(data) - TOP_KEYS
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; valid keys: {', '.join(sorted(TOP_KEYS))}")

@@ -1,6 +1,8 @@
 """Typed errors. Every user-facing failure is a HostctlError whose message names
 the problem and the fix; the CLI prints it as one line and exits non-zero."""
 
+import sys
+
 
 class HostctlError(Exception):
     """Base class; `str(e)` is shown to the operator as is."""
@@ -30,3 +32,18 @@ class NotRunningError(HostctlError):
     """No daemon is running in this network namespace."""
 
     exit_code = 5
+
+
+def safe_stdout() -> None:
+    """A path or name from argv that is not UTF-8 (Python keeps such bytes as surrogates) is
+    printed escaped instead of ending the command in UnicodeEncodeError: for the CLIs' main()."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line: a value the user gave may hold a newline or another control
+    character, which the message then shows escaped (as repr would) instead of breaking it."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)

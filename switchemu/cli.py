@@ -79,6 +79,7 @@ def serve(
     """Run one emulated switch in the foreground (SIGTERM / Ctrl-C stop it)."""
     if ctx.invoked_subcommand is not None:
         return
+    from hostctl.config import endpoint_ok
     from hostctl.errors import ConfigError
 
     from switchemu.server import ServerConfig, SwitchServer, SwitchState, start_metrics
@@ -86,6 +87,8 @@ def serve(
     _setup_logging(log_level)
     if not bind:
         raise ConfigError("give --bind ENDPOINT, e.g. --bind tcp://127.0.0.1:5555")
+    if not endpoint_ok(bind, bind=True):
+        raise ConfigError(f"bad --bind {bind!r}: give tcp://HOST:PORT or ipc://PATH, e.g. --bind tcp://127.0.0.1:5555")
     if not topology:
         raise ConfigError("give --topology FILE (TOML or Lingjun CSV, see docs/switchemu.md)")
     if not (1.0 <= slot_ms <= 10_000.0):
@@ -124,6 +127,16 @@ def serve(
         server.close()
 
 
+def _check_client(connect: str, timeout: float) -> None:
+    from hostctl.config import endpoint_ok
+    from hostctl.errors import ConfigError
+
+    if not endpoint_ok(connect):
+        raise ConfigError(f"bad --connect {connect!r}: give tcp://HOST:PORT or ipc://PATH, e.g. tcp://127.0.0.1:5555")
+    if not (0 < timeout <= 3600):  # also nan and inf: a client that never gives up is not what was asked
+        raise ConfigError(f"--timeout must be within 0..3600 seconds, got {timeout:g}")
+
+
 @app.command()
 def probe(
     connect: str = typer.Option(..., "--connect", help="Endpoint of a running switchemu, e.g. tcp://127.0.0.1:5555."),
@@ -135,8 +148,9 @@ def probe(
     from hostctl.errors import ConfigError, HostctlError
     from hostctl.policy.switchclient import CurveClientKeys, SwitchClient
 
-    if timeout <= 0 or slot_ms <= 0:
-        raise ConfigError("--timeout and --slot-ms must be positive")
+    _check_client(connect, timeout)
+    if not (1.0 <= slot_ms <= 10_000.0):
+        raise ConfigError(f"--slot-ms must be within 1..10000, got {slot_ms:g}")
     keys = CurveClientKeys.from_dir(curve_keys) if curve_keys else None
     client = SwitchClient([connect], curve=keys)
     try:
@@ -166,8 +180,7 @@ def status(
     from hostctl.errors import ConfigError
     from hostctl.policy.switchclient import CurveClientKeys, SwitchClient
 
-    if timeout <= 0:
-        raise ConfigError("--timeout must be positive")
+    _check_client(connect, timeout)
     if top < 0:
         raise ConfigError(f"--top must be >= 0, got {top}")
     keys = CurveClientKeys.from_dir(curve_keys) if curve_keys else None
@@ -258,15 +271,16 @@ def keygen(
 def main() -> None:
     from typer.exceptions import Abort, TyperException
 
-    from hostctl.errors import HostctlError
+    from hostctl.errors import HostctlError, one_line, safe_stdout
 
+    safe_stdout()
     try:
         rc = app(standalone_mode=False)
     except HostctlError as e:
-        print(f"switchemu: error: {e}", file=sys.stderr)
+        print(f"switchemu: error: {one_line(str(e))}", file=sys.stderr)
         sys.exit(e.exit_code)
     except TyperException as e:  # typer's usage errors: bad or missing flags
-        print(f"switchemu: error: {e.format_message()} (see switchemu --help)", file=sys.stderr)
+        print(f"switchemu: error: {one_line(e.format_message())} (see switchemu --help)", file=sys.stderr)
         sys.exit(2)
     except (Abort, KeyboardInterrupt):
         sys.exit(130)

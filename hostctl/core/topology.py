@@ -55,11 +55,11 @@ from __future__ import annotations
 import csv
 import io
 import ipaddress
-import tomllib
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from hostctl.core.tomltext import parse_toml
 from hostctl.core.units import parse_rate_bps
 from hostctl.errors import ConfigError
 
@@ -130,11 +130,7 @@ class Topology:
 
     @classmethod
     def from_toml(cls, text: str) -> Topology:
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"topology is not valid TOML: {e}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(parse_toml(text, "topology"))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Topology:

@@ -176,8 +176,14 @@ class SwitchClient:
                 s.curve_publickey = curve.public
                 s.curve_secretkey = curve.secret
                 s.curve_serverkey = curve.server_public
-            s.connect(ep)
             self.socks[ep] = s
+            try:
+                s.connect(ep)
+            except (zmq.ZMQError, UnicodeError) as e:  # malformed, not UTF-8, or an ipc path over 107 bytes
+                self.close()
+                why = e.strerror if isinstance(e, zmq.ZMQError) else "not UTF-8 text"
+                raise ConfigError(f"cannot connect to switch endpoint {ep!r}: {why}: give tcp://HOST:PORT "
+                                  "or ipc://PATH (at most 107 bytes)") from None
         self.poller = zmq.Poller()
         self._sock_ep = {}
         for ep, s in self.socks.items():

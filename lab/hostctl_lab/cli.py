@@ -254,20 +254,12 @@ def sweep_file(ctx: typer.Context, path: str) -> dict:
     (``time-scale`` or ``time_scale``; ``placement``, ``order`` and ``network`` a list or a comma string).
     Returns {parameter: value} for the keys whose flag was not given on the command line (a flag wins).
     A missing or unreadable file, an unknown key or a value of the wrong type: one ConfigError line."""
-    import tomllib
     import typing
 
+    from hostctl.config import read_toml
     from hostctl.errors import ConfigError
 
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as e:
-        raise ConfigError(f"cannot read the sweep file {path}: {e.strerror or e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path} is not valid TOML: {e}") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path} is not UTF-8 text (byte {e.start}): save it as UTF-8") from None
+    data = read_toml(path, "the sweep file", missing=f"cannot read the sweep file {path}: it does not exist")
     kinds = {k: v for k, v in typing.get_type_hints(sim).items() if k not in ("ctx", "config", "return")}
     out = {}
     for key, value in data.items():

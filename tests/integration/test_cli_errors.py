@@ -158,21 +158,27 @@ def test_unknown_interface(tmp_path):
 
 
 # ==========================================================================
-# typer's own option parsing: a usage box is acceptable, a traceback is not
+# the parser's own errors (unknown flag, wrong type, missing value): one line too, with the help
 
 
-@pytest.mark.parametrize("args", [
-    ["start", "--bands", "x"],
-    ["start", "--rr-interval", "soon"],
-    ["start", "--metrics-port", "http"],
-    ["start", "--no-such-flag"],
-    ["no-such-command"],
+@pytest.mark.parametrize("args, fragments", [
+    (["start", "--bands", "x"], ["'--bands'", "valid integer", "hostctl start --help"]),
+    (["start", "--rr-interval", "soon"], ["'--rr-interval'", "hostctl start --help"]),
+    (["start", "--metrics-port", "http"], ["'--metrics-port'", "hostctl start --help"]),
+    (["start", "--no-such-flag"], ["No such option: --no-such-flag", "hostctl start --help"]),
+    (["status", "--json", "extra"], ["unexpected extra argument", "hostctl status --help"]),
+    (["flows", "--ports"], ["'--ports' requires an argument", "--help"]),
+    (["no-such-command"], ["No such command 'no-such-command'", "hostctl --help"]),
 ])
-def test_typer_usage_errors(tmp_path, args):
+def test_usage_errors(tmp_path, args, fragments):
     r = run(args, tmp_path)
-    assert r.returncode != 0, show(r)
-    assert "Traceback" not in r.stdout + r.stderr, show(r)
-    assert r.returncode == 2, show(r)  # click's usage-error exit code
+    assert_one_line_error(r, *fragments, exit_code=2)
+
+
+def test_no_arguments_print_the_help(tmp_path):
+    r = run([], tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stdout + r.stderr, show(r)
+    assert "Usage: hostctl [OPTIONS] COMMAND" in r.stdout and "start" in r.stdout, show(r)
 
 
 # ==========================================================================
@@ -206,6 +212,22 @@ def test_config_link_rate_nan(tmp_path):
     path.write_text('link_rate = nan\nports = "9000"\n')
     r = run(["start", "--config", str(path)], tmp_path)
     assert_one_line_error(r, "link_rate", exit_code=2)
+
+
+@pytest.mark.parametrize("cmd", [["start", "--dry-run", "--config"], ["flows", "-c"]])
+def test_config_nested_too_deeply(tmp_path, cmd):
+    # found by tests/cli_fuzz.py: tomllib recurses once per level and ran out of stack (RecursionError)
+    path = tmp_path / "hostctl.toml"
+    path.write_text("ports = " + "[" * 5000 + "]" * 5000 + "\n")
+    r = run([*cmd, str(path)], tmp_path)
+    assert_one_line_error(r, f"config file {path} is not valid TOML here", "nested too deeply", exit_code=2)
+
+
+def test_switch_endpoint_port_out_of_range(tmp_path):
+    # ZeroMQ would read port 99999 as 34463
+    r = run(["start", "--dry-run", "--policy", "mlcc", "--ports", "9000", "--iface", "lo", "--link-rate", "1gbit",
+             "--switch", "tcp://127.0.0.1:99999"], tmp_path)
+    assert_one_line_error(r, "bad switch endpoint 'tcp://127.0.0.1:99999'", exit_code=2)
 
 
 # ==========================================================================

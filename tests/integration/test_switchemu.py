@@ -528,22 +528,60 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     (["--bind", "tcp://127.0.0.1:1", "--topology", "TOPO", "--horizon", "0"], "--horizon"),
     (["--bind", "tcp://127.0.0.1:1", "--topology", "TOPO", "--name", "sw9"], "not in the topology"),
     (["--bind", "tcp://127.0.0.1:1", "--topology", "RACKS"], "--name"),
-    (["--bind", "nonsense", "--topology", "TOPO"], "cannot bind"),
+    (["--bind", "nonsense", "--topology", "TOPO"], "bad --bind 'nonsense'"),
+    (["--bind", "tcp://127.0.0.1:99999", "--topology", "TOPO"], "bad --bind"),  # ZeroMQ: port 34463
+    (["--bind", "tcp://203.0.113.1:5555", "--topology", "TOPO", "--name", "all"], "cannot bind"),  # not ours
     (["--bind", "tcp://127.0.0.1:1", "--topology", "TOPO", "--curve-keys", "/nonexistent"], "--curve-keys"),
     (["--bind", "tcp://127.0.0.1:1", "--topology", "BAD"], "host_rate"),
     (["probe"], "--connect"),
     (["status"], "--connect"),
     (["status", "--connect", "ipc:///x", "--top", "-1"], "--top"),
     (["--bind", "tcp://127.0.0.1:1", "--topology", "TOPO", "--booking-tolerance", "-1"], "--booking-tolerance"),
+    # found by tests/cli_fuzz.py: tracebacks, a client that never gave up, a message broken over lines
+    (["probe", "--connect", "tcp://"], "bad --connect 'tcp://'"),
+    (["status", "--connect", "tcp://127.0.0.1:1\nx"], "bad --connect 'tcp://127.0.0.1:1\\nx'"),
+    (["status", "--connect", "127.0.0.1:5555"], "give tcp://HOST:PORT"),
+    (["status", "--connect", "ipc:///tmp/" + "s" * 200], "at most 107 bytes"),
+    (["probe", "--connect", "tcp://127.0.0.1:1", "--timeout", "nan"], "--timeout must be within"),
+    (["status", "--connect", "tcp://127.0.0.1:1", "--timeout", "inf"], "--timeout must be within"),
+    (["probe", "--connect", "tcp://127.0.0.1:1", "--slot-ms", "1e-320"], "--slot-ms must be within"),
+    (["--bind", "tcp://127.0.0.1:1\nx", "--topology", "TOPO", "--name", "all"], "bad --bind 'tcp://127.0.0.1:1\\nx'"),
+    (["--bind", "tcp://127.0.0.1:1", "--topology", "DEEP"], "nested too deeply"),
 ])
 def test_cli_errors_are_one_line(args, fragment, topo_file, tmp_path):
     racks = tmp_path / "racks.toml"
     racks.write_text('[[switch]]\nname="t0"\nparent="a"\nuplink_rate="1gbit"\n[[switch]]\nname="a"\n')
     bad = tmp_path / "bad.toml"
     bad.write_text('[[switch]]\nname="t0"\nhost_rate="fast"\n')
-    args = [{"TOPO": topo_file, "RACKS": str(racks), "BAD": str(bad)}.get(a, a) for a in args]
+    deep = tmp_path / "deep.toml"
+    deep.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    args = [{"TOPO": topo_file, "RACKS": str(racks), "BAD": str(bad), "DEEP": str(deep)}.get(a, a) for a in args]
     r = _cli(*args)
     out = f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
     assert r.returncode != 0 and "Traceback" not in r.stdout + r.stderr, out
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("switchemu: error: ") and fragment in lines[0], out
+
+
+@pytest.mark.parametrize("ep, fragment", [
+    ("ipc:///tmp/" + "s" * 200, "at most 107 bytes"),  # longer than sun_path
+    ("tcp://\udcff:5555", "not UTF-8"),  # a byte 0xff in argv or the config file's bytes
+    ("tcp://", "Invalid argument"),
+])
+def test_a_client_on_an_endpoint_zeromq_refuses_gets_one_config_error(ep, fragment):
+    from hostctl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"cannot connect to switch endpoint .*{fragment}"):
+        SwitchClient([ep])
+
+
+def test_keygen_into_a_folder_whose_name_is_not_utf8(tmp_path):
+    """A non-UTF-8 byte in a path (Python keeps it as a surrogate) is printed escaped, not a
+    UnicodeEncodeError on a UTF-8 terminal's stdout (LC_ALL=C.UTF-8: strict)."""
+    folder = os.fsencode(tmp_path) + b"/keys-\xff"
+    r = subprocess.run([os.fsencode(SWITCHEMU), b"keygen", folder], capture_output=True, timeout=30,
+                       env={**os.environ, "LC_ALL": "C.UTF-8", "PYTHONIOENCODING": ""})
+    out = f"exit {r.returncode}\n{r.stdout!r}\n{r.stderr!r}"
+    assert r.returncode == 0 and b"Traceback" not in r.stderr, out
+    assert b"keys-\\udcff: wrote server and client keypairs" in r.stdout, out
+    assert os.path.isfile(folder + b"/server.key_secret") and os.path.isfile(folder + b"/clients/client.key"), out

@@ -64,12 +64,11 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hostctl import policy as policy_table
-from hostctl.config import check_ingress_rate
+from hostctl.config import check_ingress_rate, read_toml
 from hostctl.core.units import parse_rate_bps, parse_size_bytes
 from hostctl.errors import ConfigError
 from hostctl_lab.topology import LabFabric
@@ -434,17 +433,7 @@ def parse_scenario(data: dict, path: str = "") -> Scenario:
 
 
 def load_scenario(path: str) -> Scenario:
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"scenario file {path} does not exist; see examples/scenarios/") from None
-    except OSError as e:
-        raise ConfigError(f"cannot read scenario {path}: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"scenario {path} is not valid TOML: {e}") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"scenario {path} is not UTF-8 text (byte {e.start}): save it as UTF-8") from None
+    data = read_toml(path, "scenario", missing=f"scenario file {path} does not exist; see examples/scenarios/")
     try:
         return parse_scenario(data, path)
     except ConfigError as e:

@@ -137,6 +137,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int, taken: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    """``n`` distinct free loopback ports, none in ``taken``: all held at once while they are picked
+    (free_port() twice can give the same port, and two switches on one port is a start race)."""
+    held: list[socket.socket] = []
+    try:
+        while len(held) < n:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            if s.getsockname()[1] in taken:
+                s.close()  # still free to others, but ours elsewhere: take another
+                continue
+            held.append(s)
+        return [s.getsockname()[1] for s in held]
+    finally:
+        for s in held:
+            s.close()
+
+
 def metrics(port: int) -> dict[str, float]:
     out = {}
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
@@ -924,10 +942,19 @@ def _stop(p: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
 def start_switches(names: list[str], topo_path: str, started: list, timeout_s: float = 180.0) -> list[dict]:
     """One ``switchemu --name NAME`` per switch on its own loopback port (and metrics port), all started
     at once; returns [{"name", "endpoint", "metrics_port", "proc", "log"}] once every one serves its
-    metrics. Their logs go to NAME.log beside ``topo_path``. A switch that exits (its port was taken in
-    between) is started again on other ports, twice at most."""
+    metrics and is still running 1 s later. Their ports are distinct (one switch's metrics could
+    otherwise be another's, which answered for one that had exited). Their logs go to NAME.log beside
+    ``topo_path``. A switch that exits (a port taken by another program in between) is started again
+    on other ports, twice at most."""
+    pool = free_ports(2 * len(names))
+    used = set(pool)
+
     def launch(name: str) -> dict:
-        ep, mport = f"tcp://127.0.0.1:{free_port()}", free_port()
+        if len(pool) < 2:  # a restart: two more, distinct from every port handed out
+            pool.extend(free_ports(2, used))
+            used.update(pool)
+        port, mport = pool.pop(), pool.pop()
+        ep = f"tcp://127.0.0.1:{port}"
         log_path = os.path.join(os.path.dirname(topo_path), f"{name}.log")
         with open(log_path, "a") as err:
             p = subprocess.Popen([SWITCHEMU, "--bind", ep, "--topology", topo_path, "--name", name,
@@ -958,6 +985,9 @@ def start_switches(names: list[str], topo_path: str, started: list, timeout_s: f
             except OSError:
                 pass
         time.sleep(0.2)
+        if not waiting:  # none exited since it answered
+            time.sleep(1.0)
+            waiting = {i for i, s in enumerate(sws) if s["proc"].poll() is not None}
     return sws
 
 

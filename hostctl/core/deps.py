@@ -43,11 +43,11 @@ ceiling for a flow is the minimum of the notified values among its query names.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+from hostctl.core.gencache import Generations
 from hostctl.core.mlcc import Role
 from hostctl.core.types import FlowKey
 
@@ -75,12 +75,14 @@ class Dep(NamedTuple):
 NO_DEP = Dep(int(Role.NONE))
 
 
-@functools.lru_cache(maxsize=1 << 15)
-def flow_name(key: FlowKey) -> str:
-    """A flow's id on the wire, its 4-tuple (unique in the fabric; ``policy.mlcc.flow_id``). Cached: the
-    daemon asks for every flow every slot (the least recently used go first: twice the 16,384 flows a
-    host's pacer tracks, so the live ones stay and memory stays bounded however many flows come and go)."""
+def _flow_name(key: FlowKey) -> str:
     return f"{key.laddr}:{key.lport}>{key.raddr}:{key.rport}"
+
+
+# A flow's id on the wire, its 4-tuple (unique in the fabric; ``policy.mlcc.flow_id``). Kept per flow:
+# the daemon asks for every flow every slot. MlccControl turns the generation every 30 s, so it holds the
+# flows of the last 30-60 s (a generation holds at most twice the 16,384 flows a host's pacer tracks).
+flow_name: Generations[FlowKey, str] = Generations(_flow_name, 1 << 15)
 
 
 def ring_name(job: str, to_addr: str) -> str:

@@ -45,6 +45,7 @@ from hostctl import consts
 from hostctl.cgroups import cgroup_pids
 from hostctl.containers import call_in_each_netns, netns_inode
 from hostctl.core.bpfabi import DEFINES
+from hostctl.core.gencache import Generations
 from hostctl.core.pace import WATCH_SLOT, PaceTable
 from hostctl.core.types import FlowKey
 from hostctl.datapath import Burst, BurstBatch, FlowRecord, bpfsys
@@ -154,17 +155,9 @@ def key_bytes(f: FlowKey) -> FlowKeyC:
     return FlowKeyC.from_buffer_copy(raw_key(f))
 
 
-_RAW: dict[FlowKey, bytes] = {}  # FlowKey -> the map key's bytes: every flow is encoded once, not per write
-
-
-def raw_key(f: FlowKey) -> bytes:
+def _encode(f: FlowKey) -> bytes:
     """The bytes of a flow's map key (hc_flow_key): addresses as 16 bytes (IPv4-mapped), ports."""
-    raw = _RAW.get(f)
-    if raw is None:
-        if len(_RAW) >= _CACHE_MAX:
-            _RAW.clear()
-        raw = _RAW[f] = addr16(f.laddr) + addr16(f.raddr) + _PORTS.pack(f.lport, f.rport, 0)
-    return raw
+    return addr16(f.laddr) + addr16(f.raddr) + _PORTS.pack(f.lport, f.rport, 0)
 
 
 def _addr(raw: bytes) -> str:
@@ -173,24 +166,30 @@ def _addr(raw: bytes) -> str:
     return str(ip.ipv4_mapped) if ip.ipv4_mapped else str(ip)
 
 
-_KEYS: dict[bytes, FlowKey] = {}  # raw key bytes -> FlowKey: every flow is decoded once, not per read
-# _RAW and _KEYS start over when they reach twice the flows the map can hold: memory stays bounded however
-# many flows come and go, and the live flows (at most HC_MAX_FLOWS) never make them start over every slot
-_CACHE_MAX = 2 * HC_MAX_FLOWS
+def _decode(raw: bytes) -> FlowKey:
+    k = FlowKeyC.from_buffer_copy(raw)
+    return FlowKey(_addr(bytes(k.laddr)), int(k.lport), _addr(bytes(k.raddr)), int(k.rport))
+
+
+# Every flow is encoded once and decoded once, not per write or read (each is every slot): FlowKey -> the
+# map key's bytes, and back. Pacer.heartbeat turns their generations every CACHE_GENERATION_S, so they hold
+# the flows used in the last 30-60 s (one generation at most twice the flows the map can hold).
+CACHE_GENERATION_S = 30.0
+raw_key: Generations[FlowKey, bytes] = Generations(_encode, 2 * HC_MAX_FLOWS)
+_key_raw: Generations[bytes, FlowKey] = Generations(_decode, 2 * HC_MAX_FLOWS)
+_cache_turn_at = [0.0]  # monotonic time of the next turn
+
+
+def _turn_caches(now: float) -> None:
+    if now >= _cache_turn_at[0]:
+        if _cache_turn_at[0]:
+            raw_key.turn()
+            _key_raw.turn()
+        _cache_turn_at[0] = now + CACHE_GENERATION_S
 
 
 def key_of(k: FlowKeyC) -> FlowKey:
     return _key_raw(ctypes.string_at(ctypes.addressof(k), _KEY_SIZE))
-
-
-def _key_raw(raw: bytes) -> FlowKey:
-    f = _KEYS.get(raw)
-    if f is None:
-        if len(_KEYS) >= _CACHE_MAX:
-            _KEYS.clear()
-        k = FlowKeyC.from_buffer_copy(raw)
-        f = _KEYS[raw] = FlowKey(_addr(bytes(k.laddr)), int(k.lport), _addr(bytes(k.raddr)), int(k.rport))
-    return f
 
 
 # -- where cgroup2 and bpffs are ------------------------------------------------------------
@@ -369,7 +368,7 @@ _new_tuple = tuple.__new__
 def _records(keys: bytes, values: bytes) -> list[FlowRecord]:
     """Rows from a batch read: keys and values concatenated in the same order. (Every flow's
     row every slot: no Python call per row but the cache miss of a new key.)"""
-    ks, known = _KEY_SIZE, _KEYS.get
+    ks, known = _KEY_SIZE, _key_raw.new.get
     return [_new_tuple(FlowRecord, (known(raw) or _key_raw(raw), *_IN_RECORD_ORDER(f)))
             for raw, f in zip([keys[i:i + ks] for i in range(0, len(keys), ks)], _FLOW_KEPT.iter_unpack(values))]
 
@@ -385,7 +384,7 @@ assert _BURST_REC.fields["slot"][1] == bpfsys.RINGBUF_HDR + BurstC.slot.offset
 def _burst_batch(raw: bytes, n: int) -> BurstBatch:
     """n ring buffer records (RingReader.read) -> columns."""
     rec = np.frombuffer(raw, dtype=_BURST_REC, count=n)
-    known = _KEYS.get
+    known = _key_raw.new.get
     keys = [known(k) or _key_raw(k) for k in rec["key"].tolist()]
     return BurstBatch(keys, rec["slot"], rec["start_ns"], rec["end_ns"], rec["bytes"])
 
@@ -663,6 +662,7 @@ class Pacer:
 
     def heartbeat(self) -> None:
         self._write_ctl(self._flags)
+        _turn_caches(time.monotonic())
 
     def ctl(self) -> dict[str, int]:
         return {**_read_ctl(self.maps["hc_pace_ctl"].map_fd), "adopted": self.adopted}

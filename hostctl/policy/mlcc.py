@@ -92,6 +92,7 @@ def _code_name(code: int) -> str:
 
 
 flow_id = dep_rules.flow_name  # a flow's id on the wire: its 4-tuple (unique in the fabric)
+NAMES_GENERATION_S = 30.0  # flow_id keeps the names used in the last 30-60 s (core.gencache)
 
 
 class MlccControl:
@@ -106,6 +107,7 @@ class MlccControl:
         self.slot_s = slot_s
         self.switch = switch  # a SwitchClient (or anything with its exchange()), None = local only
         self.wall = wall
+        self._names_turn_slot = 0  # the slot at which flow_id's generation turns next
         self.fetch_timeout_s = fetch_timeout_s if fetch_timeout_s is not None else slot_s / 6
         self.publish_timeout_s = publish_timeout_s if publish_timeout_s is not None else slot_s / 12
         self.caps: dict[str, int] = {NIC: int(link_rate_Bps)}
@@ -196,6 +198,10 @@ class MlccControl:
         communication pattern of the jobs that have one (Algorithm 2's roles, switch mode only). sizes:
         job id -> model-update bytes (None: unknown), for job order ``smallest``."""
         slot = self.slot_now()
+        if slot >= self._names_turn_slot:  # the names of flows not planned for 30-60 s are dropped
+            if self._names_turn_slot:
+                flow_id.turn()
+            self._names_turn_slot = slot + max(1, round(NAMES_GENERATION_S / self.slot_s))
         ids = [flow_id(f.key) for f in flows]
         prev = self._prev_rows(ids)
         self._job_index([f.job for f in flows])

@@ -154,6 +154,10 @@ class Soak:
         st = self.status() or {}
         pc = st.get("pacing") or {}
         s = {"t_s": time.monotonic() - t0, "rss_kib": int(proc["VmRSS"].split()[0]),
+             # RSS split: anonymous (Python's and C's heaps, thread stacks) and file-backed (shared libraries
+             # paged in: bcc's LLVM is 44 MiB of it)
+             "rss_anon_kib": int(proc.get("RssAnon", "0 kB").split()[0]),
+             "rss_file_kib": int(proc.get("RssFile", "0 kB").split()[0]),
              "fds": len(os.listdir(f"/proc/{pid}/fd")), "threads": int(proc["Threads"]),
              "cpu_s": (int(stat[11]) + int(stat[12])) / CLK_TCK,
              "log_lines": sum(1 for _ in open(self.tmp / "daemon.log", "rb")),
@@ -195,7 +199,8 @@ def summarize(samples: list[dict], warmup_s: float) -> dict:
         return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den * 3600 if den else 0.0
 
     t = [s["t_s"] for s in after]
-    series = {k: [s[k] for s in after] for k in ("rss_kib", "fds", "threads", "log_lines", "jobs", "job_flows")}
+    series = {k: [s.get(k, 0) for s in after] for k in ("rss_kib", "rss_anon_kib", "rss_file_kib", "fds", "threads",
+                                                         "log_lines", "jobs", "job_flows")}
     series["map_entries"] = [sum(s["maps"].values()) for s in after]
     out = {k: {"first": v[0], "last": v[-1], "min": min(v), "max": max(v), "slope_per_h": slope(t, v)}
            for k, v in series.items()}

@@ -91,8 +91,7 @@ def serve(
         raise ConfigError(f"bad --bind {bind!r}: give tcp://HOST:PORT or ipc://PATH, e.g. --bind tcp://127.0.0.1:5555")
     if not topology:
         raise ConfigError("give --topology FILE (TOML or Lingjun CSV, see docs/switchemu.md)")
-    if not (1.0 <= slot_ms <= 10_000.0):
-        raise ConfigError(f"--slot-ms must be within 1..10000, got {slot_ms:g}")
+    _check_slot_ms(slot_ms)
     if not (1 <= horizon <= 1000):
         raise ConfigError(f"--horizon must be within 1..1000 slots, got {horizon}")
     if not (0.0 <= max_skew_ms < slot_ms):
@@ -127,6 +126,13 @@ def serve(
         server.close()
 
 
+def _check_slot_ms(slot_ms: float) -> None:
+    from hostctl.errors import ConfigError
+
+    if not (1.0 <= slot_ms <= 10_000.0):
+        raise ConfigError(f"--slot-ms must be within 1..10000, got {slot_ms:g}")
+
+
 def _check_client(connect: str, timeout: float) -> None:
     from hostctl.config import endpoint_ok
     from hostctl.errors import ConfigError
@@ -145,12 +151,11 @@ def probe(
     slot_ms: float = typer.Option(60.0, "--slot-ms", help="Slot length the switch uses, ms."),
 ) -> None:
     """One real fetch_feedback round trip; prints its latency (exit 1 on timeout)."""
-    from hostctl.errors import ConfigError, HostctlError
+    from hostctl.errors import HostctlError
     from hostctl.policy.switchclient import CurveClientKeys, SwitchClient
 
     _check_client(connect, timeout)
-    if not (1.0 <= slot_ms <= 10_000.0):
-        raise ConfigError(f"--slot-ms must be within 1..10000, got {slot_ms:g}")
+    _check_slot_ms(slot_ms)
     keys = CurveClientKeys.from_dir(curve_keys) if curve_keys else None
     client = SwitchClient([connect], curve=keys)
     try:

@@ -57,6 +57,7 @@ import io
 import ipaddress
 import zlib
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from hostctl.core.tomltext import parse_toml
@@ -334,6 +335,31 @@ class Topology:
 
     def switch_names(self) -> list[str]:
         return list(self.switches)
+
+
+def path_order(links: Sequence[str]) -> list[str]:
+    """Link ids ``"A>B"`` in the order a packet crosses them, whatever order they came in (a flow's
+    links merged from the replies of several switches come in the order the replies arrived). A path
+    with a gap (a switch on it did not answer) gives its pieces in the order of their first link's id.
+    Ids that are not all ``"A>B"``, or that do not form pieces of one path (a node left twice), keep
+    the order they came in."""
+    nxt: dict[str, str] = {}
+    ends: set[str] = set()
+    for lid in links:
+        a, sep, b = lid.partition(">")
+        if not sep or ">" in b or a in nxt:
+            return list(links)
+        nxt[a] = lid
+        ends.add(b)
+    out: list[str] = []
+    for head in sorted(lid for a, lid in nxt.items() if a not in ends):
+        lid: str | None = head
+        while lid is not None and len(out) <= len(nxt):  # (a piece that runs into a loop ends)
+            out.append(lid)
+            lid = nxt.get(lid.partition(">")[2])
+    if len(out) != len(nxt):  # a loop
+        return list(links)
+    return out
 
 
 # ---------------------------------------------------------------------- helpers

@@ -31,7 +31,7 @@ import msgpack
 import zmq
 
 from hostctl.core import wire
-from hostctl.core.topology import Topology
+from hostctl.core.topology import Topology, path_order
 from hostctl.core.wire import Code, Reply, Request, WireError
 from hostctl.errors import ConfigError, HostctlError
 
@@ -159,6 +159,7 @@ class SwitchClient:
         self.ctx = context or zmq.Context()
         self._ids = itertools.count(random.getrandbits(40))
         self.late_replies = 0  # replies that arrived after their exchange gave up
+        self._merged: set[str] = set()  # this exchange's flows with links from more than one switch
         # the wire version spoken to each endpoint: the newest, until a switch answers unknown_version
         self.version = dict.fromkeys(eps, wire.WIRE_VERSION)
         self.socks: dict[str, zmq.Socket] = {}
@@ -260,6 +261,7 @@ class SwitchClient:
             add("get_progress", get_progress, None)
 
         res = ExchangeResult(slot)
+        self._merged.clear()
         self._drain_late()
         pending: dict[str, dict[int, tuple]] = {}
         sent_at: dict[str, tuple[float, float]] = {}  # endpoint -> (monotonic, wall) when its message went
@@ -281,7 +283,20 @@ class SwitchClient:
             if pending[ep]:
                 res.errors.setdefault(ep, f"timeout after {timeout_s * 1000:g} ms")
         self._mark_incomplete(res)
+        self._path_order(res)
         return res
+
+    def _path_order(self, res: ExchangeResult) -> None:
+        """A flow's links from several switches in the order of its path, not the order the replies
+        came in (the same path every slot; `hostctl status` shows it)."""
+        for fid in self._merged:
+            fl = res.feedback[fid]
+            order = path_order(list(fl.load_Bps))
+            if order != list(fl.load_Bps):
+                for name in ("load_Bps", "job_Bps", "job_flows", "all_Bps"):
+                    d = getattr(fl, name)
+                    if d:
+                        setattr(fl, name, {lid: d[lid] for lid in order if lid in d})
 
     def _frames(self, kinds: Mapping[str, Sequence], slot: int, v: int) -> tuple[list[bytes], dict[int, tuple]]:
         """One endpoint's request frames for the slot, in the order the switch applies them (update_schedule,
@@ -379,6 +394,7 @@ class SwitchClient:
                                                dict(zip(f.links, f.job_Bps)), dict(zip(f.links, f.job_flows)),
                                                dict(zip(f.links, f.all_Bps)))
                 else:  # another switch on the path: its links, and the path sums added
+                    self._merged.add(f.flow_id)
                     fl.load_Bps.update(zip(f.links, f.load_Bps))
                     fl.job_Bps.update(zip(f.links, f.job_Bps))
                     fl.job_flows.update(zip(f.links, f.job_flows))

@@ -146,10 +146,12 @@ def test_losing_one_switch_of_several_affects_only_the_paths_through_it(procs, t
     try:
         for _ in range(20):  # (the sockets connect in the background)
             ticks(c, clock, [near, far], 1)
-            if c.schedule_of(far.key)["links"] == ["nic", "t0>a", "a>t1", "t1>g0"]:
+            if len(c.schedule_of(far.key)["links"]) == 4:
                 break
-        assert c.schedule_of(near.key)["links"] == ["nic", "t0>h1"]
-        assert c.schedule_of(far.key)["links"] == ["nic", "t0>a", "a>t1", "t1>g0"]
+        for _ in range(10):  # in path order, whichever switch answers first
+            assert c.schedule_of(near.key)["links"] == ["nic", "t0>h1"]
+            assert c.schedule_of(far.key)["links"] == ["nic", "t0>a", "a>t1", "t1>g0"]
+            ticks(c, clock, [near, far], 1)
 
         os.kill(ps["t1"].pid, signal.SIGKILL)
         ps["t1"].wait(5)

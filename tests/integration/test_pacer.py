@@ -40,8 +40,8 @@ UNLIMITED = pacer.UNLIMITED
 RECV = r"""
 import json, socket, struct, sys, threading, time
 BIN = 0.01
-addr, ports = sys.argv[1], [int(p) for p in sys.argv[2].split(",")]
-conns, lock = [], threading.Lock()
+addr, ports, sink = sys.argv[1], [int(p) for p in sys.argv[2].split(",")], int(sys.argv[3])
+conns, lock, kept = [], threading.Lock(), []
 
 # Bytes are counted where the kernel takes them in (tcp_info's tcpi_bytes_received, offset
 # 128), sampled every 2 ms with the time of each sample; the bytes between two samples are
@@ -102,6 +102,9 @@ def serve(conn, rec):
 def accept(srv, port):
     while True:
         c, peer = srv.accept()
+        if sink:  # never read: no socket lock taken by this process (see Receiver)
+            kept.append(c)
+            continue
         rec = {"port": port, "peer": list(peer), "bins": {}, "conn": c, "last": (time.monotonic(), 0)}
         with lock:
             sample(rec)
@@ -111,6 +114,8 @@ def accept(srv, port):
 for p in ports:
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if sink:  # SO_RCVBUFFORCE (root, above rmem_max): room for everything the connection will carry
+        s.setsockopt(socket.SOL_SOCKET, 33, sink)
     s.bind((addr, p))
     s.listen(64)
     threading.Thread(target=accept, args=(s, p), daemon=True).start()
@@ -196,6 +201,10 @@ for line in sys.stdin:
     elif cmd == "burst":  # burst <i> <bytes> <count> <gap_s>: each burst fully acked, then gap_s idle
         f = flows[int(args[0])]
         data = b"\1" * int(args[1])
+        # the whole burst fits in the socket at once (SO_SNDBUFFORCE: root, above wmem_max): the
+        # kernel sends it with no wait on this process, whose late wake-up on a busy machine would
+        # be a real pause in the flow, and a real burst boundary
+        f.s.setsockopt(socket.SOL_SOCKET, 32, 4 * len(data))
         for _ in range(int(args[2])):
             f.s.sendall(data)
             drain(f.s)
@@ -264,8 +273,13 @@ class Proc:
 
 
 class Receiver(Proc):
-    def __init__(self, host: Host, ports: list[int], procs) -> None:
-        super().__init__(["ip", "netns", "exec", host.ns, PY, "-c", RECV, host.addr, ",".join(map(str, ports))],
+    def __init__(self, host: Host, ports: list[int], procs, *, sink: int = 0) -> None:
+        """sink > 0: never read, and give each connection a receive buffer of ``sink`` bytes (which must
+        hold all it will carry; no rates then). A reader that the scheduler stops inside recv() holds
+        its socket's lock, and the kernel ACKs nothing until it runs again: a pause in the sender's ACK
+        progress that a busy machine makes, not the flow."""
+        super().__init__(["ip", "netns", "exec", host.ns, PY, "-c", RECV, host.addr, ",".join(map(str, ports)),
+                          str(sink)],
                          f"receiver in {host.ns}", procs)
         assert self.line() == "listening"
 
@@ -789,7 +803,9 @@ def test_bursts(pair, cgroup, procs, driver):
     must still be counted in that burst, not in the next one."""
     ports = (5401, 5402, 5403)
     cases = [(1 << 20, 5, 0.2, 1, None), (1 << 20, 5, 0.2, 2, 50 * MBIT), (100_000, 8, 0.1, 3, None)]
-    Receiver(pair.ps, list(ports), procs)
+    # bursts end where the flow really pauses: neither Python process may make a pause by running
+    # late (a receiver that never reads, see Receiver; the app's send buffer, see APP)
+    Receiver(pair.ps, list(ports), procs, sink=32 << 20)
     d = driver(cgroup)
     d.apply(PaceTable(ports={(p, "remote"): slot for p, (_s, _n, _g, slot, _r) in zip(ports, cases)},
                       slot_rates={slot: r for _s, _n, _g, slot, r in cases if r}))

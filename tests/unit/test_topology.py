@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostctl.core.loadtable import LoadTable
-from hostctl.core.topology import Topology, UnknownNode
+from hostctl.core.topology import Topology, UnknownNode, path_order
 from hostctl.errors import ConfigError
 
 LINGJUN = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "lingjun-2023", "topo.csv")
@@ -119,6 +119,35 @@ def test_unknown_hosts_raise_unknownnode():
         t.path("h0", "h9")
     with pytest.raises(UnknownNode):
         t.owned_links("nosuchswitch")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_path_order_puts_any_arrival_order_of_a_path_back_in_path_order(data):
+    """A flow's links merged from several switches' replies (switchclient): path order whatever order
+    the replies came in; with links missing (a switch that did not answer) each piece in path order."""
+    nodes = data.draw(st.lists(st.text("abcxyz019.", min_size=1, max_size=4), min_size=2, max_size=9, unique=True))
+    path = [f"{a}>{b}" for a, b in zip(nodes, nodes[1:])]
+    keep = data.draw(st.lists(st.booleans(), min_size=len(path), max_size=len(path)))
+    kept = [lid for lid, k in zip(path, keep) if k]
+    got = path_order(data.draw(st.permutations(kept)))
+    assert sorted(got) == sorted(kept)
+    pieces, cur = [], []
+    for lid, k in zip(path, keep):  # the path's contiguous runs of kept links
+        if k:
+            cur.append(lid)
+        elif cur:
+            pieces.append(cur)
+            cur = []
+    if cur:
+        pieces.append(cur)
+    assert got == [lid for piece in sorted(pieces) for lid in piece]
+
+
+@pytest.mark.parametrize("links", [["nic", "a>b"], ["a>b", "a>c"], ["x>y", "y>x"], ["h>x", "x>y", "y>x"], ["a>b>c"]])
+def test_path_order_keeps_what_is_not_a_path_as_it_came(links):
+    assert path_order(links) == links
+    assert path_order(links[::-1]) == links[::-1]
 
 
 def test_lingjun_csv_small():

@@ -7,10 +7,19 @@ HC_SOAK_DAEMON="python benchmarks/_daemon_probe.py --tracemalloc /tmp/tm --every
                                           tracemalloc (1 frame): every S seconds DIR/NNNN.txt lists the 40
                                           lines whose allocations grew most since the first snapshot (taken
                                           after S seconds, past the start-up)
+    _daemon_probe.py --malloc OUT.jsonl [--every S] [--trim-every T] hostctl-args...
+                                          every S seconds one JSON line: RSS split as /proc/self/status
+                                          does, glibc's mallinfo2 (bytes the C allocator holds and
+                                          uses), Python's allocated blocks; every T seconds also
+                                          malloc_trim(0) with RSS before and after (T=0: never). Tells
+                                          a leak (in use grows) from memory the allocator keeps free
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
+import math
 import os
 import sys
 import threading
@@ -38,6 +47,14 @@ def main() -> None:
             pr.disable()
             pr.dump_stats(out)
         return
+    if mode == "--malloc":
+        trim_every = 0.0
+        if rest[:1] == ["--trim-every"]:
+            trim_every, rest = float(rest[1]), rest[2:]
+        sys.argv = ["hostctl", *rest]
+        threading.Thread(target=_malloc_samples, args=(out, every, trim_every), daemon=True, name="malloc").start()
+        hostctl_main()
+        return
     if mode != "--tracemalloc":
         raise SystemExit(f"_daemon_probe: unknown mode {mode!r}")
     import tracemalloc
@@ -62,6 +79,46 @@ def main() -> None:
 
     threading.Thread(target=snaps, daemon=True, name="tracemalloc").start()
     hostctl_main()
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+def _status_kib() -> dict[str, int]:
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
+                out[k] = int(v.split()[0])
+    return out
+
+
+def _malloc_samples(out: str, every: float, trim_every: float) -> None:
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _Mallinfo2
+    libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    t0 = time.monotonic()
+    next_trim = t0 + trim_every if trim_every > 0 else math.inf
+    with open(out, "a") as f:
+        while True:
+            time.sleep(every)
+            now = time.monotonic()
+            m = libc.mallinfo2()
+            row = {"t_s": round(now - t0, 1), **_status_kib(),
+                   "malloc_system_kib": (m.arena + m.hblkhd) // 1024,  # brk/arena heaps + mmapped chunks
+                   "malloc_in_use_kib": (m.uordblks + m.hblkhd) // 1024,
+                   "malloc_free_kib": m.fordblks // 1024, "malloc_mmapped_kib": m.hblkhd // 1024,
+                   "py_blocks": sys.getallocatedblocks()}
+            if now >= next_trim:
+                next_trim += trim_every
+                libc.malloc_trim(0)
+                row["after_trim"] = _status_kib()
+            f.write(json.dumps(row) + "\n")
+            f.flush()
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ DEFAULT_HORIZON = 10  # mlcc: K, slots planned ahead
 DEFAULT_PHASE_GAP_S = 0.020  # no ACK progress this long may end a flow's communication phase
 DEFAULT_CGROUP = "/"  # pacing scope: the cgroup v2 whose sockets are monitored/paced
 STATUS_REFRESH_S = 5.0  # counters for status/metrics rates, when nobody asks sooner
+MEM_TRIM_S = 300.0  # the C allocator's free memory back to the kernel (hostctl/memory.py), once up and this often
 BURST_GAP_S = 0.010  # an idle gap longer than this ends a job's burst
 CONTAINER_ADDRS = ("pod", "host")  # what names a container's listener in job ids (config container_addr)
 

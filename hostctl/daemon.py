@@ -17,13 +17,14 @@ before teardown (hostctl.systemd).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from hostctl import consts
+from hostctl import consts, memory
 from hostctl.config import Config, reload_config
 from hostctl.core.bands import describe, next_rotation_s
 from hostctl.core.hist import Histogram
@@ -55,6 +56,9 @@ class Stats:
     map_writes: int = 0
     reconciliations: int = 0  # times the tc tree was put back after another agent changed it
     last_drift: str = ""  # what that agent had changed, the last time
+    mem_trims: int = 0  # malloc_trim calls (hostctl/memory.py; 0 without glibc)
+    mem_trimmed_kib: int = 0  # RSS they gave back, in all
+    mem_trim_ms: float = 0.0  # the last one's duration
 
 
 @dataclass
@@ -478,6 +482,16 @@ class Daemon:
                 log.error("teardown failed: %s; run `hostctl clean`", e)
                 raise
 
+    def _trim(self) -> None:
+        got = memory.trim()
+        if got is None:
+            return
+        kib, ms = got
+        self.stats.mem_trims += 1
+        self.stats.mem_trimmed_kib += kib
+        self.stats.mem_trim_ms = round(ms, 3)
+        log.debug("malloc_trim: RSS %d KiB smaller, %.1f ms", kib, ms)
+
     def _next_slot(self) -> float:
         """Monotonic deadline of the next slot's tick. Slots are absolute (slot k = [k t, (k+1) t)
         of the wall clock, MLCC's slots): every host ticks SLOT_OFFSET_S after the same boundary,
@@ -490,6 +504,7 @@ class Daemon:
         next_scan = self.mono()
         next_hb = self.mono()
         next_slot = self.mono()  # the first slot at once: selectors are in the maps before jobs connect
+        next_trim = math.inf  # once up (the BPF programs compiled), then every MEM_TRIM_S
         last_slot = None
         while not self.stop.is_set():
             if self._reload_wanted.is_set():
@@ -526,6 +541,10 @@ class Daemon:
             if not self.ready:  # tc tree, classifier, heartbeat and the first job table are in place
                 self.ready = True
                 notify("READY=1", self._status_line())
+                next_trim = now
+            if now >= next_trim:
+                self._trim()
+                next_trim = now + consts.MEM_TRIM_S
             # Counters are read for `status`/metrics when asked, and every STATUS_REFRESH_S
             # so that rates stay meaningful; not on every scan (idle CPU).
             if self._status_wanted.is_set() or now - self._last_refresh >= consts.STATUS_REFRESH_S:
@@ -533,7 +552,7 @@ class Daemon:
                 self.refresh_status()
                 self._last_refresh = now
                 self._status_ready.set()
-            wait = min(next_scan, next_hb, self._last_refresh + consts.STATUS_REFRESH_S) - self.mono()
+            wait = min(next_scan, next_hb, next_trim, self._last_refresh + consts.STATUS_REFRESH_S) - self.mono()
             if self.pace is not None:
                 wait = min(wait, next_slot - self.mono())
             if self.config.band_rotates:

@@ -66,6 +66,8 @@ class StatusCollector:
         yield CounterMetricFamily("hostctl_rotations", "Priority rotations (policy rr)", value=stats.get("rotations", 0))
         yield CounterMetricFamily("hostctl_reassignments", "Band reassignments on job arrival/departure", value=stats.get("reassignments", 0))
         yield CounterMetricFamily("hostctl_errors", "Errors (discovery, map writes, counters)", value=stats.get("errors", 0))
+        yield CounterMetricFamily("hostctl_memory_trimmed_bytes", "Memory the C allocator gave back to the kernel "
+                                  "(malloc_trim, once up and every 5 minutes)", value=stats.get("mem_trimmed_kib", 0) * 1024)
         yield CounterMetricFamily("hostctl_reconciliations", "Times the tc tree was put back after another agent "
                                   "changed it", value=stats.get("reconciliations", 0))
         yield CounterMetricFamily("hostctl_failopen_packets", "Packets left unclassified because the daemon's lease expired", value=st.get("failopen_pkts", 0))

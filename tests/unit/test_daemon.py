@@ -109,6 +109,7 @@ def test_run_tears_down_once_when_stopped():
     _t.sleep(0.7)
     st = d.status()  # answered by the loop's thread
     assert st["state"] == "running" and len(st["jobs"]) == 2
+    assert st["stats"]["mem_trims"] == 1  # once up (glibc here), the next MEM_TRIM_S later
     d.request_stop()
     th.join(5)
     assert not th.is_alive()

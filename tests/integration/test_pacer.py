@@ -533,10 +533,11 @@ def test_rate_change_mid_flow(pair, cgroup, procs, driver):
 
     # Once 0.3 s have passed, no 200 ms (two adjacent bins) goes more than 10% over its target,
     # and at 100 Mbit/s none goes more than 10% under it, the phase's mean within 5%. At 400 Mbit/s
-    # the kernel's own pacing timer gives less when this shared machine is busy (a late hrtimer
-    # is not made up: 20 runs with other work beside them had 200 ms at 304-344 Mbit/s, the
-    # socket's rate at 400), so there the floor is 75%, which 100 Mbit/s (the slot's rate) is far
-    # below.
+    # the flow gets less when this shared machine is busy (20 runs with other work beside them had
+    # 200 ms at 304-344 Mbit/s, the socket's rate at 400): a late pacing timer is not made up, and a
+    # reader descheduled inside recv() holds its socket's lock, so no ACK goes out meanwhile (see
+    # Receiver; which of the two it was is not measured). So there the floor is 75%, which 100 Mbit/s
+    # (the slot's rate) is far below.
     for (a, b), target, floor in (((t_up - 0.8, t_up), 100, 0.90), ((t_up + 0.3, t_down), 400, 0.75),
                                   ((t_down + 0.3, t_end), 100, 0.90)):
         bins = phase(a, b)

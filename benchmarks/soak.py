@@ -323,8 +323,9 @@ def main() -> int:
             "summary": summarize(samples, warmup_s),
             "stop": {"hostctl_stop_rc": stop.returncode, "daemon_rc": rc, "restored": before == after,
                      "before": before, "after": after},
-            "log_warnings": sum(1 for ln in log_text.splitlines() if " WARNING " in ln or ln.startswith("<4>")),
-            "log_errors": sum(1 for ln in log_text.splitlines() if " ERROR " in ln or ln.startswith("<3>")),
+            "log_warnings": len(warned := [ln for ln in log_text.splitlines() if " WARNING " in ln or ln.startswith("<4>")]),
+            "log_errors": len(erred := [ln for ln in log_text.splitlines() if " ERROR " in ln or ln.startswith("<3>")]),
+            "log_problem_lines": (warned + erred)[:50],  # what they said (the log itself goes with the tmp dir)
             "tracebacks": log_text.count("Traceback"),
             "samples": samples,
         }

@@ -98,9 +98,10 @@ def _status_kib() -> dict[str, int]:
 
 
 def _malloc_samples(out: str, every: float, trim_every: float) -> None:
+    from hostctl import memory
+
     libc = ctypes.CDLL("libc.so.6")
     libc.mallinfo2.restype = _Mallinfo2
-    libc.malloc_trim.argtypes = [ctypes.c_size_t]
     t0 = time.monotonic()
     next_trim = t0 + trim_every if trim_every > 0 else math.inf
     with open(out, "a") as f:
@@ -115,7 +116,7 @@ def _malloc_samples(out: str, every: float, trim_every: float) -> None:
                    "py_blocks": sys.getallocatedblocks()}
             if now >= next_trim:
                 next_trim += trim_every
-                libc.malloc_trim(0)
+                memory.trim()
                 row["after_trim"] = _status_kib()
             f.write(json.dumps(row) + "\n")
             f.flush()

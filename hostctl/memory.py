@@ -17,19 +17,11 @@ import os
 import time
 
 _PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
-_trim_fn = None  # the C function, or False once known missing
-
-
-def _malloc_trim():
-    global _trim_fn
-    if _trim_fn is None:
-        try:
-            f = ctypes.CDLL(None).malloc_trim
-            f.argtypes, f.restype = [ctypes.c_size_t], ctypes.c_int
-            _trim_fn = f
-        except (OSError, AttributeError):
-            _trim_fn = False
-    return _trim_fn or None
+try:  # glibc's; None with another libc
+    _malloc_trim = ctypes.CDLL(None).malloc_trim
+    _malloc_trim.argtypes, _malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+except (OSError, AttributeError):
+    _malloc_trim = None
 
 
 def rss_kib() -> int:
@@ -43,11 +35,10 @@ def rss_kib() -> int:
 
 def trim() -> tuple[int, float] | None:
     """malloc_trim(0): (KiB the RSS fell by, milliseconds it took), or None without glibc."""
-    f = _malloc_trim()
-    if f is None:
+    if _malloc_trim is None:
         return None
     before = rss_kib()
     t0 = time.perf_counter()
-    f(0)
+    _malloc_trim(0)
     ms = (time.perf_counter() - t0) * 1e3
     return max(0, before - rss_kib()), ms

@@ -56,8 +56,8 @@ import csv
 import io
 import ipaddress
 import zlib
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from hostctl.core.tomltext import parse_toml

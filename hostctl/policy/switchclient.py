@@ -291,8 +291,9 @@ class SwitchClient:
         came in (the same path every slot; `hostctl status` shows it)."""
         for fid in self._merged:
             fl = res.feedback[fid]
-            order = path_order(list(fl.load_Bps))
-            if order != list(fl.load_Bps):
+            came = list(fl.load_Bps)
+            order = path_order(came)
+            if order != came:
                 for name in ("load_Bps", "job_Bps", "job_flows", "all_Bps"):
                     d = getattr(fl, name)
                     if d:

@@ -12,7 +12,9 @@ HC_SOAK_DAEMON="python benchmarks/_daemon_probe.py --tracemalloc /tmp/tm --every
                                           does, glibc's mallinfo2 (bytes the C allocator holds and
                                           uses), Python's allocated blocks; every T seconds also
                                           malloc_trim(0) with RSS before and after (T=0: never). Tells
-                                          a leak (in use grows) from memory the allocator keeps free
+                                          a leak (in use grows) from memory the allocator keeps free;
+                                          also pymalloc's arenas (sys._debugmallocstats: Python's small
+                                          objects live in 1 MiB mmapped arenas that mallinfo2 does not see)
 """
 
 from __future__ import annotations
@@ -97,6 +99,39 @@ def _status_kib() -> dict[str, int]:
     return out
 
 
+_PYMALLOC_KEYS = {"# arenas allocated total": "py_arenas_total", "# arenas reclaimed": "py_arenas_reclaimed",
+                  "# arenas highwater mark": "py_arenas_highwater", "# arenas allocated current": "py_arenas",
+                  "# bytes in allocated blocks": "py_alloc_bytes", "# bytes in available blocks": "py_avail_bytes"}
+
+
+def _pymalloc_stats() -> dict[str, int]:
+    """pymalloc's arena counts and block bytes. sys._debugmallocstats() writes to the C stderr, so fd 2 points
+    at a file for the call (~1 ms; a log line another thread writes in that window lands in the file, not the log)."""
+    import tempfile
+
+    sys.stderr.flush()
+    with tempfile.TemporaryFile("w+") as tmp:
+        saved = os.dup(2)
+        try:
+            os.dup2(tmp.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        tmp.seek(0)
+        text = tmp.read()
+    out = {}
+    for line in text.splitlines():
+        k, eq, v = line.partition("=")
+        if eq:
+            name = _PYMALLOC_KEYS.get(k.strip())
+            if name:
+                out[name] = int(v.strip().replace(",", ""))
+            elif "unused pools" in k:
+                out["py_unused_pool_bytes"] = int(v.strip().replace(",", ""))
+    return out
+
+
 def _malloc_samples(out: str, every: float, trim_every: float) -> None:
     from hostctl import memory
 
@@ -113,7 +148,7 @@ def _malloc_samples(out: str, every: float, trim_every: float) -> None:
                    "malloc_system_kib": (m.arena + m.hblkhd) // 1024,  # brk/arena heaps + mmapped chunks
                    "malloc_in_use_kib": (m.uordblks + m.hblkhd) // 1024,
                    "malloc_free_kib": m.fordblks // 1024, "malloc_mmapped_kib": m.hblkhd // 1024,
-                   "py_blocks": sys.getallocatedblocks()}
+                   "py_blocks": sys.getallocatedblocks(), **_pymalloc_stats()}
             if now >= next_trim:
                 next_trim += trim_every
                 memory.trim()

@@ -15,6 +15,13 @@ HC_SOAK_DAEMON="python benchmarks/_daemon_probe.py --tracemalloc /tmp/tm --every
                                           a leak (in use grows) from memory the allocator keeps free;
                                           also pymalloc's arenas (sys._debugmallocstats: Python's small
                                           objects live in 1 MiB mmapped arenas that mallinfo2 does not see)
+    _daemon_probe.py --gc OUT.jsonl [--every S] hostctl-args...
+                                          the cyclic garbage collector: every S seconds one JSON line with
+                                          each generation's collections, total and longest pause (ms) and
+                                          objects collected since the last line; then the young generations'
+                                          garbage is collected (young_garbage) and a full collection that
+                                          keeps its garbage (DEBUG_SAVEALL) counts the 20 commonest types of
+                                          objects that died in cycles after reaching the old generation
 """
 
 from __future__ import annotations
@@ -55,6 +62,10 @@ def main() -> None:
             trim_every, rest = float(rest[1]), rest[2:]
         sys.argv = ["hostctl", *rest]
         threading.Thread(target=_malloc_samples, args=(out, every, trim_every), daemon=True, name="malloc").start()
+        hostctl_main()
+        return
+    if mode == "--gc":
+        threading.Thread(target=_gc_samples, args=(out, every), daemon=True, name="gc").start()
         hostctl_main()
         return
     if mode != "--tracemalloc":
@@ -153,6 +164,61 @@ def _malloc_samples(out: str, every: float, trim_every: float) -> None:
                 next_trim += trim_every
                 memory.trim()
                 row["after_trim"] = _status_kib()
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+
+
+def _kind(o: object) -> str:
+    """A garbage object's type, and for functions and frames the code they belong to."""
+    import types
+
+    t = type(o)  # not isinstance: a dead weakref proxy raises on __class__
+    if t is types.FunctionType:
+        return f"function {o.__module__}.{o.__qualname__}"
+    if t is types.FrameType:
+        return f"frame {'/'.join(o.f_code.co_filename.rsplit('/', 2)[-2:])} {o.f_code.co_name}"
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _gc_samples(out: str, every: float) -> None:
+    import collections
+    import gc
+
+    stats = {g: {"n": 0, "ms": 0.0, "max_ms": 0.0, "collected": 0} for g in range(3)}
+    started = [0.0]
+
+    def cb(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+            return
+        ms = (time.perf_counter() - started[0]) * 1e3
+        st = stats[info["generation"]]
+        st["n"] += 1
+        st["ms"] += ms
+        st["max_ms"] = max(st["max_ms"], ms)
+        st["collected"] += info["collected"]
+
+    gc.callbacks.append(cb)
+    t0 = time.monotonic()
+    with open(out, "a") as f:
+        while True:
+            time.sleep(every)
+            row = {"t_s": round(time.monotonic() - t0, 1), "gc_counts": gc.get_count(),
+                   **{f"gen{g}": {k: round(v, 2) for k, v in st.items()} for g, st in stats.items()}}
+            for st in stats.values():
+                st.update(n=0, ms=0.0, max_ms=0.0, collected=0)
+            gc.callbacks.remove(cb)  # the probe's own collections are not the daemon's
+            row["young_garbage"] = gc.collect(1)  # what the next young collections would have freed
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            try:
+                gc.collect()  # what is left: garbage in the old generation, freed only by a full collection
+                kinds = collections.Counter(_kind(o) for o in gc.garbage)
+                row["garbage"] = len(gc.garbage)
+                row["garbage_types"] = kinds.most_common(20)
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+                gc.callbacks.append(cb)
             f.write(json.dumps(row) + "\n")
             f.flush()
 

@@ -59,6 +59,10 @@ class Stats:
     mem_trims: int = 0  # malloc_trim calls (hostctl/memory.py; 0 without glibc)
     mem_trimmed_kib: int = 0  # RSS they gave back, in all
     mem_trim_ms: float = 0.0  # the last one's duration
+    gc_frozen: int = 0  # objects the start-up left, moved out of the collector's way once up (memory.freeze)
+    gc_collections: int = 0  # the collector's runs since then, all generations
+    gc_max_ms: float = 0.0  # the longest of them
+    gc_full_ms: float = 0.0  # the last full collection's duration (every MEM_TRIM_S, before the trim)
 
 
 @dataclass
@@ -126,6 +130,7 @@ class Daemon:
         self.table = ClassifierTable()
         self.epoch: int | None = None
         self.stats = Stats()
+        self._gc = memory.GcMeter()  # started once up (_tidy)
         self._rates = _Rates()
         self._lock = threading.Lock()
         self.started_wall = wall()
@@ -282,6 +287,7 @@ class Daemon:
         return True
 
     def refresh_status(self) -> None:
+        self.stats.gc_collections, self.stats.gc_max_ms = self._gc.collections, round(self._gc.max_ms, 3)
         try:
             counters = self.datapath.read_counters(set(self.table.slots.values()))
         except Exception as e:
@@ -474,6 +480,8 @@ class Daemon:
             self.loop()
         finally:
             notify("STOPPING=1", "STATUS=stopping: restoring the interface")
+            self._gc.stop()
+            memory.unfreeze()  # (an in-process daemon, as in the tests: the collector as it was)
             self.driver.close()
             try:
                 self.datapath.teardown()
@@ -482,7 +490,13 @@ class Daemon:
                 log.error("teardown failed: %s; run `hostctl clean`", e)
                 raise
 
-    def _trim(self) -> None:
+    def _tidy(self, first: bool) -> None:
+        """Memory upkeep, once up (``first``) and every MEM_TRIM_S: the collector, then malloc_trim."""
+        if first:
+            self.stats.gc_frozen = memory.freeze()
+            self._gc.start()
+        else:
+            self.stats.gc_full_ms = round(memory.collect()[1], 3)
         got = memory.trim()
         if got is None:
             return
@@ -505,6 +519,7 @@ class Daemon:
         next_hb = self.mono()
         next_slot = self.mono()  # the first slot at once: selectors are in the maps before jobs connect
         next_trim = math.inf  # once up (the BPF programs compiled), then every MEM_TRIM_S
+        tidied = False
         last_slot = None
         while not self.stop.is_set():
             if self._reload_wanted.is_set():
@@ -543,8 +558,8 @@ class Daemon:
                 notify("READY=1", self._status_line())
                 next_trim = now
             if now >= next_trim:
-                self._trim()
-                next_trim = now + consts.MEM_TRIM_S
+                self._tidy(first=not tidied)
+                tidied, next_trim = True, now + consts.MEM_TRIM_S
             # Counters are read for `status`/metrics when asked, and every STATUS_REFRESH_S
             # so that rates stay meaningful; not on every scan (idle CPU).
             if self._status_wanted.is_set() or now - self._last_refresh >= consts.STATUS_REFRESH_S:

@@ -68,6 +68,8 @@ class StatusCollector:
         yield CounterMetricFamily("hostctl_errors", "Errors (discovery, map writes, counters)", value=stats.get("errors", 0))
         yield CounterMetricFamily("hostctl_memory_trimmed_bytes", "Memory the C allocator gave back to the kernel "
                                   "(malloc_trim, once up and every 5 minutes)", value=stats.get("mem_trimmed_kib", 0) * 1024)
+        yield GaugeMetricFamily("hostctl_gc_pause_max_seconds", "Longest pause of Python's garbage collector "
+                                "since the daemon was up", value=stats.get("gc_max_ms", 0.0) / 1e3)
         yield CounterMetricFamily("hostctl_reconciliations", "Times the tc tree was put back after another agent "
                                   "changed it", value=stats.get("reconciliations", 0))
         yield CounterMetricFamily("hostctl_failopen_packets", "Packets left unclassified because the daemon's lease expired", value=st.get("failopen_pkts", 0))

@@ -339,12 +339,12 @@ def enable_stats() -> int:
     return _call(BPF_ENABLE_STATS, struct.pack("=I", BPF_STATS_RUN_TIME))
 
 
+class _Statfs(ctypes.Structure):  # struct statfs: f_type first (a class per call would be cyclic garbage)
+    _fields_ = [("f_type", ctypes.c_long), ("_rest", ctypes.c_byte * 112)]
+
+
 def is_bpffs(path: str) -> bool:
     """True if ``path`` is the root of a mounted bpf filesystem (statfs magic)."""
-
-    class _Statfs(ctypes.Structure):
-        _fields_ = [("f_type", ctypes.c_long), ("_rest", ctypes.c_byte * 112)]
-
     st = _Statfs()
     if _libc.statfs(os.fsencode(path), ctypes.byref(st)) != 0:
         return False

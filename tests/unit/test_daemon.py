@@ -1,6 +1,8 @@
 """The daemon loop with the fake datapath, a scripted discovery and fake clocks."""
 
+import gc
 import threading
+import time
 
 from hostctl.config import Config
 from hostctl.core.plan import band_classid, build_tc_plan
@@ -98,21 +100,46 @@ def test_discovery_error_is_counted_not_fatal():
     assert d.scan() is False and d.stats.errors == 1
 
 
-def test_run_tears_down_once_when_stopped():
+def run_in_thread():
+    """An rr daemon on the fake datapath with real clocks, its loop running in a thread."""
     d, dp, _ = make("rr", [J])
-    import time as _t
-    d.wall = _t.time
-    d.mono = _t.monotonic
+    d.wall = time.time
+    d.mono = time.monotonic
     d.config = Config(policy="rr", rr_interval_s=0.2, rescan_s=0.05, jobs=d.config.jobs)
     th = threading.Thread(target=d.run)
     th.start()
-    _t.sleep(0.7)
+    return d, dp, th
+
+
+def test_memory_upkeep_runs_a_full_collection_then_trims_every_period(monkeypatch):
+    from hostctl import consts
+
+    monkeypatch.setattr(consts, "MEM_TRIM_S", 0.2)
+    d, dp, th = run_in_thread()
+    try:
+        deadline = time.monotonic() + 10
+        while d.stats.mem_trims < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        st = d.status(max_age_s=0)["stats"]  # (a fresh one: the refresh also reads the gc meter)
+        assert st["mem_trims"] >= 3 and st["gc_full_ms"] > 0, st  # once up, then a collection before each trim
+        assert st["gc_collections"] >= 1 and st["gc_max_ms"] >= st["gc_full_ms"] * 0.5, st
+    finally:
+        d.request_stop()
+        th.join(5)
+    assert gc.get_freeze_count() == 0
+
+
+def test_run_tears_down_once_when_stopped():
+    d, dp, th = run_in_thread()
+    time.sleep(0.7)
     st = d.status()  # answered by the loop's thread
     assert st["state"] == "running" and len(st["jobs"]) == 2
     assert st["stats"]["mem_trims"] == 1  # once up (glibc here), the next MEM_TRIM_S later
+    assert st["stats"]["gc_frozen"] > 1000 and gc.get_freeze_count() > 0  # the start-up's objects, once up
     d.request_stop()
     th.join(5)
     assert not th.is_alive()
+    assert gc.get_freeze_count() == 0  # the collector as it was (an in-process daemon)
     assert dp.torn_down == 1 and dp.root == "noqueue" and dp.heartbeats >= 1
     assert d.stats.rotations >= 1
     assert band_classid(0) in {c for t in dp.applies for c in t.slot_classid.values()}

@@ -1,4 +1,5 @@
-"""hostctl.memory: malloc_trim gives the C heap's free pages back, in a real process."""
+"""hostctl.memory: malloc_trim gives the C heap's free pages back, in a real process; the collector is
+frozen, run and timed."""
 
 import subprocess
 import sys
@@ -43,3 +44,50 @@ def test_rss_is_this_process():
     with open("/proc/self/status") as f:
         vm = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
     assert abs(memory.rss_kib() - vm) < 4096
+
+
+# A child makes cycles that reach the old generation (they survive two collections), then drops them: the
+# young collections never free them, a full one does. freeze() then leaves the collector nothing of the
+# start-up to walk, and GcMeter times the collections it sees.
+GC_CHILD = r"""
+import gc, json
+from hostctl import memory
+class Node:
+    pass
+def cycles(n):
+    out = []
+    for _ in range(n):
+        a, b = Node(), Node()
+        a.b, b.a = b, a
+        out.append(a)
+    return out
+old = cycles(5000)
+gc.collect(); gc.collect()  # now in the oldest generation
+del old
+young = gc.collect(1)
+m = memory.GcMeter()
+m.start()
+freed, ms = memory.collect()
+m.stop()
+gc.collect()
+counted = m.collections
+startup = [cycles(10) for _ in range(1000)]  # what a start-up leaves
+frozen = memory.freeze()
+t0 = memory.collect()[1]
+memory.unfreeze()
+print(json.dumps({"young": young, "freed": freed, "ms": ms, "counted": counted, "max_ms": m.max_ms,
+                  "frozen": frozen, "left": gc.get_freeze_count(), "full_ms_frozen": t0}))
+"""
+
+
+def test_cycles_in_the_old_generation_wait_for_a_full_collection_and_freeze_hides_the_startup():
+    import json
+
+    r = subprocess.run([sys.executable, "-c", GC_CHILD], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["young"] < 100, got  # the young collections do not reach them
+    assert got["freed"] >= 2 * 5000, got  # both nodes of every pair
+    assert got["counted"] == 1 and got["max_ms"] > 0, got  # the meter saw that one, not the one after stop()
+    assert got["frozen"] >= 1000 * 10 * 2, got  # the start-up's cycles are frozen (and stay alive)
+    assert got["left"] == 0, got

@@ -53,7 +53,8 @@ def full_status() -> dict:
                   "last_burst_bytes": 0}],
         "classes": [{"classid": "6863:20", "name": "band0", "bytes": 10, "drops": 0, "rate_bps": 1.0}],
         "ingress_classes": [{"classid": "6863:20", "name": "band0", "bytes": 5, "drops": 1, "rate_bps": 1.0}],
-        "failopen_pkts": 0, "stats": {"rotations": 1, "reassignments": 2, "errors": 0, "slots": 4, "slot_overruns": 0},
+        "failopen_pkts": 0, "stats": {"rotations": 1, "reassignments": 2, "errors": 0, "slots": 4, "slot_overruns": 0,
+                                           "mem_trimmed_kib": 3, "gc_max_ms": 12.5},
         "reloads": {"ok": 1, "refused": 2},
         "slot_decision_seconds": _hist(0.0004, 0.003, 0.2),
         "pacing": {
@@ -84,6 +85,8 @@ def test_every_family_follows_the_conventions():
         assert fams[name].type == "counter", name
     assert fams["hostctl_slot_decision_seconds"].type == "histogram"
     assert fams["hostctl_mlcc_negotiation_seconds"].type == "histogram"
+    assert fams["hostctl_memory_trimmed_bytes"].samples[0].value == 3 * 1024
+    assert fams["hostctl_gc_pause_max_seconds"].samples[0].value == 0.0125
 
 
 def test_slot_decision_histogram_buckets():

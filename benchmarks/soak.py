@@ -10,8 +10,10 @@ few seconds (exponential, mean --arrival-s) and lives 10-40 s: a listener that s
 of 64-512 KiB to each of its 1-3 connections every 0.2-1.0 s of the wall clock (real TCP), so flows
 start and end, rotations and slots run. Every --sample-s seconds: the daemon's RSS, open fds,
 threads and CPU, the lines it logged, its status (jobs, flows, classifier and pacing entries,
-errors) and the entries of its BPF hash maps (bpftool). The summary takes each series' growth over
-the run after --warmup-min minutes (a least-squares slope, per hour) against its level. At the end:
+errors, slot overruns, the garbage collector's longest pause) and the entries of its BPF hash maps
+(bpftool). The summary takes each series' growth over the run after --warmup-min minutes (a
+least-squares slope, per hour) against its level, and the RSS slope over the second half alone
+(does it level off?). At the end:
 the daemon stopped with ``hostctl stop``; the interface's qdiscs, hostctl's bpffs folder and the
 cgroup's attached programs compared with before it started (they must be equal).
 
@@ -163,7 +165,10 @@ class Soak:
              "log_lines": sum(1 for _ in open(self.tmp / "daemon.log", "rb")),
              "jobs": len(st.get("jobs", [])), "job_flows": sum(len(j["flows"]) for j in st.get("jobs", [])),
              "errors": (st.get("stats") or {}).get("errors"), "pacing_flows": len(pc.get("flows", []) or []),
-             "maps": self.map_entries()}
+             "maps": self.map_entries(),
+             # the slot loop's timing and the garbage collector's pauses (hostctl/memory.py)
+             **{k: (st.get("stats") or {}).get(k) for k in ("slots", "slot_overruns", "gc_collections", "gc_max_ms",
+                                                            "gc_full_ms")}}
         return s
 
     def map_entries(self) -> dict[str, int]:
@@ -208,6 +213,13 @@ def summarize(samples: list[dict], warmup_s: float) -> dict:
     out["cpu_pct_core"] = (after[-1]["cpu_s"] - after[0]["cpu_s"]) / dt * 100 if dt else None
     out["log_lines_per_h"] = (after[-1]["log_lines"] - after[0]["log_lines"]) / dt * 3600 if dt else None
     out["rss_growth_mib_per_h"] = out["rss_kib"]["slope_per_h"] / 1024
+    half = after[len(after) // 2:]  # levelling off: the slope over the second half alone
+    out["rss_growth_mib_per_h_second_half"] = slope([s["t_s"] for s in half], [s["rss_kib"] for s in half]) / 1024
+    a, b = after[0], after[-1]
+    if b.get("slots") is not None and a.get("slots") is not None and b["slots"] > a["slots"]:
+        out["slot_overruns_per_1000"] = (b["slot_overruns"] - a["slot_overruns"]) / (b["slots"] - a["slots"]) * 1000
+    if b.get("gc_max_ms") is not None:
+        out["gc_max_ms"], out["gc_full_ms"] = b["gc_max_ms"], b["gc_full_ms"]
     return out
 
 

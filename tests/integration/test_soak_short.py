@@ -36,4 +36,5 @@ def test_a_short_soak_leaves_nothing_growing_and_nothing_behind(policy, tmp_path
     assert sm["fds"]["max"] - sm["fds"]["min"] <= 8 and sm["threads"]["max"] - sm["threads"]["min"] <= 4, sm
     static = 2000 if policy == "mlcc" else 0
     assert sm["map_entries"]["max"] <= static + 4 * (sm["job_flows"]["max"] + sm["jobs"]["max"]) + 16, sm
+    assert sm["gc_max_ms"] > 0  # the daemon times its garbage collector (status stats.gc_max_ms)
     assert (tmp_path / "soak.png").stat().st_size > 10_000

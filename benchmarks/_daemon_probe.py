@@ -15,13 +15,15 @@ HC_SOAK_DAEMON="python benchmarks/_daemon_probe.py --tracemalloc /tmp/tm --every
                                           a leak (in use grows) from memory the allocator keeps free;
                                           also pymalloc's arenas (sys._debugmallocstats: Python's small
                                           objects live in 1 MiB mmapped arenas that mallinfo2 does not see)
-    _daemon_probe.py --gc OUT.jsonl [--every S] hostctl-args...
+    _daemon_probe.py --gc OUT.jsonl [--every S] [--no-freeze] hostctl-args...
                                           the cyclic garbage collector: every S seconds one JSON line with
                                           each generation's collections, total and longest pause (ms) and
                                           objects collected since the last line; then the young generations'
                                           garbage is collected (young_garbage) and a full collection that
                                           keeps its garbage (DEBUG_SAVEALL) counts the 20 commonest types of
-                                          objects that died in cycles after reaching the old generation
+                                          objects that died in cycles after reaching the old generation,
+                                          how long that full collection took and how many objects it
+                                          walked; --no-freeze: the daemon does not gc.freeze its start-up
 """
 
 from __future__ import annotations
@@ -65,6 +67,11 @@ def main() -> None:
         hostctl_main()
         return
     if mode == "--gc":
+        if rest[:1] == ["--no-freeze"]:  # the daemon as it was before it froze its start-up (a comparison)
+            sys.argv = ["hostctl", *rest[1:]]
+            from hostctl import memory
+
+            memory.freeze = lambda: 0
         threading.Thread(target=_gc_samples, args=(out, every), daemon=True, name="gc").start()
         hostctl_main()
         return
@@ -211,7 +218,10 @@ def _gc_samples(out: str, every: float) -> None:
             row["young_garbage"] = gc.collect(1)  # what the next young collections would have freed
             gc.set_debug(gc.DEBUG_SAVEALL)
             try:
+                t = time.perf_counter()
                 gc.collect()  # what is left: garbage in the old generation, freed only by a full collection
+                row["probe_full_ms"] = round((time.perf_counter() - t) * 1e3, 3)  # (keeping, not freeing, it)
+                row["tracked"] = len(gc.get_objects())
                 kinds = collections.Counter(_kind(o) for o in gc.garbage)
                 row["garbage"] = len(gc.garbage)
                 row["garbage_types"] = kinds.most_common(20)

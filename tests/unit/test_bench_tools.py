@@ -164,3 +164,31 @@ def test_fluid_mlcc_job_order_breaks_the_lock_step_like_priority():
     # (first come, first served, ties by the order of the schedules): that staggers them as well
     switch = fmlcc.run_mlcc("switch", "switch", None, 0.06, 1, 0.0, False, jobs=two)["avg_jct_s"]
     assert switch == pytest.approx(prio, rel=0.08)
+
+
+def test_daemon_probe_reads_pymalloc_and_names_garbage():
+    probe = _load("_daemon_probe")
+    st = probe._pymalloc_stats()
+    assert st["py_arenas"] >= 1 and st["py_arenas_highwater"] >= st["py_arenas"], st
+    assert 0 < st["py_alloc_bytes"] <= st["py_arenas"] * 2**20, st  # arenas are 1 MiB (CPython 3.10+)
+    assert {"py_avail_bytes", "py_unused_pool_bytes", "py_arenas_total", "py_arenas_reclaimed"} <= set(st)
+
+    def f():
+        return sys._getframe()
+
+    assert probe._kind(_load) == f"function {__name__}._load"
+    assert probe._kind(f()).startswith("frame unit/test_bench_tools.py")
+    assert probe._kind({}) == "dict" and probe._kind(pytest.mark) == "_pytest.mark.structures.MarkGenerator"
+
+
+def test_plot_malloc_draws_two_runs(tmp_path, monkeypatch):
+    rows = [{"t_s": 60.0 * i, "RssAnon": 60000 + i, "py_alloc_bytes": 26 << 20, "py_arenas": 27,
+             "malloc_in_use_kib": 16800} for i in range(1, 4)]
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plot = _load("plot_malloc")
+    monkeypatch.setattr(sys, "argv", ["plot_malloc.py", str(tmp_path / "m.png"), f"a={tmp_path / 'a.jsonl'}",
+                                      f"b={tmp_path / 'b.jsonl'}"])
+    assert plot.main() == 0 and (tmp_path / "m.png").stat().st_size > 10_000
+    monkeypatch.setattr(sys, "argv", ["plot_malloc.py", str(tmp_path / "m.png"), "no-label"])
+    assert plot.main() == 2

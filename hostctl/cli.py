@@ -179,8 +179,12 @@ def start(
                          ingress_rate_bps=cfg.ingress_rate_bps(rate))
     if cfg.pacing:
         from hostctl.datapath.pacer import resolve_cgroup
+        from hostctl.errors import ConfigError, DatapathError
 
-        resolve_cgroup(cfg.cgroup)  # a clear error before anything is touched
+        try:
+            resolve_cgroup(cfg.cgroup)  # a clear error before anything is touched
+        except DatapathError as e:  # a path that names no cgroup: the flag's fault (exit 2, as a mistyped --iface)
+            raise ConfigError(str(e)) from None
     discovery = Discovery(list(cfg.jobs), the_iface, containers=cfg.containers, container_addr=cfg.container_addr)
 
     if dry_run:  # what the daemon would apply now: its policy's driver, without a datapath

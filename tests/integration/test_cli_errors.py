@@ -105,7 +105,7 @@ def test_cap_bad_cgroup(tmp_path):
 def test_cap_cgroup_that_does_not_exist(tmp_path):
     r = run(["start", "--policy", "cap", "--cap", "1gbit", "--ports", "9000", "--iface", "lo", "--link-rate",
              "1gbit", "--cgroup", "/hostctl-no-such-cgroup", "--dry-run"], tmp_path)
-    assert_one_line_error(r, "cgroup '/hostctl-no-such-cgroup' does not exist", "--cgroup")
+    assert_one_line_error(r, "cgroup '/hostctl-no-such-cgroup' does not exist", "--cgroup", exit_code=2)
 
 
 def test_missing_config_file(tmp_path):

@@ -517,29 +517,13 @@ _register_lab()
 
 
 def main() -> None:
-    from typer.exceptions import Abort, TyperException
+    from hostctl.errors import run_app
 
-    from hostctl.errors import HostctlError, one_line, safe_stdout
-
-    safe_stdout()
     try:
-        rc = app(standalone_mode=False)
-    except HostctlError as e:
-        print(f"hostctl: error: {one_line(str(e))}", file=sys.stderr)
-        sys.exit(e.exit_code)
-    except TyperException as e:  # the parser's usage errors: an unknown flag, a value of the wrong type
-        ctx = getattr(e, "ctx", None)
-        if type(e).__name__ == "NoArgsIsHelpError":  # no arguments at all: the help, already printed
-            sys.exit(2)
-        where = ctx.command_path if ctx is not None else "hostctl"
-        print(f"hostctl: error: {one_line(e.format_message())} (see {where} --help)", file=sys.stderr)
-        sys.exit(e.exit_code if isinstance(e.exit_code, int) and e.exit_code else 2)
-    except (Abort, KeyboardInterrupt):
-        sys.exit(130)
+        run_app(app, "hostctl")
     except Terminated:
         print("hostctl: terminated (SIGTERM); what this run built was removed", file=sys.stderr)
         sys.exit(143)
-    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

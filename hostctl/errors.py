@@ -47,3 +47,28 @@ def one_line(text: str) -> str:
     """``text`` as one line: a value the user gave may hold a newline or another control
     character, which the message then shows escaped (as repr would) instead of breaking it."""
     return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
+def run_app(app, prog: str) -> None:
+    """Run a typer ``app`` as the command ``prog`` and exit: a HostctlError is one line
+    ``PROG: error: ...`` and its exit code; the parser's usage errors (an unknown flag, a value of the
+    wrong type) one line naming the command's --help, exit 2; no arguments at all: the help (already
+    printed), exit 2; Ctrl-C 130. Other exceptions pass through (the caller's own, e.g. SIGTERM's)."""
+    from typer.exceptions import Abort, TyperException
+
+    safe_stdout()
+    try:
+        rc = app(standalone_mode=False)
+    except HostctlError as e:
+        print(f"{prog}: error: {one_line(str(e))}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except TyperException as e:
+        if type(e).__name__ == "NoArgsIsHelpError":
+            sys.exit(2)
+        ctx = getattr(e, "ctx", None)
+        where = ctx.command_path if ctx is not None else prog
+        print(f"{prog}: error: {one_line(e.format_message())} (see {where} --help)", file=sys.stderr)
+        sys.exit(e.exit_code if isinstance(e.exit_code, int) and e.exit_code else 2)
+    except (Abort, KeyboardInterrupt):
+        sys.exit(130)
+    sys.exit(rc if isinstance(rc, int) else 0)

@@ -274,22 +274,9 @@ def keygen(
 
 
 def main() -> None:
-    from typer.exceptions import Abort, TyperException
+    from hostctl.errors import run_app
 
-    from hostctl.errors import HostctlError, one_line, safe_stdout
-
-    safe_stdout()
-    try:
-        rc = app(standalone_mode=False)
-    except HostctlError as e:
-        print(f"switchemu: error: {one_line(str(e))}", file=sys.stderr)
-        sys.exit(e.exit_code)
-    except TyperException as e:  # typer's usage errors: bad or missing flags
-        print(f"switchemu: error: {one_line(e.format_message())} (see switchemu --help)", file=sys.stderr)
-        sys.exit(2)
-    except (Abort, KeyboardInterrupt):
-        sys.exit(130)
-    sys.exit(rc if isinstance(rc, int) else 0)
+    run_app(app, "switchemu")
 
 
 if __name__ == "__main__":

@@ -268,6 +268,7 @@ def main() -> int:
     warmup_s = 60 * (a.warmup_min if a.warmup_min is not None else min(5.0, a.minutes / 5))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the cleanup below runs on a SIGTERM too
     rng = random.Random(a.seed)
+    revision = sh("git", "-C", str(REPO), "rev-parse", "--short", "HEAD", check=False).stdout.strip()  # the daemon's code
     sk = Soak(a)
     samples: list[dict] = []
     jobs_started = 0
@@ -331,7 +332,7 @@ def main() -> int:
         report = {
             "policy": a.policy, "minutes": a.minutes, "warmup_s": warmup_s, "sample_s": a.sample_s,
             "jobs_started": jobs_started, "seed": a.seed, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "revision": sh("git", "-C", str(REPO), "rev-parse", "--short", "HEAD", check=False).stdout.strip(),
+            "revision": revision,
             "summary": summarize(samples, warmup_s),
             "stop": {"hostctl_stop_rc": stop.returncode, "daemon_rc": rc, "restored": before == after,
                      "before": before, "after": after},

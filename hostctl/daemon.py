@@ -62,7 +62,7 @@ class Stats:
     gc_frozen: int = 0  # objects the start-up left, moved out of the collector's way once up (memory.freeze)
     gc_collections: int = 0  # the collector's runs since then, all generations
     gc_max_ms: float = 0.0  # the longest of them
-    gc_full_ms: float = 0.0  # the last full collection's duration (every MEM_TRIM_S, before the trim)
+    gc_full_ms: float = 0.0  # the last full collection's duration (once up and every MEM_TRIM_S, before the trim)
 
 
 @dataclass
@@ -130,7 +130,7 @@ class Daemon:
         self.table = ClassifierTable()
         self.epoch: int | None = None
         self.stats = Stats()
-        self._gc = memory.GcMeter()  # started once up (_tidy)
+        self._gc = memory.GcMeter()  # started once up
         self._rates = _Rates()
         self._lock = threading.Lock()
         self.started_wall = wall()
@@ -490,13 +490,9 @@ class Daemon:
                 log.error("teardown failed: %s; run `hostctl clean`", e)
                 raise
 
-    def _tidy(self, first: bool) -> None:
-        """Memory upkeep, once up (``first``) and every MEM_TRIM_S: the collector, then malloc_trim."""
-        if first:
-            self.stats.gc_frozen = memory.freeze()
-            self._gc.start()
-        else:
-            self.stats.gc_full_ms = round(memory.collect()[1], 3)
+    def _tidy(self) -> None:
+        """Memory upkeep, once up and every MEM_TRIM_S: a full collection, then malloc_trim."""
+        self.stats.gc_full_ms = round(memory.collect()[1], 3)
         got = memory.trim()
         if got is None:
             return
@@ -519,7 +515,6 @@ class Daemon:
         next_hb = self.mono()
         next_slot = self.mono()  # the first slot at once: selectors are in the maps before jobs connect
         next_trim = math.inf  # once up (the BPF programs compiled), then every MEM_TRIM_S
-        tidied = False
         last_slot = None
         while not self.stop.is_set():
             if self._reload_wanted.is_set():
@@ -556,10 +551,12 @@ class Daemon:
             if not self.ready:  # tc tree, classifier, heartbeat and the first job table are in place
                 self.ready = True
                 notify("READY=1", self._status_line())
+                self.stats.gc_frozen = memory.freeze()  # the start-up's objects, out of the collector's way
+                self._gc.start()
                 next_trim = now
             if now >= next_trim:
-                self._tidy(first=not tidied)
-                tidied, next_trim = True, now + consts.MEM_TRIM_S
+                self._tidy()
+                next_trim = now + consts.MEM_TRIM_S
             # Counters are read for `status`/metrics when asked, and every STATUS_REFRESH_S
             # so that rates stay meaningful; not on every scan (idle CPU).
             if self._status_wanted.is_set() or now - self._last_refresh >= consts.STATUS_REFRESH_S:

@@ -155,6 +155,7 @@ class Soak:
         proc = dict(ln.split(":", 1) for ln in open(f"/proc/{pid}/status").read().splitlines() if ":" in ln)
         st = self.status() or {}
         pc = st.get("pacing") or {}
+        stats = st.get("stats") or {}
         s = {"t_s": time.monotonic() - t0, "rss_kib": int(proc["VmRSS"].split()[0]),
              # RSS split: anonymous (Python's and C's heaps, thread stacks) and file-backed (shared libraries
              # paged in: bcc's LLVM is 44 MiB of it)
@@ -164,11 +165,10 @@ class Soak:
              "cpu_s": (int(stat[11]) + int(stat[12])) / CLK_TCK,
              "log_lines": sum(1 for _ in open(self.tmp / "daemon.log", "rb")),
              "jobs": len(st.get("jobs", [])), "job_flows": sum(len(j["flows"]) for j in st.get("jobs", [])),
-             "errors": (st.get("stats") or {}).get("errors"), "pacing_flows": len(pc.get("flows", []) or []),
-             "maps": self.map_entries(),
-             # the slot loop's timing and the garbage collector's pauses (hostctl/memory.py)
-             **{k: (st.get("stats") or {}).get(k) for k in ("slots", "slot_overruns", "gc_collections", "gc_max_ms",
-                                                            "gc_full_ms")}}
+             "pacing_flows": len(pc.get("flows", []) or []), "maps": self.map_entries(),
+             # errors, the slot loop's timing and the garbage collector's pauses (hostctl/memory.py)
+             **{k: stats.get(k) for k in ("errors", "slots", "slot_overruns", "gc_collections", "gc_max_ms",
+                                          "gc_full_ms")}}
         return s
 
     def map_entries(self) -> dict[str, int]:

@@ -11,9 +11,9 @@ Without glibc (musl, another libc) there is nothing to call: :func:`trim` return
 
 Python's cyclic garbage collector is the other half. Objects that die in reference cycles after they reached
 the old generation (pyroute2's netlink messages that were alive during a young collection, for one) wait for a
-full collection, which CPython starts only when the old generation has grown by a quarter: with the ~290,000
-objects the start-up leaves (bcc, pyroute2, numpy), that is several MiB and tens of minutes of garbage, and a
-full collection that walks all of them takes ~45 ms, most of a 60 ms slot. So once it is up the daemon
+full collection, which CPython starts only when the old generation has grown by a quarter: with the ~64,000
+objects the start-up leaves (bcc, pyroute2, numpy), that was an hour and ~3 MiB of garbage in a soak, and a
+full collection that walks all of them takes 45-80 ms, most of a 60 ms slot. So once it is up the daemon
 collects and :func:`freeze` s what is left (``gc.freeze``: later collections skip those objects), then
 :func:`collect` s every ``consts.MEM_TRIM_S`` before it trims. :class:`GcMeter` times every collection.
 """
